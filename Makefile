@@ -1,0 +1,57 @@
+# knobfleet — make demo · make test · make lint · make perf
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
+APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2
+
+.PHONY: demo test unit integration lint perf system-deps venv clean lab-down
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+# Installs the lab's system packages when missing (idempotent; needs root).
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make: need root to install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	  echo "installing:$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+demo: venv system-deps
+	$(BIN)/knobfleet profiles validate
+	$(BIN)/knobfleet lab up -n 3
+	$(BIN)/knobfleet lab status
+	$(BIN)/apply-profile ctas512 --yes
+	$(BIN)/knobfleet demo-summary
+
+test: venv system-deps
+	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q tests/integration
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: venv
+	$(BIN)/ruff check python tests perf
+	$(BIN)/ruff format --check python tests perf
+	$(BIN)/mypy
+	$(BIN)/yamllint -s profiles inventories playbooks roles
+	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles
+
+perf: venv system-deps
+	$(BIN)/python perf/lab_boot.py
+
+lab-down: venv
+	$(BIN)/knobfleet lab down
+
+clean: lab-down
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache

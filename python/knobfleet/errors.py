@@ -1,0 +1,48 @@
+"""One exception tree; each error carries the exit code the CLI returns for it (DESIGN.md, Contracts)."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_DRIFT = 2
+EXIT_RESTORE_FAILED = 3
+EXIT_UNREACHABLE = 4
+EXIT_DRIFT_AND_UNREACHABLE = 6
+
+
+class KnobfleetError(Exception):
+    """Base of every error knobfleet reports to an operator. The message is the whole story."""
+
+    exit_code = EXIT_ERROR
+
+
+class ProfileError(KnobfleetError):
+    """One or more problems in profile or catalog files; one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class InventoryError(KnobfleetError):
+    """The inventory is missing, unreadable, or a host's vars are invalid."""
+
+
+class RenderError(KnobfleetError):
+    """A profile and a host's vars cannot be combined (e.g. the same key set in both)."""
+
+
+class LabError(KnobfleetError):
+    """The lab cannot be booted, reached or torn down."""
+
+
+class RunError(KnobfleetError):
+    """An Ansible run failed on one or more hosts."""
+
+
+class ApplyFailed(KnobfleetError):
+    """An apply failed on a host; details say what and where."""
+
+
+class LockHeld(KnobfleetError):
+    """Another applier holds the host lock."""

@@ -1,0 +1,111 @@
+"""Per-host settings (``knob_serve_*`` inventory vars) as a strict model. Pure: no inventory I/O here."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from knobfleet.errors import InventoryError
+from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
+
+SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
+SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+PREFIX = "knob_serve_"
+
+
+class HostVars(BaseModel):
+    """What knobfleet needs to know about one host. Defaults mirror ``roles/knob_serve/defaults``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    host: str
+    address: str = ""
+    service: str = "sglang-dsv4-decode"
+    script_path: str = "/root/serve_dsv4_decode.sh"
+    unit_dir: str = "/etc/systemd/system"
+    state_root: str = "/var/lib/knobfleet"
+    user: str = "root"
+    launcher: tuple[str, ...] = ("/usr/bin/python3", "-m", "sglang.launch_server")
+    model_path: str = "/models/DeepSeek-V4"
+    listen_host: str = "127.0.0.1"
+    port: int = Field(default=30000, ge=1, le=65535)
+    readiness_path: str = "/health_generate"
+    readiness_timeout_s: int = Field(default=600, ge=1)
+    readiness_grace_s: int = Field(default=0, ge=0)
+    host_env: dict[str, str] = Field(default_factory=dict)
+    host_args: dict[str, str | bool] = Field(default_factory=dict)
+    restart_sec: int = Field(default=5, ge=0)
+    timeout_start_s: int = Field(default=900, ge=1)
+    timeout_stop_s: int = Field(default=60, ge=1)
+    profile: str | None = Field(default=None, description="the profile this host is declared to run")
+
+    @field_validator("script_path", "unit_dir", "state_root", "model_path")
+    @classmethod
+    def _safe_path(cls, value: str) -> str:
+        if not SAFE_PATH_RE.match(value):
+            raise ValueError("must be an absolute path of letters, digits and ._/@+- only")
+        return value
+
+    @field_validator("service")
+    @classmethod
+    def _service(cls, value: str) -> str:
+        if not SERVICE_RE.match(value):
+            raise ValueError("must be a plain unit name without the .service suffix")
+        return value.removesuffix(".service")
+
+    @field_validator("host_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid env var name")
+        return value
+
+    @field_validator("host_args")
+    @classmethod
+    def _flag_names(cls, value: dict[str, str | bool]) -> dict[str, str | bool]:
+        for name in value:
+            if not FLAG_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid flag name (no leading dashes)")
+        return value
+
+    @property
+    def unit_name(self) -> str:
+        return f"{self.service}.service"
+
+    @property
+    def unit_path(self) -> str:
+        return f"{self.unit_dir}/{self.unit_name}"
+
+    @property
+    def service_state_dir(self) -> str:
+        return f"{self.state_root}/{self.service}"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self.listen_host}:{self.port}{self.readiness_path}"
+
+
+def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> HostVars:
+    """Build HostVars from one host's (already templated) inventory variables."""
+    data: dict[str, Any] = {k[len(PREFIX):]: v for k, v in variables.items() if k.startswith(PREFIX)}
+    data["host"] = host
+    data["address"] = str(variables.get("ansible_host", host))
+    if "knob_profile" in variables:
+        data["profile"] = variables["knob_profile"]
+    for key in ("host_env", "host_args"):
+        if isinstance(data.get(key), dict):
+            data[key] = {
+                str(k): (v if isinstance(v, bool) and key == "host_args" else str(v))
+                for k, v in data[key].items()
+            }
+    try:
+        return HostVars.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise InventoryError(
+            f"{where}: host {host}: {PREFIX}{field}: {err['msg']}; fix it in host_vars or group_vars"
+        ) from None

@@ -1,0 +1,121 @@
+"""Engine catalogs: which knobs an engine knows, their types and ranges; value checks with did-you-mean."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from functools import cache
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from knobfleet import paths
+from knobfleet.errors import ProfileError
+from knobfleet.profiles import safeyaml
+from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE, Catalog, Knob, Scalar
+
+
+def load_catalog(path: Path) -> Catalog:
+    where = paths.display(path)
+    try:
+        data = safeyaml.load_file(path)
+        return Catalog.model_validate(data)
+    except safeyaml.YamlProblem as exc:
+        raise ProfileError([f"{where}: {exc}"]) from None
+    except ValidationError as exc:
+        from knobfleet.profiles.loader import pydantic_problems
+
+        raise ProfileError([f"{where}: {p}" for p in pydantic_problems(exc)]) from None
+
+
+@cache
+def catalog_for(engine: str, directory: Path | None = None) -> Catalog:
+    base = directory or paths.catalogs_dir()
+    path = base / f"{engine}.yaml"
+    if not path.is_file():
+        raise ProfileError([f"{paths.display(path)}: catalog for engine {engine!r} not found; "
+                            "add the file or fix the profile's engine"])
+    return load_catalog(path)
+
+
+def did_you_mean(name: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def _fmt(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_value(knob: Knob, value: Scalar) -> str | None:
+    """Why ``value`` is not valid for ``knob``, or None when it is."""
+    if knob.type == "bool":
+        if knob.kind == "flag" and not isinstance(value, bool):
+            return f"expected true (bare flag) or false (omit), got {_fmt(value)}"
+        if knob.kind == "env" and not (isinstance(value, bool) or value in (0, 1)):
+            return f"expected true/false or 0/1, got {_fmt(value)}"
+        return None
+    if isinstance(value, bool):
+        return f"expected {'an integer' if knob.type == 'int' else 'a ' + knob.type}, got {_fmt(value)}"
+    if knob.type == "int" and not isinstance(value, int):
+        return f"expected an integer, got {_fmt(value)}"
+    if knob.type == "float":
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return f"expected a number, got {_fmt(value)}"
+    if knob.type == "str" and not isinstance(value, str):
+        return f"expected a string, got {_fmt(value)}; quote it"
+    if knob.choices is not None and value not in knob.choices:
+        allowed = ", ".join(_fmt(c) for c in knob.choices)
+        return f"{_fmt(value)} is not one of {allowed}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        lo = -math.inf if knob.min is None else knob.min
+        hi = math.inf if knob.max is None else knob.max
+        if not lo <= value <= hi:
+            lo_s = "" if knob.min is None else f"{knob.min:g}"
+            hi_s = "" if knob.max is None else f"{knob.max:g}"
+            return f"{_fmt(value)} is out of range; allowed {lo_s}..{hi_s}"
+    return None
+
+
+def _check_text(value: Scalar) -> str | None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL byte; remove it"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "is not valid UTF-8 text"
+    return None
+
+
+def check_env(catalog: Catalog, name: str, value: Scalar, allow_unknown: tuple[str, ...]) -> str | None:
+    if not ENV_NAME_RE.match(name):
+        return "invalid env var name; use letters, digits and _ and do not start with a digit"
+    problem = _check_text(value)
+    if problem:
+        return problem
+    knob = catalog.knobs.get(name)
+    if knob is not None and knob.kind == "env":
+        return check_value(knob, value)
+    if catalog.is_engine_env(name) and name not in allow_unknown:
+        hint = did_you_mean(name, sorted(catalog.env_knobs()))
+        fix = hint or f"; add it to allow_unknown if {catalog.engine} really reads it"
+        return f"unknown knob{fix}"
+    return None
+
+
+def check_flag(catalog: Catalog, name: str, value: Scalar, allow_unknown: tuple[str, ...]) -> str | None:
+    if not FLAG_NAME_RE.match(name):
+        return "invalid flag name; use letters, digits, - and _ without leading dashes"
+    problem = _check_text(value)
+    if problem:
+        return problem
+    knob = catalog.knobs.get(name)
+    if knob is not None and knob.kind == "flag":
+        return check_value(knob, value)
+    if name in allow_unknown:
+        return None
+    hint = did_you_mean(name, sorted(catalog.flag_knobs()))
+    return f"unknown flag{hint or '; add it to allow_unknown if the engine really accepts it'}"

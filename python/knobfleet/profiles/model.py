@@ -1,0 +1,161 @@
+"""Strict, frozen models of profile files, resolved profiles and engine catalogs.
+
+A *profile document* is one YAML file as written (values may be ``null`` to remove an inherited key).
+A *profile* is the resolved result of an ``extends`` chain: no nulls, every value validated against
+the engine's catalog, with a canonical content hash. Values are stored as the operator wrote them
+(str / int / float / bool); ``env_strings`` and ``arg_strings`` give the exact strings that run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator
+
+SCHEMA_VERSION = 1
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+Scalar = str | bool | int | float
+ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME_RE.pattern)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Gate(_Strict):
+    """What a new generation of this profile must pass before it is kept (used by bench / ab)."""
+
+    baseline: ProfileName | None = None
+    concurrency: tuple[int, ...] = (48, 64, 80, 96)
+    weights: dict[int, float] = Field(default_factory=lambda: {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1})
+    min_effect: float = Field(default=0.01, ge=0, le=1)
+    max_regression: float = Field(default=0.03, ge=0, le=1)
+    consistency: bool = True
+
+
+class Fingerprint(_Strict):
+    """What the profile was tuned on; a mismatch on a host is worth a warning, not a refusal."""
+
+    gpu: str | None = None
+    sm_count: int | None = Field(default=None, ge=1)
+    engine_version: str | None = None
+    model: str | None = None
+
+
+class ProfileDoc(_Strict):
+    """One profile file as written. Unknown top-level keys are errors."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: ProfileName
+    version: StrictInt = Field(ge=1)
+    extends: ProfileName | None = None
+    description: str = ""
+    engine: Literal["sglang", "vllm"] | None = None
+    env: dict[str, Scalar | None] = Field(default_factory=dict)
+    args: dict[str, Scalar | None] = Field(default_factory=dict)
+    allow_unknown: tuple[str, ...] = ()
+    gate: Gate | None = None
+    fingerprint: Fingerprint | None = None
+
+
+def env_string(value: Scalar) -> str:
+    """The string an env value becomes in the environment: booleans are 1/0."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def arg_tokens(flag: str, value: Scalar) -> list[str]:
+    """argv tokens for one flag. ``true`` is a bare flag, ``false`` omits it; values use ``--flag=value``
+    so a value that starts with ``-`` can never be read as another flag."""
+    if value is True:
+        return [f"--{flag}"]
+    if value is False:
+        return []
+    return [f"--{flag}={value}"]
+
+
+class Profile(_Strict):
+    """A resolved, validated profile. ``chain`` lists the files it was built from, root first."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str
+    version: int
+    engine: Literal["sglang", "vllm"]
+    description: str = ""
+    env: dict[str, Scalar]
+    args: dict[str, Scalar]
+    allow_unknown: tuple[str, ...] = ()
+    gate: Gate = Field(default_factory=Gate)
+    fingerprint: Fingerprint = Field(default_factory=Fingerprint)
+    chain: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def canonical(self) -> dict[str, Any]:
+        """What the content hash covers: everything that changes behaviour (not description or chain)."""
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "version": self.version,
+            "engine": self.engine,
+            "env": {k: self.env[k] for k in sorted(self.env)},
+            "args": {k: self.args[k] for k in sorted(self.args)},
+            "gate": self.gate.model_dump(mode="json"),
+        }
+
+    @property
+    def content_hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def env_strings(self) -> dict[str, str]:
+        return {k: env_string(v) for k, v in sorted(self.env.items())}
+
+
+KnobType = Literal["int", "float", "str", "bool"]
+
+
+class Knob(_Strict):
+    kind: Literal["env", "flag"]
+    type: KnobType
+    choices: tuple[Scalar, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    default: Scalar | None = None
+    restart: bool = True
+    description: str = ""
+
+
+class Catalog(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    engine: Literal["sglang", "vllm"]
+    env_prefixes: tuple[str, ...]
+    knobs: dict[str, Knob]
+
+    @field_validator("knobs")
+    @classmethod
+    def _names_are_valid(cls, knobs: dict[str, Knob]) -> dict[str, Knob]:
+        for name, knob in knobs.items():
+            pattern = ENV_NAME_RE if knob.kind == "env" else FLAG_NAME_RE
+            if not pattern.match(name):
+                raise ValueError(f"invalid {knob.kind} name {name!r}")
+        return knobs
+
+    def env_knobs(self) -> dict[str, Knob]:
+        return {n: k for n, k in self.knobs.items() if k.kind == "env"}
+
+    def flag_knobs(self) -> dict[str, Knob]:
+        return {n: k for n, k in self.knobs.items() if k.kind == "flag"}
+
+    def is_engine_env(self, name: str) -> bool:
+        return name.startswith(self.env_prefixes)

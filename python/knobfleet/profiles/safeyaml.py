@@ -1,0 +1,86 @@
+"""Safe YAML loading with limits: duplicate keys are errors, size and alias use are bounded.
+
+PyYAML's ``safe_load`` already refuses arbitrary objects; on top of that we refuse duplicate keys
+(the last one silently winning is how a knob "doesn't take"), files over ``MAX_BYTES`` and more than
+``MAX_ALIASES`` aliases (a billion-laughs document fails before it is expanded by anything).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_BYTES = 256 * 1024
+MAX_ALIASES = 32
+
+
+class YamlProblem(Exception):
+    """A YAML problem already phrased as ``<where>: <what>; <fix>`` without the file name."""
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise YamlProblem(
+                    f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases; "
+                    "write the values out instead of using anchors"
+                )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise YamlProblem(
+                    f"line {line}: duplicate key {key!r} (first at line {seen[key]}); remove one of them"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def loads(text: str) -> Any:
+    """Parse one YAML document with the limits above; raises YamlProblem."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
+    loader = _LimitedLoader(text)
+    try:
+        return loader.get_single_data()
+    except YamlProblem:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise YamlProblem(f"{where}invalid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise YamlProblem(f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def load_file(path: Path) -> Any:
+    """Read and parse a YAML file; raises YamlProblem for size, encoding and syntax problems."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise YamlProblem(f"cannot read: {exc.strerror}") from None
+    if size > MAX_BYTES:
+        raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise YamlProblem(f"byte {exc.start}: not valid UTF-8; save the file as UTF-8") from None
+    if "\x00" in text:
+        raise YamlProblem("contains a NUL byte; remove it")
+    return loads(text)

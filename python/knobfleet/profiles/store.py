@@ -1,0 +1,182 @@
+"""Profile names → resolved, validated ``Profile``; the version lock (``profiles/profiles.lock``)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from knobfleet import paths
+from knobfleet.errors import ProfileError
+from knobfleet.profiles import catalog as catalogs
+from knobfleet.profiles import safeyaml
+from knobfleet.profiles.loader import load_doc
+from knobfleet.profiles.model import Fingerprint, Gate, Profile, ProfileDoc, Scalar
+
+MAX_DEPTH = 8
+LOCK_NAME = "profiles.lock"
+LOCK_HEADER = (
+    "# Published profile versions: name@version -> content hash of the resolved profile.\n"
+    "# Written by `knobfleet profiles lock`. A locked version's content may never change:\n"
+    "# change the profile, bump its `version`, then run `knobfleet profiles lock`.\n"
+)
+
+
+@dataclass
+class _Merged:
+    env: dict[str, tuple[Scalar, Path]] = field(default_factory=dict)
+    args: dict[str, tuple[Scalar, Path]] = field(default_factory=dict)
+
+
+class ProfileStore:
+    """Profiles in one folder. Names map to ``<folder>/<name>.yaml``."""
+
+    def __init__(self, directory: Path | None = None, catalog_dir: Path | None = None) -> None:
+        self.directory = (directory or paths.profiles_dir()).resolve()
+        self.catalog_dir = catalog_dir or self.directory / "catalogs"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.directory / LOCK_NAME
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.directory.glob("*.yaml"))
+
+    def path_of(self, name_or_path: str) -> Path:
+        if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+            return Path(name_or_path).resolve()
+        path = self.directory / f"{name_or_path}.yaml"
+        if not path.is_file():
+            hint = catalogs.did_you_mean(name_or_path, self.names())
+            raise ProfileError([f"{paths.display(self.directory)}: profile {name_or_path!r} not found"
+                                f"{hint or '; run `knobfleet profiles list`'}"])
+        return path
+
+    def _chain(self, name_or_path: str) -> list[tuple[Path, ProfileDoc]]:
+        path = self.path_of(name_or_path)
+        chain: list[tuple[Path, ProfileDoc]] = []
+        seen: list[str] = []
+        while True:
+            doc = load_doc(path)
+            if doc.name in seen:
+                cycle = " -> ".join([*seen, doc.name])
+                raise ProfileError([f"{paths.display(path)}: extends: cycle {cycle}; remove one extends"])
+            seen.append(doc.name)
+            chain.append((path, doc))
+            if doc.extends is None:
+                break
+            if len(chain) >= MAX_DEPTH:
+                raise ProfileError([f"{paths.display(path)}: extends: chain deeper than {MAX_DEPTH} "
+                                    f"({' -> '.join(seen)}); flatten it"])
+            parent = path.parent / f"{doc.extends}.yaml"
+            if not parent.is_file():
+                hint = catalogs.did_you_mean(doc.extends, self.names())
+                raise ProfileError([f"{paths.display(path)}: extends: profile {doc.extends!r} not found"
+                                    f"{hint or '; check the name'}"])
+            path = parent
+        chain.reverse()
+        return chain
+
+    def resolve(self, name_or_path: str, *, check_lock: bool = True) -> Profile:
+        """Resolve ``extends``, validate every value against the catalog, check the lock."""
+        chain = self._chain(name_or_path)
+        merged = _Merged()
+        engine = "sglang"
+        gate: Gate | None = None
+        fingerprint: Fingerprint | None = None
+        allow: list[str] = []
+        for path, doc in chain:
+            for section, target in (("env", merged.env), ("args", merged.args)):
+                for key, value in getattr(doc, section).items():
+                    key = key.removeprefix("--") if section == "args" else key
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = (value, path)
+            engine = doc.engine or engine
+            gate = doc.gate or gate
+            fingerprint = doc.fingerprint or fingerprint
+            allow.extend(a.removeprefix("--") for a in doc.allow_unknown if a not in allow)
+        leaf_path, leaf = chain[-1]
+        cat = catalogs.catalog_for(engine, self.catalog_dir)
+        problems: list[str] = []
+        for key, (value, origin) in merged.env.items():
+            why = catalogs.check_env(cat, key, value, tuple(allow))
+            if why:
+                problems.append(f"{paths.display(origin)}: env.{key}: {why}")
+        for key, (value, origin) in merged.args.items():
+            why = catalogs.check_flag(cat, key, value, tuple(allow))
+            if why:
+                problems.append(f"{paths.display(origin)}: args.{key}: {why}")
+        if problems:
+            raise ProfileError(problems)
+        profile = Profile(
+            name=leaf.name,
+            version=leaf.version,
+            engine=engine,  # type: ignore[arg-type]
+            description=leaf.description,
+            env={k: v for k, (v, _) in sorted(merged.env.items())},
+            args={k: v for k, (v, _) in sorted(merged.args.items())},
+            allow_unknown=tuple(allow),
+            gate=gate or Gate(),
+            fingerprint=fingerprint or Fingerprint(),
+            chain=tuple(doc.name for _, doc in chain),
+        )
+        if check_lock:
+            self.check_locked(profile, leaf_path)
+        return profile
+
+    # --- the lock ---------------------------------------------------------------------------
+
+    def read_lock(self) -> dict[str, str]:
+        if not self.lock_path.is_file():
+            return {}
+        try:
+            data = safeyaml.load_file(self.lock_path)
+        except safeyaml.YamlProblem as exc:
+            raise ProfileError([f"{paths.display(self.lock_path)}: {exc}"]) from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ProfileError([f"{paths.display(self.lock_path)}: expected `name@version: sha256:…` lines; "
+                                "regenerate it with `knobfleet profiles lock`"])
+        return {str(k): v for k, v in data.items()}
+
+    def check_locked(self, profile: Profile, path: Path) -> None:
+        locked = self.read_lock().get(profile.ref)
+        if locked is not None and locked != profile.content_hash:
+            via = ""
+            if len(profile.chain) > 1:
+                via = f" (its content includes {', '.join(profile.chain[:-1])})"
+            raise ProfileError([
+                f"{paths.display(path)}: version: {profile.ref} is published with {locked[:19]}… but its "
+                f"content now hashes to {profile.content_hash[:19]}…{via}; published versions are "
+                "immutable: bump `version` and run `knobfleet profiles lock`"
+            ])
+
+    def write_lock(self) -> tuple[dict[str, str], list[str]]:
+        """Record every profile's current version. Returns (lock, newly added refs).
+
+        Refuses (ProfileError) when a locked version changed: that needs a version bump, not a relock."""
+        lock = self.read_lock()
+        added: list[str] = []
+        problems: list[str] = []
+        for name in self.names():
+            try:
+                profile = self.resolve(name, check_lock=True)
+            except ProfileError as exc:
+                problems.extend(exc.problems)
+                continue
+            if profile.ref not in lock:
+                lock[profile.ref] = profile.content_hash
+                added.append(profile.ref)
+        if problems:
+            raise ProfileError(problems)
+        body = LOCK_HEADER + "".join(f"{ref}: {lock[ref]}\n" for ref in sorted(lock))
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".profiles.lock.")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(body)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.lock_path)
+        return lock, added

@@ -1,0 +1,151 @@
+"""Pure rendering: (profile, host vars) → serve script, unit, expected env and argv, and hashes.
+
+The templates live once, in ``roles/knob_serve/templates/``; this module renders them with jinja2
+configured like Ansible's ``template`` module (trim_blocks, trailing newline kept) and the same
+filters the templates use (``quote``, ``combine``), so its bytes equal what Ansible writes — the
+integration tests compare them. ``template_vars`` is also what the runner hands to Ansible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from knobfleet import paths
+from knobfleet.errors import RenderError
+from knobfleet.hostvars import HostVars
+from knobfleet.profiles.model import Profile, arg_tokens
+
+SCRIPT_TEMPLATE = "serve.sh.j2"
+UNIT_TEMPLATE = "unit.service.j2"
+HOST_FLAGS = ("model-path", "host", "port")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    host: str
+    script: str
+    unit: str
+    env: dict[str, str]
+    argv: list[str]
+
+    @property
+    def script_sha256(self) -> str:
+        return sha256_text(self.script)
+
+    @property
+    def unit_sha256(self) -> str:
+        return sha256_text(self.unit)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _quote(value: Any) -> str:
+    # Same as ansible.plugins.filter.core.quote
+    return shlex.quote("" if value is None else str(value))
+
+
+def _combine(*dicts: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for d in dicts:
+        out.update(d)
+    return out
+
+
+@cache
+def _environment(template_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        trim_blocks=True,
+        lstrip_blocks=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters["quote"] = _quote
+    env.filters["combine"] = _combine
+    return env
+
+
+def profile_vars(profile: Profile) -> dict[str, Any]:
+    """The profile as the role sees it: env values as strings, args as strings or true; false dropped."""
+    args: dict[str, str | bool] = {}
+    for flag, value in profile.args.items():
+        if value is True:
+            args[flag] = True
+        elif value is not False:
+            args[flag] = str(value)
+    return {
+        "name": profile.name,
+        "version": profile.version,
+        "hash": profile.content_hash,
+        "env": profile.env_strings(),
+        "args": args,
+    }
+
+
+def check_conflicts(profile: Profile, hv: HostVars) -> None:
+    """A key set by both the host vars and the profile is an error naming both places."""
+    problems = []
+    for name in sorted(set(profile.env) & set(hv.host_env)):
+        problems.append(f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
+                        f"knob_serve_host_env; remove it from one of them")
+    for flag in sorted(set(profile.args) & (set(hv.host_args) | set(HOST_FLAGS))):
+        source = "knob_serve_host_args" if flag in hv.host_args else f"knob_serve_{flag.replace('-', '_')}"
+        problems.append(f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
+                        f"{source}; remove it from one of them")
+    if problems:
+        raise RenderError("\n".join(problems))
+
+
+def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
+    """Every variable the knob_serve templates read, exactly as Ansible will see it."""
+    return {
+        "knob_serve_profile": profile_vars(profile),
+        "knob_serve_service": hv.service,
+        "knob_serve_script_path": hv.script_path,
+        "knob_serve_user": hv.user,
+        "knob_serve_launcher": list(hv.launcher),
+        "knob_serve_model_path": hv.model_path,
+        "knob_serve_listen_host": hv.listen_host,
+        "knob_serve_port": hv.port,
+        "knob_serve_host_env": dict(hv.host_env),
+        "knob_serve_host_args": dict(hv.host_args),
+        "knob_serve_restart_sec": hv.restart_sec,
+        "knob_serve_timeout_start_s": hv.timeout_start_s,
+        "knob_serve_timeout_stop_s": hv.timeout_stop_s,
+    }
+
+
+def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
+    merged = {**hv.host_env, **profile.env_strings()}
+    return {k: merged[k] for k in sorted(merged)}
+
+
+def expected_argv(profile: Profile, hv: HostVars) -> list[str]:
+    argv = [*hv.launcher, f"--model-path={hv.model_path}", f"--host={hv.listen_host}", f"--port={hv.port}"]
+    merged: dict[str, Any] = {**hv.host_args, **profile.args}
+    for flag in sorted(merged):
+        argv.extend(arg_tokens(flag, merged[flag]))
+    return argv
+
+
+def render_host(profile: Profile, hv: HostVars, template_dir: Path | None = None) -> Rendered:
+    check_conflicts(profile, hv)
+    env = _environment(template_dir or paths.roles_dir() / "knob_serve" / "templates")
+    variables = template_vars(profile, hv)
+    try:
+        script = env.get_template(SCRIPT_TEMPLATE).render(variables)
+        unit = env.get_template(UNIT_TEMPLATE).render(variables)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"roles/knob_serve/templates: {exc}") from None
+    return Rendered(hv.host, script, unit, expected_env(profile, hv), expected_argv(profile, hv))

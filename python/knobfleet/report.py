@@ -1,0 +1,69 @@
+"""Every human / JSON rendering of results. Pure: returns strings, prints nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from knobfleet.profiles.model import Profile
+from knobfleet.waves import WaveRow
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
+    """A plain aligned text table. ``align`` holds one 'l'/'r' per column (default: left)."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    aligns = (align or "l" * len(headers)).ljust(len(headers), "l")
+    lines = []
+    for n, r in enumerate(cells):
+        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, aligns, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def profile_list(rows: list[tuple[str, str, str, str]]) -> str:
+    return table(["profile", "version", "extends", "description"], rows)
+
+
+def profile_show(profile: Profile, locked: str | None) -> str:
+    out = [
+        f"profile    {profile.ref}  ({' -> '.join(profile.chain)})",
+        f"engine     {profile.engine}",
+        f"hash       {profile.content_hash}",
+        f"lock       {'published' if locked == profile.content_hash else 'not locked yet'}",
+    ]
+    if profile.description:
+        out.append(f"about      {profile.description}")
+    out.append("env")
+    out += [f"  {k}={v}" for k, v in profile.env_strings().items()]
+    out.append("args")
+    out += [f"  --{k}" if v is True else f"  --{k}={v}" for k, v in profile.args.items() if v is not False]
+    g = profile.gate
+    weights = ",".join(f"{c}={w:g}" for c, w in sorted(g.weights.items()))
+    out.append(f"gate       baseline={g.baseline} conc={','.join(map(str, g.concurrency))} weights={weights} "
+               f"min_effect={g.min_effect:g} max_regression={g.max_regression:g}")
+    return "\n".join(out)
+
+
+def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int], cliffs: list[int]) -> str:
+    knob_s = " ".join(f"{k.removeprefix('SGLANG_SM120_MMA_')}={v}" for k, v in knobs.items())
+    body = table(
+        ["batch", "n_hg", "nsplit", "CTAs", "waves", "ceil", "last wave", "cost", "cost/req"],
+        [
+            [r.batch, r.n_hg, r.nsplit, r.ctas, f"{r.waves:.2f}", r.waves_ceil,
+             f"{r.last_wave_ctas} CTAs ({r.last_wave_fill:.0%})", f"{r.cost:.3f}", f"{r.cost / r.batch:.4f}"]
+            for r in rows
+        ],
+        align="rrrrrrrrr",
+    )
+    lines = [f"{sms} SMs, {heads} heads, {knob_s}", body]
+    for b in cliffs:
+        lines.append(f"warning: cliff at batch {b}: attention cost per request rises as the batch grows")
+    return "\n".join(lines)
