@@ -1,0 +1,1 @@
+"""The lab: an embedded fleet of systemd-nspawn hosts running the stand-in engine (``sim``)."""

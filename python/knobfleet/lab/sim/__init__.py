@@ -1,0 +1,7 @@
+"""sglang_sim: a stdlib-only stand-in for SGLang's server, installed into lab hosts as ``sglang_sim``.
+
+It accepts SGLang's launch flags and HTTP API, reads the kernel knobs from its environment once at
+start, and produces decode throughput whose shape follows split-K wave quantization (see ``model``).
+"""
+
+__version__ = "0.5.0-sim"

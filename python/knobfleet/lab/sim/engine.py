@@ -1,0 +1,135 @@
+"""Continuous batching scheduler of the stand-in engine: one decode step advances every running request."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import model
+
+
+@dataclass
+class Request:
+    prompt: str
+    max_tokens: int
+    ignore_eos: bool
+    seq: int
+    tokens: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    corrupt_at: int | None = None
+    shared_batch: bool = False
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    knobs: model.waves.KernelKnobs
+    sms: int
+    time_scale: float
+    noise: float
+    overlap: bool
+    max_running: int
+    seed: int | None
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self._lock = threading.Condition()
+        self._waiting: list[Request] = []
+        self._running: list[Request] = []
+        self._seq = 0
+        self._drift = model.Drift(cfg.noise, random.Random(cfg.seed))
+        self.last_gen_throughput = 0.0
+        self.generated_tokens = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, prompt: str, max_tokens: int, ignore_eos: bool) -> Request:
+        with self._lock:
+            self._seq += 1
+            req = Request(prompt, max(1, max_tokens), ignore_eos, self._seq)
+            self._waiting.append(req)
+            self._lock.notify_all()
+        return req
+
+    def stream(self, req: Request, timeout_s: float = 3600.0) -> Iterator[str]:
+        """Yield the request's tokens as they are produced."""
+        sent = 0
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with req.cond:
+                while sent >= len(req.tokens) and not req.done:
+                    if not req.cond.wait(timeout=max(0.0, deadline - time.monotonic())):
+                        raise TimeoutError("request timed out")
+                new = req.tokens[sent:]
+                done = req.done
+            yield from new
+            sent += len(new)
+            if done and sent >= len(req.tokens):
+                return
+
+    def _token(self, req: Request, index: int) -> str:
+        if req.corrupt_at is not None and index >= req.corrupt_at:
+            return model.corrupted_token(req.prompt, index, req.corrupt_at)
+        return model.greedy_token(req.prompt, index)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._running and not self._waiting and not self._stop:
+                    self._lock.wait()
+                if self._stop:
+                    return
+                room = self.cfg.max_running - len(self._running)
+                joined, self._waiting = self._waiting[:room], self._waiting[room:]
+                self._running.extend(joined)
+                batch = list(self._running)
+            if self.cfg.overlap and len(batch) > 1:
+                for req in batch:
+                    if not req.shared_batch:
+                        req.shared_batch = True
+                        req.corrupt_at = model.corruption_start(req.prompt, req.seq, req.max_tokens)
+            context = model.BASE_CONTEXT + sum(len(r.tokens) for r in batch) / len(batch)
+            step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context)
+            step *= self._drift.factor(step)
+            time.sleep(step * self.cfg.time_scale)
+            finished = []
+            for req in batch:
+                with req.cond:
+                    req.tokens.append(self._token(req, len(req.tokens)))
+                    if len(req.tokens) >= req.max_tokens:
+                        req.finish_reason = "length"
+                    elif not req.ignore_eos and len(req.tokens) >= model.eos_position(req.prompt):
+                        req.finish_reason = "stop"
+                    if req.done:
+                        finished.append(req)
+                    req.cond.notify_all()
+            self.generated_tokens += len(batch)
+            self.last_gen_throughput = len(batch) / step if step > 0 else 0.0
+            if finished:
+                with self._lock:
+                    self._running = [r for r in self._running if not r.done]

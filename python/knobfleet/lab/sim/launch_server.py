@@ -1,0 +1,189 @@
+"""``python3 -m sglang_sim.launch_server --model-path … --port 30000 …``: the stand-in engine's launcher.
+
+Like SGLang's: unknown flags exit 2 with a usage error; knobs are read from the environment once at
+start and a bad value ends the process with a traceback-like message; ``--tp N`` starts N scheduler
+worker processes plus a detokenizer, all inheriting the environment and stopped with the main process.
+
+Stand-in settings (env): SGLANG_SIM_GPU (rtx-pro-6000 | h200 | … from gpus.json), SGLANG_SIM_STARTUP_S
+(seconds of 503 before ready, default 3), SGLANG_SIM_TIME_SCALE (multiplies every decode step, default 1),
+SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG_SIM_FAIL for tests:
+``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
+seconds after becoming ready).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from . import model
+from .engine import Engine, EngineConfig
+from .server import State, make_server
+
+FLAGS_WITH_VALUES: dict[str, type] = {
+    "model-path": str, "tokenizer-path": str, "served-model-name": str, "host": str, "port": int,
+    "tp": int, "tp-size": int, "dp": int, "dp-size": int, "mem-fraction-static": float,
+    "cuda-graph-max-bs": int, "max-running-requests": int, "triton-attention-num-kv-splits": int,
+    "context-length": int, "kv-cache-dtype": str, "attention-backend": str, "chunked-prefill-size": int,
+    "log-level": str, "dtype": str, "quantization": str, "max-total-tokens": int, "schedule-policy": str,
+    "random-seed": int, "ep-size": int, "moe-runner-backend": str, "page-size": int, "load-format": str,
+    "speculative-algorithm": str, "nnodes": int, "node-rank": int, "dist-init-addr": str,
+}
+BOOL_FLAGS = (
+    "disable-overlap-schedule", "trust-remote-code", "enable-metrics", "disable-cuda-graph",
+    "disable-radix-cache", "enable-torch-compile", "enable-dp-attention", "skip-server-warmup",
+    "enable-mixed-chunk", "disable-custom-all-reduce",
+)
+KNOB_CHOICES = {"SGLANG_SM120_MMA_BLOCK_H": (16, 32, 64), "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": (0, 1),
+                "SGLANG_EXPOSE_OWN_ENV_VARS": (0, 1)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m sglang.launch_server", allow_abbrev=False)
+    for flag, kind in FLAGS_WITH_VALUES.items():
+        parser.add_argument(f"--{flag}", type=kind, default=None)
+    for flag in BOOL_FLAGS:
+        parser.add_argument(f"--{flag}", action="store_true")
+    return parser
+
+
+def log(msg: str) -> None:
+    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{stamp}] {msg}", flush=True)
+
+
+def die(exc_type: str, message: str, where: str = "load_env_knobs") -> None:
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "/sgl-workspace/sglang/python/sglang/launch_server.py", line 14, in <module>', file=sys.stderr)
+    print(f'  File "/sgl-workspace/sglang/python/sglang/srt/server_args.py", line 812, in {where}', file=sys.stderr)
+    print(f"{exc_type}: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def read_knobs(env: dict[str, str]) -> tuple[model.waves.KernelKnobs, bool, bool]:
+    for name, allowed in KNOB_CHOICES.items():
+        if name in env:
+            try:
+                value = int(env[name])
+            except ValueError:
+                die("ValueError", f"invalid literal for int() with base 10: {env[name]!r} (from {name})")
+            if value not in allowed:
+                die("ValueError", f"{name}={value} is not supported; expected one of {allowed}")
+    try:
+        knobs = model.waves.KernelKnobs.from_env({k: v for k, v in env.items() if k in model.waves.DEFAULTS})
+    except ValueError as exc:
+        die("ValueError", str(exc))
+    overlap = env.get("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "1") == "1"
+    expose = env.get("SGLANG_EXPOSE_OWN_ENV_VARS", "0") == "1"
+    return knobs, overlap, expose
+
+
+def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
+    names = [f"sglang::scheduler_TP{n}" for n in range(tp)] + ["sglang::detokenizer"]
+    # argv[0] is the process title; the import root is passed explicitly because Python cannot find
+    # its prefix from a title. The environment is inherited untouched.
+    top = sys.modules[str(__package__).split(".")[0]]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(str(top.__file__))))
+    code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.worker import main; sys.exit(main())"
+    return [subprocess.Popen([name, "-c", code, name], executable=sys.executable, stdin=subprocess.DEVNULL)
+            for name in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.model_path:
+        print("launch_server: error: the following arguments are required: --model-path", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    knobs, overlap, expose = read_knobs(env)
+    gpus = model.waves.load_gpus()
+    gpu = env.get("SGLANG_SIM_GPU", "rtx-pro-6000")
+    if gpu not in gpus:
+        die("KeyError", f"SGLANG_SIM_GPU={gpu!r}; known: {', '.join(sorted(gpus))}", "sim_config")
+    startup = float(env.get("SGLANG_SIM_STARTUP_S", "3"))
+    scale = float(env.get("SGLANG_SIM_TIME_SCALE", "1"))
+    noise = float(env.get("SGLANG_SIM_NOISE", str(model.DEFAULT_NOISE)))
+    seed = int(env["SGLANG_SIM_SEED"]) if env.get("SGLANG_SIM_SEED") else None
+    fail = env.get("SGLANG_SIM_FAIL", "")
+    host, port = args.host or "127.0.0.1", args.port or 30000
+    tp = args.tp or args.tp_size or 1
+    server_args: dict[str, Any] = {k: v for k, v in vars(args).items()}
+    server_args.update(host=host, port=port, tp_size=tp)
+    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
+
+    workers = spawn_workers(tp)
+    engine = Engine(EngineConfig(knobs, gpus[gpu], scale, noise, overlap, args.max_running_requests or 256, seed))
+    env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}
+    state = State(server_args, env_vars, engine, expose, args.served_model_name or args.model_path)
+    state.never_ready = fail == "never-ready"
+    try:
+        httpd = make_server(host, port, state)
+    except OSError as exc:
+        for w in workers:
+            w.terminate()
+        die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_server")
+    exit_code = {"value": 0}
+
+    def shutdown(signum: int, _frame: Any) -> None:
+        log(f"Received signal {signum}; shutting down.")
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
+    log(f"Load weight begin. gpu={gpu} sms={gpus[gpu]} tp={tp}")
+    log(f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
+        f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}")
+    time.sleep(startup / 2)
+    if fail == "start":
+        for w in workers:
+            w.terminate()
+        die("RuntimeError", "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
+            "init_cuda_graphs")
+    log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs}")
+    time.sleep(startup / 2)
+    engine.start()
+    state.ready.set()
+    log(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+    if not state.never_ready:
+        log("The server is fired up and ready to roll!")
+    if fail.startswith("after:"):
+        delay = float(fail.split(":", 1)[1])
+
+        def crash() -> None:
+            time.sleep(delay)
+            log(f"Scheduler hit an exception: RuntimeError: NCCL watchdog timeout (SGLANG_SIM_FAIL={fail})")
+            exit_code["value"] = 3
+            httpd.shutdown()
+
+        threading.Thread(target=crash, daemon=True).start()
+    while True:
+        time.sleep(0.2)
+        dead = [w for w in workers if w.poll() is not None]
+        if dead or not any(t.name == "http" for t in threading.enumerate()):
+            if dead and exit_code["value"] == 0:
+                log("A scheduler process exited unexpectedly; shutting down.")
+                exit_code["value"] = 4
+            break
+    engine.stop()
+    httpd.server_close()
+    for w in workers:
+        if w.poll() is None:
+            w.terminate()
+    for w in workers:
+        try:
+            w.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            w.kill()
+    return exit_code["value"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

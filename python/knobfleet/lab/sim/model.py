@@ -1,0 +1,110 @@
+"""The stand-in engine's performance and output model (pure apart from its seeded RNG).
+
+Decode step time for a batch of B running requests with mean context L tokens:
+
+    step = FLOOR_S + PER_REQ_S * B + ATTN_S * (attention_cost + combine_cost)
+
+* ``FLOOR_S + PER_REQ_S * B``: the MoE / dense part, flat plus linear in the batch.
+* ``attention_cost``: from ``waves.row`` — whole waves times the context slice each CTA covers, a
+  CTA's time being a KV-load share that does not shrink with BLOCK_H plus a compute share that does.
+* ``combine_cost``: merging split partials (zero without split-K).
+
+Fit (time scale 1, noise off, mean context 4096 + 128 generated): solving the three default-knob
+equations at C48/C64/C80 for FLOOR_S, PER_REQ_S, ATTN_S and checking C96 gives aggregate tok/s of
+685 / 720 / 833 / 793 at C48 / C64 / C80 / C96 (target 685 / 720 / 833 / 799 ±5%): C96 sits below C80
+because its third wave is 4% full. With the same constants TARGET_CTAS=512 gains +10.2% at C64 and
++4.7% at C96 and rises monotonically (678 / 794 / 826 / 830); 768 beats 512 at C96 by +2.2% and loses
+4.4% at C64; BLOCK_H=16 (KV share 0.16) is 9.1% worse at C48 and 5.4% worse at C64. ``tests/unit/lab/sim/test_model.py`` checks these.
+
+Noise: a slow Ornstein-Uhlenbeck drift of the log step time (sd ``NOISE``, correlation time
+``DRIFT_TAU_S`` of model time) plus per-step jitter, so consecutive identical sweeps differ by a few
+percent, up to ~6.5%, like a shared GPU. ``SGLANG_SIM_NOISE=0`` turns both off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+
+try:  # installed on a lab host as sglang_sim/_waves.py
+    from . import _waves as waves  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # inside the knobfleet package
+    from knobfleet import waves
+
+FLOOR_S = 0.024511
+PER_REQ_S = 0.000436
+ATTN_S = 0.034696
+HEADS = 64
+BASE_CONTEXT = 4096
+DEFAULT_NOISE = 0.025
+JITTER = 0.01
+DRIFT_TAU_S = 120.0
+
+VOCAB = (
+    "the of and to in is for on that with as by at from it an be this are or was which its has "
+    "model kernel wave split token cache batch head block decode prefill throughput latency "
+    "memory tensor stream graph layer expert router softmax matrix vector scale shard rank "
+    "signal result value order sample prompt answer reason check state table index"
+).split()
+
+
+def step_seconds(batch: int, knobs: waves.KernelKnobs, sms: int, context: float) -> float:
+    """Noise-free decode step time in model seconds."""
+    if batch <= 0:
+        return 0.0
+    ctx = max(1, int(context))
+    r = waves.row(batch, knobs, sms, HEADS, ctx)
+    attn = r.cost + waves.combine_cost(batch, r.nsplit, HEADS)
+    return FLOOR_S + PER_REQ_S * batch + ATTN_S * attn
+
+
+def aggregate_tok_s(batch: int, knobs: waves.KernelKnobs, sms: int, max_tokens: int = 256) -> float:
+    """Closed-loop steady-state aggregate throughput at concurrency ``batch`` (noise off)."""
+    return batch / step_seconds(batch, knobs, sms, BASE_CONTEXT + max_tokens / 2)
+
+
+@dataclass
+class Drift:
+    """Multiplicative slow drift (Ornstein-Uhlenbeck on the log) plus per-step jitter."""
+
+    sd: float
+    rng: random.Random
+    x: float = 0.0
+
+    def factor(self, dt_model_s: float) -> float:
+        if self.sd <= 0:
+            return 1.0
+        a = math.exp(-max(dt_model_s, 0.0) / DRIFT_TAU_S)
+        self.x = a * self.x + math.sqrt(1 - a * a) * self.sd * self.rng.gauss(0, 1)
+        return math.exp(self.x + self.rng.gauss(0, JITTER))
+
+
+def _h(*parts: object) -> int:
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def greedy_token(prompt: str, index: int) -> str:
+    """Deterministic greedy output: token ``index`` depends on the prompt only, never on batching."""
+    return VOCAB[_h("tok", prompt, index) % len(VOCAB)]
+
+
+def eos_position(prompt: str) -> int:
+    """Where greedy decoding of ``prompt`` would emit EOS (only honoured without ignore_eos)."""
+    return 16 + _h("eos", prompt) % 240
+
+
+def corruption_start(prompt: str, request_seq: int, max_tokens: int) -> int | None:
+    """With multi-stream overlap on, about a third of requests served in a batch of >1 diverge from
+    their serial output after some token and then loop. Returns that token index or None."""
+    h = _h("corrupt", prompt, request_seq)
+    if h % 3 != 0 or max_tokens < 4:
+        return None
+    return 2 + (h >> 8) % max(1, max_tokens - 3)
+
+
+def corrupted_token(prompt: str, index: int, start: int) -> str:
+    loop = ("expert", "router", "expert", "router", "shard")
+    return loop[(index - start) % len(loop)]

@@ -1,0 +1,169 @@
+"""HTTP API of the stand-in engine: SGLang's native endpoints and the OpenAI completions API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .engine import Engine
+
+
+class State:
+    """What the handlers read: readiness, args, env knobs, the engine."""
+
+    def __init__(self, server_args: dict[str, Any], env_vars: dict[str, str], engine: Engine,
+                 expose_env: bool, model_name: str) -> None:
+        self.server_args = server_args
+        self.env_vars = env_vars
+        self.engine = engine
+        self.expose_env = expose_env
+        self.model_name = model_name
+        self.ready = threading.Event()
+        self.never_ready = False
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "sglang-sim"
+    protocol_version = "HTTP/1.1"
+    state: State
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        return None
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _send(self, code: int, body: bytes = b"", ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code: int, data: Any) -> None:
+        self._send(code, json.dumps(data).encode())
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 1 << 20:
+            raise ValueError("request body too large")
+        raw = self.rfile.read(length) if length else b"{}"
+        data = json.loads(raw or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        return data
+
+    def _ready(self) -> bool:
+        return self.state.ready.is_set() and not self.state.never_ready
+
+    def server_info(self) -> dict[str, Any]:
+        st = self.state
+        internal: dict[str, Any] = {"last_gen_throughput": round(st.engine.last_gen_throughput, 3)}
+        if st.expose_env:
+            internal["env_vars"] = dict(st.env_vars)
+        return {**st.server_args, "version": "0.5.0-sim", "internal_states": [internal]}
+
+    # -- routes ---------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            self._send(200 if self._ready() else 503, b"", "text/plain")
+        elif path in ("/get_server_info", "/server_info"):
+            self._json(200, self.server_info())
+        elif path == "/get_model_info":
+            self._json(200, {"model_path": self.state.server_args["model_path"],
+                             "tokenizer_path": self.state.server_args["model_path"], "is_generation": True})
+        elif path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.state.model_name, "object": "model",
+                                                          "created": 0, "owned_by": "sglang",
+                                                          "root": self.state.model_name}]})
+        elif path == "/metrics":
+            eng = self.state.engine
+            lines = [
+                "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs {eng.num_running}",
+                "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs {eng.num_waiting}",
+                "# TYPE sglang:gen_throughput gauge", f"sglang:gen_throughput {eng.last_gen_throughput:.3f}",
+                "# TYPE sglang:generation_tokens_total counter",
+                f"sglang:generation_tokens_total {eng.generated_tokens}",
+            ]
+            self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
+        else:
+            self._json(404, {"error": {"message": f"no route {path}"}})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if not self._ready():
+            self._json(503, {"error": {"message": "server is not ready"}})
+            return
+        try:
+            body = self._body()
+            if path == "/v1/completions":
+                self._completions(body)
+            elif path == "/generate":
+                self._generate(body)
+            else:
+                self._json(404, {"error": {"message": f"no route {path}"}})
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._json(400, {"error": {"message": str(exc)}})
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _generate(self, body: dict[str, Any]) -> None:
+        params = body.get("sampling_params") or {}
+        prompt = str(body.get("text", ""))
+        req = self.state.engine.submit(prompt, int(params.get("max_new_tokens", 128)),
+                                       bool(params.get("ignore_eos", False)))
+        started = time.monotonic()
+        tokens = list(self.state.engine.stream(req))
+        self._json(200, {"text": "".join(" " + t for t in tokens),
+                         "meta_info": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens),
+                                       "finish_reason": {"type": req.finish_reason},
+                                       "e2e_latency": time.monotonic() - started}})
+
+    def _completions(self, body: dict[str, Any]) -> None:
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list):
+            prompt = prompt[0] if prompt else ""
+        prompt = str(prompt)
+        max_tokens = int(body.get("max_tokens", 16))
+        req = self.state.engine.submit(prompt, max_tokens, bool(body.get("ignore_eos", False)))
+        rid = "cmpl-" + uuid.uuid4().hex[:16]
+        model_name = body.get("model") or self.state.model_name
+        if not body.get("stream"):
+            tokens = list(self.state.engine.stream(req))
+            self._json(200, {
+                "id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
+                "choices": [{"index": 0, "text": "".join(" " + t for t in tokens),
+                             "finish_reason": req.finish_reason, "logprobs": None}],
+                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens),
+                          "total_tokens": len(prompt.split()) + len(tokens)},
+            })
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for tok in self.state.engine.stream(req):
+            chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
+                     "choices": [{"index": 0, "text": " " + tok, "finish_reason": None, "logprobs": None}]}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+        final = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
+                 "choices": [{"index": 0, "text": "", "finish_reason": req.finish_reason, "logprobs": None}],
+                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(req.tokens),
+                           "total_tokens": len(prompt.split()) + len(req.tokens)}}
+        self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def make_server(host: str, port: int, state: State) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

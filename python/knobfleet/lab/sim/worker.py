@@ -1,0 +1,31 @@
+"""A stand-in scheduler / detokenizer process: holds the inherited environment until its parent exits."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+PR_SET_NAME = 15
+PR_SET_PDEATHSIG = 1
+
+
+def main() -> int:
+    name = sys.argv[-1] if len(sys.argv) > 1 else "sglang::worker"
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except OSError:
+        pass
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
