@@ -1,9 +1,93 @@
-"""Commands that act on hosts: lab, apply/plan. Registered into the main parser by ``cli``."""
+"""Commands that act on hosts: ``lab …`` here; apply/plan and friends register from their modules."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
+
+from knobfleet.errors import EXIT_OK, KnobfleetError
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def cmd_lab_up(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.lab.nspawn import Lab
+
+    lab = Lab()
+    started = time.monotonic()
+    hosts = lab.up(args.n)
+    took = time.monotonic() - started
+    _out(report.table(["host", "address", "state", "pid"],
+                      [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
+    _out(f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
+         f"inventory: {'inventories/lab' if args.n == 3 else lab.dir / 'inventory'}")
+    return EXIT_OK
+
+
+def cmd_lab_down(args: argparse.Namespace) -> int:
+    from knobfleet.lab.nspawn import Lab
+
+    stopped = Lab().down()
+    _out(f"lab: stopped {len(stopped)} host(s){': ' + ', '.join(stopped) if stopped else ''}")
+    return EXIT_OK
+
+
+def cmd_lab_status(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.lab.nspawn import Lab
+
+    lab = Lab()
+    hosts = lab.status()
+    if args.json:
+        _out(report.to_json({"hosts": [
+            {"name": h.name, "address": h.address, "ssh_port": 22, "ssh_user": "root", "ssh_key": str(lab.key),
+             "known_hosts": str(lab.known_hosts), "state": h.state} for h in hosts]}))
+    elif hosts:
+        _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"]
+                                                                 for h in hosts]))
+    else:
+        _out("lab: no hosts; boot them with `knobfleet lab up -n 3`")
+    return EXIT_OK
+
+
+def cmd_lab_ssh(args: argparse.Namespace) -> int:
+    from knobfleet.lab.hostfiles import LabHost
+    from knobfleet.lab.nspawn import Lab
+
+    name: str = args.host
+    if not (name.startswith("lab") and name[3:].isdigit()):
+        raise KnobfleetError(f"lab ssh: {name!r} is not a lab host; use lab1, lab2, …")
+    lab = Lab()
+    host = LabHost(int(name[3:]))
+    if lab.pid(host) is None:
+        raise KnobfleetError(f"lab ssh: {name} is not running; `knobfleet lab up` first")
+    command = [c for c in args.command if c != "--"]
+    argv = lab.ssh_argv(host, command)
+    os.execvp(argv[0], argv)
+    return EXIT_OK  # pragma: no cover
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    return None
+    lab = sub.add_parser("lab", help="the embedded fleet of nspawn hosts")
+    lsub = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
+    p = lsub.add_parser("up", help="boot lab1..labN (idempotent)")
+    p.add_argument("-n", type=int, default=3, help="number of hosts (default 3)")
+    p.set_defaults(func=cmd_lab_up)
+    p = lsub.add_parser("down", help="stop every lab host; leave no mounts or processes")
+    p.set_defaults(func=cmd_lab_down)
+    p = lsub.add_parser("status", help="lab hosts and their state")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_lab_status)
+    p = lsub.add_parser("ssh", help="ssh into a lab host (strict host keys)")
+    p.add_argument("host")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_lab_ssh)
+
+    from knobfleet import cli_apply
+
+    cli_apply.register(sub)

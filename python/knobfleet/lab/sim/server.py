@@ -163,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def make_server(host: str, port: int, state: State) -> ThreadingHTTPServer:
     handler = type("BoundHandler", (Handler,), {"state": state})
-    ThreadingHTTPServer.allow_reuse_address = True
-    server = ThreadingHTTPServer((host, port), handler)
+    server_cls = type("SimServer", (ThreadingHTTPServer,), {"request_queue_size": 1024, "allow_reuse_address": True})
+    server = server_cls((host, port), handler)
     server.daemon_threads = True
     return server

@@ -1,0 +1,104 @@
+"""What a lab host looks like before knobfleet touches it (pure: file contents only).
+
+Each lab host gets its own sshd config (listening on its loopback address only), its own host key,
+the lab's authorized key, a hand-written serve script and unit — the way a hand-managed GPU host
+looks — and the stand-in engine installed as the ``sglang_sim`` package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SERVICE = "sglang-dsv4-decode"
+SCRIPT_PATH = "/root/serve_dsv4_decode.sh"
+SIM_SITE = "/usr/local/lib/python3.11/dist-packages/sglang_sim"
+
+# Units of the machine's root that a lab host never needs; masking them makes a host boot in seconds.
+MASKED_UNITS = (
+    "apt-daily.timer", "apt-daily-upgrade.timer", "man-db.timer", "dpkg-db-backup.timer", "e2scrub_all.timer",
+    "e2scrub_reap.service", "fstrim.timer", "logrotate.timer", "systemd-tmpfiles-clean.timer", "cron.service",
+    "console-getty.service", "getty@tty1.service", "serial-getty@.service", "container-getty@.service",
+    "postgresql.service", "postgresql@.service", "nginx.service", "redis-server.service", "memcached.service",
+    "docker.service", "containerd.service", "rsyslog.service", "systemd-networkd.service",
+    "systemd-resolved.service", "systemd-timesyncd.service", "networking.service", "ifupdown-pre.service",
+    "systemd-networkd-wait-online.service", "exim4.service", "postfix.service", "unattended-upgrades.service",
+    "ModemManager.service", "NetworkManager.service", "avahi-daemon.service", "cups.service", "bluetooth.service",
+    "systemd-journal-flush.service", "systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
+    "sys-kernel-config.mount", "sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-fs-fuse-connections.mount",
+    "dev-hugepages.mount", "dev-mqueue.mount", "tmp.mount", "systemd-machine-id-commit.service",
+    "systemd-journald-audit.socket", "systemd-binfmt.service", "systemd-sysusers.service",
+    "systemd-pstore.service", "systemd-random-seed.service", "systemd-logind.service",
+)
+# What stays enabled from multi-user.target.wants of the machine's root.
+KEEP_WANTS = ("ssh.service", "dbus.service", f"{SERVICE}.service", "remote-fs.target")
+
+
+@dataclass(frozen=True)
+class LabHost:
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"lab{self.index}"
+
+    @property
+    def address(self) -> str:
+        if not 1 <= self.index <= 254:
+            raise ValueError("lab host index must be 1..254")
+        return f"127.0.1.{self.index}"
+
+    @property
+    def machine(self) -> str:
+        return f"knobfleet-{self.name}"
+
+
+def sshd_config(host: LabHost) -> str:
+    return (
+        "# knobfleet lab: this host's sshd listens on its own loopback address only.\n"
+        f"ListenAddress {host.address}:22\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "UsePAM no\n"
+        "UseDNS no\n"
+        "MaxStartups 200:30:400\n"
+        "MaxSessions 200\n"
+        "PrintMotd no\n"
+    )
+
+
+def serve_script(host: LabHost) -> str:
+    """The hand-written serve script an operator left before knobfleet arrived."""
+    return (
+        "#!/bin/bash\n"
+        "# DSv4 decode server -- edit TARGET_CTAS here and restart sglang-dsv4-decode\n"
+        "export SGLANG_SIM_GPU=rtx-pro-6000\n"
+        "export SGLANG_SIM_STARTUP_S=1.5\n"
+        "export SGLANG_SIM_TIME_SCALE=0.02\n"
+        "export SGLANG_SM120_MMA_TARGET_CTAS=256\n"
+        "export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0\n"
+        "exec /usr/bin/python3 -m sglang_sim.launch_server --model-path /models/DeepSeek-V4-sim \\\n"
+        f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule\n"
+    )
+
+
+def serve_unit() -> str:
+    return (
+        "[Unit]\n"
+        "Description=SGLang DSv4 decode server\n"
+        "After=network.target\n"
+        "\n"
+        "[Service]\n"
+        f"ExecStart={SCRIPT_PATH}\n"
+        "Restart=always\n"
+        "RestartSec=3\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def known_hosts_line(host: LabHost, host_pubkey: str) -> str:
+    key_type, key = host_pubkey.split()[:2]
+    return f"{host.address} {key_type} {key}\n"

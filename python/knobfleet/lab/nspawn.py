@@ -1,0 +1,315 @@
+"""Boot, inspect and tear down lab hosts: systemd-nspawn containers over an overlay of this machine's root.
+
+Layout under the lab state dir (``.state/lab`` in a checkout, git-ignored)::
+
+    ssh/id_ed25519[.pub]  ssh/known_hosts      the lab's key pair and host keys (strict checking)
+    hosts/labN/           a tmpfs holding upper/ work/ root/ (root = the overlay the container boots)
+    run/labN.pid          the systemd-nspawn process, run/labN.log its console
+    inventory/            an Ansible inventory for the hosts that are up
+
+Only this module runs nspawn, mount and umount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from knobfleet import paths
+from knobfleet.errors import LabError
+from knobfleet.lab import hostfiles
+from knobfleet.lab.hostfiles import LabHost
+
+BOOT_TIMEOUT_S = 90.0
+TMPFS_SIZE = "512m"
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    address: str
+    state: str  # running | stopped | broken
+    pid: int | None
+
+
+class Lab:
+    def __init__(self, state: Path | None = None) -> None:
+        self.dir = (state or paths.state_dir() / "lab").resolve()
+        self.ssh_dir = self.dir / "ssh"
+        self.key = self.ssh_dir / "id_ed25519"
+        self.known_hosts = self.ssh_dir / "known_hosts"
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def host_dir(self, host: LabHost) -> Path:
+        return self.dir / "hosts" / host.name
+
+    def pid_file(self, host: LabHost) -> Path:
+        return self.dir / "run" / f"{host.name}.pid"
+
+    def pid(self, host: LabHost) -> int | None:
+        """The nspawn PID of ``host`` if that process is alive and really is our container."""
+        try:
+            pid = int(self.pid_file(host).read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        root = str(self.host_dir(host) / "root").encode()
+        ok = any(arg.endswith(b"systemd-nspawn") for arg in cmdline[:1]) and any(root in a for a in cmdline)
+        return pid if ok else None
+
+    def known(self) -> list[LabHost]:
+        found = set()
+        for base in (self.dir / "hosts", self.dir / "run"):
+            if base.is_dir():
+                for entry in base.iterdir():
+                    stem = entry.name.split(".")[0]
+                    if stem.startswith("lab") and stem[3:].isdigit():
+                        found.add(int(stem[3:]))
+        return [LabHost(i) for i in sorted(found)]
+
+    def status(self) -> list[HostStatus]:
+        out = []
+        for host in self.known():
+            pid = self.pid(host)
+            if pid is None:
+                state = "broken" if _mounted(self.host_dir(host)) else "stopped"
+            else:
+                state = "running" if _port_open(host.address, 22) else "booting"
+            out.append(HostStatus(host.name, host.address, state, pid))
+        return out
+
+    # --- up -------------------------------------------------------------------------------------
+
+    def preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise LabError("lab: needs root (systemd-nspawn and mounts); run as root or with sudo")
+        for tool, pkg in (("systemd-nspawn", "systemd-container"), ("sshd", "openssh-server"),
+                          ("ssh-keygen", "openssh-client")):
+            if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
+                raise LabError(f"lab: {tool} not found; install it with `apt-get install -y {pkg}` "
+                               "(or run `make demo`, which does)")
+        if not Path("/usr/bin/python3").exists():
+            raise LabError("lab: /usr/bin/python3 not found; lab hosts need it for Ansible (apt-get install -y python3)")
+
+    def ensure_keys(self) -> None:
+        self.ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.key.exists():
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
+
+    def up(self, count: int) -> list[HostStatus]:
+        """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned."""
+        if not 1 <= count <= 64:
+            raise LabError(f"lab up: -n {count}: choose 1..64 hosts")
+        self.preflight()
+        self.ensure_keys()
+        hosts = [LabHost(i) for i in range(1, count + 1)]
+        started: list[LabHost] = []
+        for host in hosts:
+            if self.pid(host) is not None:
+                continue
+            self._cleanup(host)
+            if _port_open(host.address, 22):
+                raise LabError(f"lab up: {host.address}:22 is already taken by another process; "
+                               f"free it (ss -ltnp 'sport = :22') or stop that service")
+            self._prepare(host)
+            self._boot(host)
+            started.append(host)
+        self._write_known_hosts(hosts)
+        self._wait_ssh(hosts)
+        self.write_inventory(hosts)
+        return self.status()
+
+    def _prepare(self, host: LabHost) -> None:
+        hdir = self.host_dir(host)
+        hdir.mkdir(parents=True, exist_ok=True)
+        _run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", f"knobfleet-{host.name}", str(hdir)])
+        for sub in ("upper", "work", "root"):
+            (hdir / sub).mkdir()
+        _run(["mount", "-t", "overlay", f"knobfleet-{host.name}", "-o",
+              f"lowerdir=/,upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root")])
+        root = hdir / "root"
+        _write(root / "etc/hostname", f"{host.name}\n")
+        _write(root / "etc/machine-id", os.urandom(16).hex() + "\n")
+        _write(root / "etc/ssh/sshd_config.d/knobfleet-lab.conf", hostfiles.sshd_config(host))
+        key = root / "etc/ssh/ssh_host_ed25519_key"
+        for old in (key, key.with_suffix(".pub")):
+            old.unlink(missing_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
+        _write(root / "root/.ssh/authorized_keys", self.key.with_suffix(".pub").read_text(), 0o600)
+        os.chmod(root / "root/.ssh", 0o700)
+        _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), hostfiles.serve_script(host), 0o755)
+        unit_dir = root / "etc/systemd/system"
+        _write(unit_dir / f"{hostfiles.SERVICE}.service", hostfiles.serve_unit())
+        _link(unit_dir / "multi-user.target.wants" / f"{hostfiles.SERVICE}.service",
+              f"/etc/systemd/system/{hostfiles.SERVICE}.service")
+        self._mask_units(root)
+        self._install_sim(root)
+        for stale in ("var/lib/knobfleet", "run/nologin", "etc/nologin"):
+            p = root / stale
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+
+    def _mask_units(self, root: Path) -> None:
+        unit_dir = root / "etc/systemd/system"
+        masks = set(hostfiles.MASKED_UNITS)
+        for wants in ("multi-user.target.wants", "timers.target.wants", "sysinit.target.wants",
+                      "getty.target.wants", "sockets.target.wants", "graphical.target.wants"):
+            d = Path("/etc/systemd/system") / wants
+            if d.is_dir():
+                masks |= {e.name for e in d.iterdir() if e.name not in hostfiles.KEEP_WANTS
+                          and not e.name.startswith("systemd-journald")}
+        for unit in sorted(masks):
+            target = unit_dir / unit
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            target.symlink_to("/dev/null")
+
+    def _install_sim(self, root: Path) -> None:
+        src = Path(__file__).resolve().parent / "sim"
+        dest = root / hostfiles.SIM_SITE.lstrip("/")
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        pkg = Path(__file__).resolve().parent.parent
+        shutil.copy2(pkg / "waves.py", dest / "_waves.py")
+        shutil.copy2(pkg / "gpus.json", dest / "gpus.json")
+
+    def _boot(self, host: LabHost) -> None:
+        (self.dir / "run").mkdir(parents=True, exist_ok=True)
+        log = open(self.dir / "run" / f"{host.name}.log", "wb")  # noqa: SIM115 - handed to the child
+        cmd = ["systemd-nspawn", "--boot", f"--directory={self.host_dir(host) / 'root'}",
+               f"--machine={host.machine}", f"--hostname={host.name}", "--register=no", "--keep-unit",
+               "--link-journal=no", "--console=passive", "--resolv-conf=off", "--timezone=off", "-q"]
+        with log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        self.pid_file(host).write_text(f"{proc.pid}\n")
+
+    def _write_known_hosts(self, hosts: list[LabHost]) -> None:
+        lines = []
+        for host in self.known():
+            pub = self.host_dir(host) / "root/etc/ssh/ssh_host_ed25519_key.pub"
+            if pub.exists():
+                lines.append(hostfiles.known_hosts_line(host, pub.read_text()))
+        _write(self.known_hosts, "".join(lines), 0o644)
+
+    def _wait_ssh(self, hosts: list[LabHost]) -> None:
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        pending = list(hosts)
+        while pending:
+            for host in list(pending):
+                if self.pid(host) is None:
+                    tail = _tail(self.dir / "run" / f"{host.name}.log")
+                    raise LabError(f"lab up: {host.name}: systemd-nspawn exited during boot; last console lines:\n{tail}")
+                if _port_open(host.address, 22):
+                    pending.remove(host)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(h.name for h in pending)
+                raise LabError(f"lab up: {names}: sshd did not answer within {BOOT_TIMEOUT_S:.0f}s; "
+                               f"see {paths.display(self.dir / 'run')}/<host>.log, then `knobfleet lab down`")
+            if pending:
+                time.sleep(0.1)
+
+    def ssh_argv(self, host: LabHost, command: list[str] | None = None) -> list[str]:
+        argv = ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=10", f"root@{host.address}"]
+        return argv + (command or [])
+
+    def write_inventory(self, hosts: list[LabHost]) -> Path:
+        """An inventory for exactly the hosts that are up (``inventories/lab`` lists lab1..lab3)."""
+        inv = self.dir / "inventory"
+        (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+        lines = ["# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
+                 "all:", "  children:", "    decode:", "      hosts:"]
+        for host in hosts:
+            lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
+        _write(inv / "hosts.yml", "\n".join(lines) + "\n")
+        shared = (paths.default_inventory() / "group_vars" / "all.yml").read_text()
+        shared = shared.replace('"{{ inventory_dir }}/../../.state/lab/ssh"', str(self.ssh_dir))
+        _write(inv / "group_vars" / "all.yml", shared)
+        return inv
+
+    # --- down -----------------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stop every lab host found; leave no mounts and no processes behind."""
+        stopped = []
+        hosts = self.known()
+        for host in hosts:
+            pid = self.pid(host)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for host in hosts:
+            while self.pid(host) is not None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            pid = self.pid(host)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                time.sleep(0.5)
+            self._cleanup(host)
+            stopped.append(host.name)
+        return stopped
+
+    def _cleanup(self, host: LabHost) -> None:
+        hdir = self.host_dir(host)
+        for mnt in (hdir / "root", hdir):
+            if _mounted(mnt):
+                if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+                    _run(["umount", "-l", str(mnt)])
+        if hdir.exists() and not _mounted(hdir):
+            shutil.rmtree(hdir, ignore_errors=True)
+        self.pid_file(host).unlink(missing_ok=True)
+
+
+def _mounted(path: Path) -> bool:
+    target = str(path.resolve()) if path.exists() else str(path)
+    with open("/proc/self/mounts", encoding="utf-8") as fh:
+        return any(line.split()[1] == target for line in fh)
+
+
+def _port_open(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((address, port)) == 0
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LabError(f"lab: `{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, mode)
+
+
+def _link(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no console log)"
