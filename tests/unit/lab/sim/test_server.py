@@ -1,0 +1,133 @@
+"""HTTP handlers and launcher of the stand-in engine, in process on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from knobfleet.lab.sim import launch_server
+from knobfleet.lab.sim.engine import Engine, EngineConfig
+from knobfleet.lab.sim.server import State, make_server
+from knobfleet.profiles.catalog import catalog_for
+from knobfleet.waves import KernelKnobs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, State]]:
+    cfg = EngineConfig(KernelKnobs(), 188, time_scale=0.001, noise=0.0, overlap=False, max_running=64, seed=1)
+    engine = Engine(cfg)
+    state = State({"model_path": "/m", "port": 0}, {"SGLANG_SM120_MMA_TARGET_CTAS": "256"}, engine,
+                  expose_env=True, model_name="/m")
+    httpd = make_server("127.0.0.1", free_port(), state)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    engine.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", state
+    engine.stop()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def post(url: str, body: dict[str, Any]) -> bytes:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        data: bytes = r.read()
+        return data
+
+
+def test_health_is_503_until_ready_then_200(server: tuple[str, State]) -> None:
+    url, state = server
+    assert get(url + "/health_generate")[0] == 503
+    state.ready.set()
+    assert get(url + "/health_generate") == (200, b"")
+    assert get(url + "/health")[0] == 200
+
+
+def test_server_info_and_models(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    info = json.loads(get(url + "/get_server_info")[1])
+    assert info["model_path"] == "/m"
+    assert info["internal_states"][0]["env_vars"] == {"SGLANG_SM120_MMA_TARGET_CTAS": "256"}
+    assert json.loads(get(url + "/server_info")[1]) == info
+    models = json.loads(get(url + "/v1/models")[1])
+    assert models["data"][0]["owned_by"] == "sglang"
+    assert b"sglang:num_running_reqs" in get(url + "/metrics")[1]
+
+
+def test_completions_plain_and_streaming_agree(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    plain = json.loads(post(url + "/v1/completions", {"prompt": "x", "max_tokens": 12, "ignore_eos": True}))
+    assert plain["usage"]["completion_tokens"] == 12 and plain["choices"][0]["finish_reason"] == "length"
+    raw = post(url + "/v1/completions", {"prompt": "x", "max_tokens": 12, "ignore_eos": True, "stream": True})
+    events = [e for e in raw.decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
+    assert text == plain["choices"][0]["text"]
+    gen = json.loads(post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 12,
+                                                                               "ignore_eos": True}}))
+    assert gen["text"] == plain["choices"][0]["text"]
+
+
+def test_without_ignore_eos_requests_stop_early(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    out = json.loads(post(url + "/v1/completions", {"prompt": "y", "max_tokens": 2000}))
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["completion_tokens"] < 2000
+
+
+def test_every_catalog_flag_is_accepted_by_the_launcher() -> None:
+    parser = launch_server.build_parser()
+    for name, knob in catalog_for("sglang").flag_knobs().items():
+        argv = [f"--{name}"] if knob.type == "bool" else [f"--{name}=1" if knob.type != "str" else f"--{name}=x"]
+        parser.parse_args(argv)
+
+
+def run_launcher(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "knobfleet.lab.sim.launch_server", *args],
+                          env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
+
+
+def test_unknown_flag_exits_2_with_usage() -> None:
+    proc = run_launcher({}, "--model-path=/m", "--no-such-flag")
+    assert proc.returncode == 2 and "unrecognized arguments: --no-such-flag" in proc.stderr
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("SGLANG_SM120_MMA_BLOCK_H", "7", "SGLANG_SM120_MMA_BLOCK_H=7 is not supported"),
+    ("SGLANG_SM120_MMA_TARGET_CTAS", "abc", "expected an integer"),
+])
+def test_bad_knob_value_fails_at_start(name: str, value: str, message: str) -> None:
+    proc = run_launcher({name: value, "PYTHONPATH": sys.path[0]}, "--model-path=/m", "--port", str(free_port()))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Traceback (most recent call last):") and message in proc.stderr
+
+
+def test_fail_start_exits_1_during_startup() -> None:
+    proc = run_launcher({"SGLANG_SIM_FAIL": "start", "SGLANG_SIM_STARTUP_S": "0.2"}, "--model-path=/m",
+                        "--host=127.0.0.1", f"--port={free_port()}")
+    assert proc.returncode == 1 and "illegal memory access" in proc.stderr
+    assert "fired up" not in proc.stdout
