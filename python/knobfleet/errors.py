@@ -45,4 +45,8 @@ class ApplyFailed(KnobfleetError):
 
 
 class LockHeld(KnobfleetError):
-    """Another applier holds the host lock."""
+    """Another applier holds the host lock; ``report`` has what happened on every host."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -67,3 +67,35 @@ def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int]
     for b in cliffs:
         lines.append(f"warning: cliff at batch {b}: attention cost per request rises as the batch grows")
     return "\n".join(lines)
+
+
+def apply_summary(result: Any) -> str:
+    """Per-host table of an apply (or plan), then diffs and knob changes for a plan."""
+    rows = []
+    for h in result.hosts:
+        live = ""
+        if h.live is not None:
+            live = " ".join(f"{k.removeprefix('SGLANG_SM120_MMA_')}={v}" for k, v in h.live.seen.items())
+        gen = "-" if h.generation is None else f"{h.generation:04d}"
+        if h.previous is not None and h.generation != h.previous:
+            gen = f"{h.previous:04d}→{gen}"
+        rows.append([h.host, h.status, gen, h.main_pid or "-", f"{h.ready_s:.1f}s" if h.ready_s else "-",
+                     live or "-", h.message or ("restarted" if h.restarted else "")])
+    verb = "plan" if result.check else "apply"
+    head = f"{verb} {result.profile.ref} ({result.profile.content_hash[:19]}…)"
+    out = [head, table(["host", "result", "generation", "engine pid", "ready", "live knobs", "note"], rows)]
+    if result.check:
+        for h in result.hosts:
+            if h.knob_changes:
+                out.append(f"\n{h.host}: " + ", ".join(h.knob_changes))
+            for d in h.diffs:
+                if d.get("diff"):
+                    out.append(d["diff"].rstrip("\n"))
+    failed = [h for h in result.hosts if h.status == "failed"]
+    counts = {s: sum(h.status == s for h in result.hosts) for s in
+              ("applied", "unchanged", "failed", "not-run", "pending", "in-sync")}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    out.append(f"{summary}; {result.wall_s:.1f}s")
+    for h in failed:
+        out.append(f"error: {h.host}: {h.message}")
+    return "\n".join(out)

@@ -1,0 +1,184 @@
+"""Use case: apply a profile to hosts through ``playbooks/apply.yml`` (and its --check plan)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knobfleet import paths, plan
+from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, LockHeld
+from knobfleet.hostvars import HostVars
+from knobfleet.profiles.model import Profile
+from knobfleet.render import Rendered, profile_vars, render_host
+from knobfleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
+
+TASK_COMMIT = "Store a new generation and install it atomically when anything changed"
+TASK_READY = "Wait for readiness (health 200, main process stable)"
+TASK_BEGIN = "Take the host lock and adopt pre-knobfleet files as generation 0"
+WATCH = ("SGLANG_SM120_MMA_TARGET_CTAS", "SGLANG_SM120_MMA_BLOCK_H")
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    status: str  # applied | unchanged | failed | not-run | pending | in-sync
+    batch: int
+    generation: int | None = None
+    previous: int | None = None
+    restarted: bool = False
+    main_pid: int | None = None
+    ready_s: float | None = None
+    message: str = ""
+    live: plan.LiveCheck | None = None
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+    knob_changes: list[str] = field(default_factory=list)
+    lock: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "host": self.host, "status": self.status, "batch": self.batch, "generation": self.generation,
+            "previous": self.previous, "restarted": self.restarted, "main_pid": self.main_pid,
+            "ready_s": self.ready_s, "message": self.message,
+        }
+        if self.live is not None:
+            out["live"] = {"ok": self.live.ok, "problems": self.live.problems, "seen": self.live.seen}
+        if self.knob_changes or self.diffs:
+            out["knob_changes"] = self.knob_changes
+            out["diffs"] = [{"path": d.get("path"), "diff": d.get("diff")} for d in self.diffs]
+        return out
+
+
+@dataclass
+class ApplyReport:
+    profile: Profile
+    check: bool
+    run_ids: list[str]
+    hosts: list[HostOutcome]
+    wall_s: float
+    ansible_s: float
+
+    @property
+    def exit_code(self) -> int:
+        if any(h.status == "failed" for h in self.hosts):
+            return EXIT_ERROR
+        if self.check:
+            return EXIT_DRIFT if any(h.status == "pending" for h in self.hosts) else EXIT_OK
+        return EXIT_OK
+
+    def as_json(self) -> dict[str, Any]:
+        return {"profile": self.profile.name, "version": self.profile.version, "hash": self.profile.content_hash,
+                "check": self.check, "run_ids": self.run_ids, "wall_s": round(self.wall_s, 3),
+                "exit_code": self.exit_code, "hosts": [h.as_json() for h in self.hosts]}
+
+
+def _diff_text(d: dict[str, Any], path: str) -> str:
+    import difflib
+
+    before, after = str(d.get("before", "")), str(d.get("after", ""))
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"{path} (installed)",
+                                        f"{path} (profile)"))
+
+
+def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: bool) -> HostOutcome:
+    hr = result.host(hv.host)
+    out = HostOutcome(hv.host, "failed", batch)
+    begin = hr.results.get(TASK_BEGIN, {})
+    if begin.get("lock_held") or (begin.get("lock") and not check and not hr.success):
+        out.lock = begin.get("lock")
+    if not hr.success:
+        out.message = hr.first_failure()
+        if "locked by" in out.message:
+            out.lock = begin.get("lock") or out.lock
+        commit = hr.results.get(TASK_COMMIT, {})
+        out.generation = commit.get("generation")
+        out.previous = commit.get("previous")
+        return out
+    if check:
+        script_diffs = [d for d in hr.diffs if d.get("task") == "Render the serve script"]
+        where = {"Render the serve script": hv.script_path, "Render the systemd unit": hv.unit_path}
+        out.diffs = [{"path": where.get(d["task"], d["task"]), "diff": _diff_text(d, where.get(d["task"], ""))}
+                     for d in hr.diffs if d.get("task") in where]
+        for d in script_diffs:
+            out.knob_changes = [str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))]
+        out.status = "pending" if hr.diffs or hr.changed else "in-sync"
+        out.restarted = bool(hr.diffs)
+        out.message = "changes pending; would restart the engine" if out.diffs else "no change"
+        out.generation = begin.get("generation")
+        return out
+    commit = hr.results.get(TASK_COMMIT, {})
+    ready = hr.results.get(TASK_READY, {})
+    out.generation, out.previous = commit.get("generation"), commit.get("previous")
+    out.restarted = bool(commit.get("changed"))
+    out.status = "applied" if commit.get("changed") else "unchanged"
+    out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
+    out.live = plan.check_live(rendered.env, rendered.argv, out.main_pid, ready.get("processes") or [], list(WATCH))
+    if not out.live.ok:
+        out.status = "failed"
+        out.message = "live process does not match the profile: " + "; ".join(out.live.problems[:3])
+    return out
+
+
+def apply(profile: Profile, hosts: list[HostVars], inventory: Path, *, check: bool = False,
+          serial: str | None = None, canary: bool = False, max_fail_percent: float = 0.0,
+          break_lock: bool = False, on_event: Callable[[Event], None] | None = None) -> ApplyReport:
+    """Render for every host first (a bad input changes nothing anywhere), then roll out in batches,
+    stopping at the first batch whose failures exceed ``max_fail_percent``."""
+    rendered = {hv.host: render_host(profile, hv) for hv in hosts}
+    by_name = {hv.host: hv for hv in hosts}
+    groups = plan.batches([hv.host for hv in hosts], serial, canary)
+    outcomes: list[HostOutcome] = []
+    run_ids: list[str] = []
+    started = time.monotonic()
+    ansible_s = 0.0
+    failed_total = 0
+    stopped = False
+    for n, group in enumerate(groups, start=1):
+        if stopped:
+            outcomes += [HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group]
+            continue
+        run_id = new_run_id()
+        run_ids.append(run_id)
+        result = run_playbook(RunRequest(
+            playbook="apply.yml", inventory=inventory, limit=",".join(group),
+            trusted_vars={"knob_serve_run_id": run_id, "knob_serve_operator": operator(),
+                          "knob_serve_controller": controller_id(), "knob_serve_break_lock": break_lock},
+            unsafe_vars={"knob_serve_profile": profile_vars(profile)},
+            check=check, diff=check, forks=min(max(len(group), 1), 64), on_event=on_event, run_id=run_id,
+        ))
+        ansible_s += result.wall_s
+        batch_out = [_outcome(by_name[h], rendered[h], result, n, check) for h in group]
+        outcomes += batch_out
+        failed_total += sum(o.status == "failed" for o in batch_out)
+        done = sum(len(g) for g in groups[:n])
+        if failed_total and failed_total * 100.0 / done > max_fail_percent:
+            stopped = True
+    report = ApplyReport(profile, check, run_ids, outcomes, time.monotonic() - started, ansible_s)
+    locks = [o for o in outcomes if o.lock and o.status == "failed"]
+    if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not check:
+        first = locks[0]
+        holder = first.lock or {}
+        raise LockHeld(
+            f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
+            f"{holder.get('since')} from {holder.get('controller')}{_stale_hint(holder)}",
+            report,
+        )
+    return report
+
+
+def _stale_hint(holder: dict[str, Any]) -> str:
+    import os
+    import socket
+
+    ctrl = str(holder.get("controller") or "")
+    host, _, pid = ctrl.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        return (f"; that applier (pid {pid}) no longer runs, so the lock is stale: "
+                "re-run with --break-lock to break it")
+    return "; wait for it to finish (or, if it was killed, re-run with --break-lock)"
+
+
+def state_hint() -> str:
+    return paths.display(paths.state_dir() / "runs")

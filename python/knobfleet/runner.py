@@ -1,0 +1,212 @@
+"""The only module that imports ansible_runner: a typed ``RunRequest`` in, a typed ``RunResult`` out.
+
+Profile data is written to the extra-vars file tagged ``!unsafe``: ansible-core trusts extra vars and
+would evaluate ``{{ lookup('pipe', …) }}`` inside them; unsafe values are written literally.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from knobfleet import paths
+from knobfleet.errors import RunError
+
+Event = dict[str, Any]
+
+
+class Unsafe(str):
+    """A string Ansible must never template (dumped as ``!unsafe``)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _unsafe_repr(dumper: yaml.SafeDumper, data: Unsafe) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", str(data), style="'" if "\n" not in data else '"')
+
+
+_Dumper.add_representer(Unsafe, _unsafe_repr)
+
+
+def mark_unsafe(value: Any) -> Any:
+    """Every string inside ``value`` (not mapping keys) becomes Unsafe."""
+    if isinstance(value, str):
+        return Unsafe(value)
+    if isinstance(value, dict):
+        return {k: mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mark_unsafe(v) for v in value]
+    return value
+
+
+def dump_vars(trusted: dict[str, Any], unsafe: dict[str, Any]) -> str:
+    body = {**trusted, **{k: mark_unsafe(v) for k, v in unsafe.items()}}
+    return yaml.dump(body, Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=10_000)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    playbook: str
+    inventory: Path
+    limit: str | None = None
+    trusted_vars: dict[str, Any] = field(default_factory=dict)
+    unsafe_vars: dict[str, Any] = field(default_factory=dict)
+    check: bool = False
+    diff: bool = False
+    forks: int = 10
+    on_event: Callable[[Event], None] | None = None
+    run_id: str = ""
+
+
+@dataclass
+class HostResult:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: bool = False
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return not self.failed and not self.unreachable
+
+    def first_failure(self) -> str:
+        if self.unreachable and not self.failures:
+            return "unreachable"
+        return "; ".join(f"{task}: {msg}" for task, msg in self.failures[:1]) or "failed"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    rc: int
+    status: str
+    hosts: dict[str, HostResult]
+    artifacts: Path
+    wall_s: float
+
+    def host(self, name: str) -> HostResult:
+        return self.hosts.setdefault(name, HostResult(name))
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def controller_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def operator() -> str:
+    return os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
+
+
+def _env(forks: int) -> dict[str, str]:
+    state = paths.state_dir()
+    cp = state / "cp"
+    cp.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (state / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {
+        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=15",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_LOCAL_TEMP": str(state / "tmp"),
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_TIMEOUT": "15",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_SYSTEM_WARNINGS": "False",
+        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
+        "ANSIBLE_CALLBACKS_ENABLED": "",
+    }
+
+
+def _message(res: dict[str, Any]) -> str:
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
+    text = str(msg).strip().splitlines()
+    return text[0] if text else "failed"
+
+
+def run_playbook(req: RunRequest) -> RunResult:
+    """Run ``playbooks/<req.playbook>`` and summarise it per host. Raises RunError only when the run
+    could not start at all; host failures are in the result."""
+    import ansible_runner
+
+    run_id = req.run_id or new_run_id()
+    pdd = paths.state_dir() / "runs" / run_id
+    (pdd / "env").mkdir(parents=True, exist_ok=True)
+    vars_file = pdd / "knob_vars.yml"
+    vars_file.write_text(dump_vars(req.trusted_vars, req.unsafe_vars), encoding="utf-8")
+    os.chmod(vars_file, 0o600)
+    playbook = paths.playbooks_dir() / req.playbook
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    cmdline = f"-e @{vars_file}" + (" --check" if req.check else "") + (" --diff" if req.diff else "")
+    result = RunResult(run_id, 0, "", {}, pdd / "artifacts" / run_id, 0.0)
+
+    def handler(event: Event) -> bool:
+        data = event.get("event_data") or {}
+        host, task = data.get("host"), str(data.get("task", ""))
+        kind = event.get("event", "")
+        if host:
+            hr = result.host(host)
+            res = data.get("res") or {}
+            if kind == "runner_on_ok":
+                hr.results[task] = res
+                if res.get("diff"):
+                    for d in res["diff"] if isinstance(res["diff"], list) else [res["diff"]]:
+                        hr.diffs.append({"task": task, **d})
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                hr.failures.append((task, _message(res)))
+                hr.results[task] = res
+            elif kind == "runner_on_unreachable":
+                hr.unreachable = True
+                hr.failures.append((task, "unreachable: " + _message(res)))
+        if req.on_event:
+            req.on_event(event)
+        return False
+
+    started = time.monotonic()
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(pdd), playbook=str(playbook), inventory=str(req.inventory.resolve()),
+            limit=req.limit, cmdline=cmdline, envvars=_env(req.forks), quiet=True, ident=run_id,
+            event_handler=handler, settings={"suppress_ansible_output": True}, forks=req.forks,
+        )
+    except Exception as exc:  # ansible-runner raises plain exceptions for setup problems
+        raise RunError(f"ansible-runner could not start {req.playbook}: {exc}") from None
+    result.wall_s = time.monotonic() - started
+    result.rc, result.status = int(r.rc), str(r.status)
+    stats = r.stats or {}
+    for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed")):
+        for host, n in (stats.get(key) or {}).items():
+            setattr(result.host(host), attr, int(n))
+    for host in stats.get("dark") or {}:
+        result.host(host).unreachable = True
+    if r.status in ("failed", "error", "timeout") and not result.hosts:
+        out = ""
+        try:
+            out = r.stdout.read()[-2000:]
+        except Exception:
+            out = ""
+        raise RunError(f"{req.playbook}: ansible-playbook failed before reaching any host (rc {r.rc}):\n{out}")
+    return result

@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+# -*- coding: utf-8 -*-
+"""Ansible module: generations, lock and ledger of one knobfleet-managed service on a host."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: knob_generation
+short_description: Lock, adopt, store and install knobfleet generations of a service
+description:
+  - C(begin) takes the per-service lock (failing fast with the holder's name) and, the first time,
+    stores the existing script and unit as generation 0 (status adopted).
+  - C(commit) compares the staged files with the installed ones; when they differ it stores a new
+    generation (files + meta.json), installs both files atomically (temp file in the same directory,
+    then rename; root-owned, fixed modes), switches C(current) and appends to the ledger.
+  - C(mark) records a generation's status (good, failed, rolled-back) with a reason.
+  - C(release) frees the lock held by this run.
+options:
+  action: {type: str, required: true, choices: [begin, commit, mark, release]}
+  state_dir: {type: path, required: true}
+  script_path: {type: path}
+  unit_path: {type: path}
+  run_id: {type: str, required: true}
+  operator: {type: str, default: unknown}
+  controller: {type: str, default: ""}
+  profile: {type: dict}
+  generation: {type: int}
+  status: {type: str, choices: [good, failed, rolled-back]}
+  reason: {type: str, default: ""}
+  break_lock: {type: bool, default: false}
+author: knobfleet
+"""
+
+import datetime
+import hashlib
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+SCRIPT_MODE = 0o755
+UNIT_MODE = 0o644
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path, data, mode):
+    """Write bytes to path via a temp file in the same directory and rename; root-owned."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, ".%s.knobfleet-tmp" % os.path.basename(path))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chown(tmp, 0, 0)
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+class Store(object):
+    def __init__(self, state_dir):
+        self.dir = state_dir
+        self.gens = os.path.join(state_dir, "generations")
+        self.staging = os.path.join(state_dir, "staging")
+        self.lock = os.path.join(state_dir, "lock")
+        self.ledger = os.path.join(state_dir, "ledger.jsonl")
+        self.current_link = os.path.join(state_dir, "current")
+
+    def numbers(self):
+        if not os.path.isdir(self.gens):
+            return []
+        return sorted(int(n) for n in os.listdir(self.gens) if n.isdigit())
+
+    def gen_dir(self, number):
+        return os.path.join(self.gens, "%04d" % number)
+
+    def current(self):
+        try:
+            return int(os.path.basename(os.readlink(self.current_link)))
+        except (OSError, ValueError):
+            return None
+
+    def meta(self, number):
+        path = os.path.join(self.gen_dir(number), "meta.json")
+        with open(path) as fh:
+            return json.load(fh)
+
+    def write_meta(self, number, meta):
+        write_atomic(os.path.join(self.gen_dir(number), "meta.json"),
+                     (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+
+    def switch_current(self, number):
+        tmp = self.current_link + ".tmp"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(os.path.join("generations", "%04d" % number), tmp)
+        os.rename(tmp, self.current_link)
+
+    def append_ledger(self, entry):
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def store_generation(store, number, files, meta):
+    """Write generations/NNNN atomically: fill a temp dir, then rename it into place."""
+    final = store.gen_dir(number)
+    tmp = os.path.join(store.gens, ".%04d.tmp" % number)
+    if os.path.isdir(tmp):
+        for name in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, name))
+        os.rmdir(tmp)
+    os.makedirs(tmp, 0o755)
+    for name, data, mode in files:
+        write_atomic(os.path.join(tmp, name), data, mode)
+    write_atomic(os.path.join(tmp, "meta.json"), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+    os.rename(tmp, final)
+
+
+def lock_holder(store):
+    try:
+        with open(store.lock) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {"run_id": "?", "operator": "?", "since": "?", "controller": "?", "corrupt": True}
+
+
+def begin(module, store, p):
+    result = {"changed": False, "adopted": False}
+    holder = lock_holder(store)
+    if module.check_mode:
+        result["lock"] = holder
+        result["generation"] = store.current()
+        return result
+    for d in (store.dir, store.gens, store.staging):
+        if not os.path.isdir(d):
+            os.makedirs(d, 0o755)
+            result["changed"] = True
+    if holder and holder.get("run_id") != p["run_id"]:
+        if not p["break_lock"]:
+            module.fail_json(
+                msg="locked by %s (run %s) since %s from %s; if that applier was killed, break the lock "
+                    "with --break-lock" % (holder.get("operator"), holder.get("run_id"), holder.get("since"),
+                                           holder.get("controller")),
+                lock=holder, lock_held=True)
+        os.unlink(store.lock)
+        store.append_ledger({"time": now(), "event": "lock-broken", "holder": holder, "run_id": p["run_id"],
+                             "operator": p["operator"]})
+        result["broke_lock"] = holder
+    if not holder or holder.get("run_id") != p["run_id"]:
+        entry = {"run_id": p["run_id"], "operator": p["operator"], "since": now(), "controller": p["controller"]}
+        try:
+            fd = os.open(store.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            other = lock_holder(store) or {}
+            module.fail_json(msg="locked by %s (run %s) since %s from %s" % (
+                other.get("operator"), other.get("run_id"), other.get("since"), other.get("controller")),
+                lock=other, lock_held=True)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(entry, fh)
+        result["locked"] = True  # bookkeeping, not a change of the host's configuration
+    if not store.numbers():
+        files, present = [], {}
+        for key, path, mode in (("script", p["script_path"], SCRIPT_MODE), ("unit", p["unit_path"], UNIT_MODE)):
+            if os.path.isfile(path):
+                files.append((os.path.basename(path), read(path), mode))
+                present[key] = {"path": path, "sha256": sha256(path), "name": os.path.basename(path)}
+        meta = {"generation": 0, "status": "adopted", "profile": None, "version": None, "hash": None,
+                "files": present, "created": now(), "updated": now(), "operator": p["operator"],
+                "run_id": p["run_id"], "reason": "files found before knobfleet's first apply"}
+        store_generation(store, 0, files, meta)
+        store.switch_current(0)
+        store.append_ledger({"time": now(), "event": "adopt", "generation": 0, "status": "adopted",
+                             "files": sorted(present), "run_id": p["run_id"], "operator": p["operator"]})
+        result.update(changed=True, adopted=True)
+    result["generation"] = store.current()
+    return result
+
+
+def commit(module, store, p):
+    script_name = os.path.basename(p["script_path"])
+    unit_name = os.path.basename(p["unit_path"])
+    staged_script = os.path.join(store.staging, "serve.sh")
+    staged_unit = os.path.join(store.staging, unit_name)
+    want = {"script": sha256(staged_script), "unit": sha256(staged_unit)}
+    if None in want.values():
+        module.fail_json(msg="staged files missing in %s; the template tasks must run first" % store.staging)
+    have = {"script": sha256(p["script_path"]), "unit": sha256(p["unit_path"])}
+    current = store.current()
+    profile = p["profile"] or {}
+    current_hash = None
+    if current is not None:
+        try:
+            current_hash = store.meta(current).get("hash")
+        except (OSError, ValueError):
+            current_hash = None
+    files_differ = want != have
+    result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
+              "script_sha256": want["script"], "unit_sha256": want["unit"]}
+    if not files_differ and current_hash == profile.get("hash"):
+        return result
+    if module.check_mode:
+        result["changed"] = True
+        return result
+    number = (max(store.numbers()) + 1) if store.numbers() else 1
+    meta = {
+        "generation": number, "status": "installing", "profile": profile.get("name"),
+        "version": profile.get("version"), "hash": profile.get("hash"),
+        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name},
+                  "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name}},
+        "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
+        "previous": current, "reason": "",
+    }
+    store_generation(store, number, [(script_name, read(staged_script), SCRIPT_MODE),
+                                     (unit_name, read(staged_unit), UNIT_MODE)], meta)
+    for src, dest, mode in ((staged_script, p["script_path"], SCRIPT_MODE), (staged_unit, p["unit_path"], UNIT_MODE)):
+        parent = os.path.dirname(dest)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, 0o755)
+        write_atomic(dest, read(src), mode)
+    store.switch_current(number)
+    store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
+                         "profile": profile.get("name"), "version": profile.get("version"),
+                         "hash": profile.get("hash"), "status": "installing", "run_id": p["run_id"],
+                         "operator": p["operator"]})
+    result.update(changed=True, generation=number)
+    return result
+
+
+def mark(module, store, p):
+    number = p["generation"]
+    try:
+        meta = store.meta(number)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="cannot read %s/meta.json: %s" % (store.gen_dir(number), exc))
+    if module.check_mode:
+        return {"changed": meta.get("status") != p["status"], "generation": number}
+    meta.update(status=p["status"], updated=now())
+    if p["reason"]:
+        meta["reason"] = p["reason"]
+    store.write_meta(number, meta)
+    store.append_ledger({"time": now(), "event": "mark", "generation": number, "status": p["status"],
+                         "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]})
+    return {"changed": True, "generation": number, "status": p["status"]}
+
+
+def release(module, store, p):
+    holder = lock_holder(store)
+    if module.check_mode or not holder or holder.get("run_id") != p["run_id"]:
+        return {"changed": False}
+    os.unlink(store.lock)
+    return {"changed": False, "released": True}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type="str", required=True, choices=["begin", "commit", "mark", "release"]),
+            state_dir=dict(type="path", required=True),
+            script_path=dict(type="path"),
+            unit_path=dict(type="path"),
+            run_id=dict(type="str", required=True),
+            operator=dict(type="str", default="unknown"),
+            controller=dict(type="str", default=""),
+            profile=dict(type="dict"),
+            generation=dict(type="int"),
+            status=dict(type="str", choices=["good", "failed", "rolled-back"]),
+            reason=dict(type="str", default=""),
+            break_lock=dict(type="bool", default=False),
+        ),
+        required_if=[("action", "begin", ["script_path", "unit_path"]),
+                     ("action", "commit", ["script_path", "unit_path", "profile"]),
+                     ("action", "mark", ["generation", "status"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    store = Store(p["state_dir"])
+    handlers = {"begin": begin, "commit": commit, "mark": mark, "release": release}
+    try:
+        result = handlers[p["action"]](module, store, p)
+    except OSError as exc:
+        module.fail_json(msg="%s: %s (%s)" % (p["action"], exc.strerror, exc.filename or p["state_dir"]),
+                         errno=exc.errno)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
