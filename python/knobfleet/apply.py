@@ -36,12 +36,13 @@ class HostOutcome:
     diffs: list[dict[str, Any]] = field(default_factory=list)
     knob_changes: list[str] = field(default_factory=list)
     lock: dict[str, Any] | None = None
+    changed_tasks: int = 0
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "host": self.host, "status": self.status, "batch": self.batch, "generation": self.generation,
             "previous": self.previous, "restarted": self.restarted, "main_pid": self.main_pid,
-            "ready_s": self.ready_s, "message": self.message,
+            "ready_s": self.ready_s, "message": self.message, "changed_tasks": self.changed_tasks,
         }
         if self.live is not None:
             out["live"] = {"ok": self.live.ok, "problems": self.live.problems, "seen": self.live.seen}
@@ -84,7 +85,7 @@ def _diff_text(d: dict[str, Any], path: str) -> str:
 
 def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: bool) -> HostOutcome:
     hr = result.host(hv.host)
-    out = HostOutcome(hv.host, "failed", batch)
+    out = HostOutcome(hv.host, "failed", batch, changed_tasks=hr.changed)
     begin = hr.results.get(TASK_BEGIN, {})
     if begin.get("lock_held") or (begin.get("lock") and not check and not hr.success):
         out.lock = begin.get("lock")

@@ -145,12 +145,26 @@ def _message(res: dict[str, Any]) -> str:
     return text[0] if text else "failed"
 
 
+KEEP_RUNS = 100
+
+
+def prune_runs(keep: int = KEEP_RUNS) -> None:
+    """Keep the newest ``keep`` run directories under the state dir (names sort by time)."""
+    import shutil
+
+    runs = paths.state_dir() / "runs"
+    if runs.is_dir():
+        for old in sorted(p for p in runs.iterdir() if p.is_dir())[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def run_playbook(req: RunRequest) -> RunResult:
     """Run ``playbooks/<req.playbook>`` and summarise it per host. Raises RunError only when the run
     could not start at all; host failures are in the result."""
     import ansible_runner
 
     run_id = req.run_id or new_run_id()
+    prune_runs()
     pdd = paths.state_dir() / "runs" / run_id
     (pdd / "env").mkdir(parents=True, exist_ok=True)
     vars_file = pdd / "knob_vars.yml"
@@ -172,7 +186,7 @@ def run_playbook(req: RunRequest) -> RunResult:
             res = data.get("res") or {}
             if kind == "runner_on_ok":
                 hr.results[task] = res
-                if res.get("diff"):
+                if res.get("diff") and res.get("changed"):
                     for d in res["diff"] if isinstance(res["diff"], list) else [res["diff"]]:
                         hr.diffs.append({"task": task, **d})
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -183,7 +197,7 @@ def run_playbook(req: RunRequest) -> RunResult:
                 hr.failures.append((task, "unreachable: " + _message(res)))
         if req.on_event:
             req.on_event(event)
-        return False
+        return True  # keep the event in the run's artifacts
 
     started = time.monotonic()
     try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,37 @@ def ssh(lab: Lab, host: str, command: str, check: bool = True) -> subprocess.Com
     """An independent check over SSH, not through knobfleet."""
     argv = lab.ssh_argv(LabHost(int(host.removeprefix("lab"))), [command])
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=check)
+
+
+@dataclass
+class Fleet:
+    lab: Lab
+    inventory: Path
+    hosts: list[str]
+
+    def ssh(self, host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return ssh(self.lab, host, command, check)
+
+    def knobfleet(self, *args: str, check: bool = False, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "knobfleet", *args]
+        if args and args[0] in ("apply", "plan", "render", "verify", "drift", "rollback", "history", "bench"):
+            argv += ["-i", str(self.inventory)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"knobfleet {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+
+def boot_fleet(lab_state: Path, n: int) -> Fleet:
+    lab = Lab(lab_state / "lab")
+    lab.down()
+    lab.up(n)
+    return Fleet(lab, lab.dir / "inventory", [f"lab{i}" for i in range(1, n + 1)])
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_state: Path) -> Iterator[Fleet]:
+    """A freshly booted 3-host lab for one test module (boot takes about a second)."""
+    f = boot_fleet(lab_state, 3)
+    yield f
+    f.lab.down()

@@ -29,6 +29,48 @@ from knobfleet.lab.hostfiles import LabHost
 
 BOOT_TIMEOUT_S = 90.0
 TMPFS_SIZE = "512m"
+CGROUP_PARENT = "knobfleet-lab"
+
+
+def cgroup_dirs(host: LabHost) -> list[Path]:
+    """This host's own cgroup in every writable hierarchy that systemd uses (v1 name=systemd, v2).
+
+    Each nspawn must sit in a cgroup of its own: started from a shared cgroup, every nspawn puts its
+    container in the same ``payload`` cgroup, and one container's systemd then stops the others."""
+    out = []
+    for base in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        if (base / "cgroup.procs").exists() and not (base == Path("/sys/fs/cgroup") and out):
+            out.append(base / CGROUP_PARENT / host.name)
+    return out
+
+
+def _join_cgroups(dirs: list[Path]) -> None:
+    """Runs in the child before exec: move itself into the host's cgroups."""
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.procs").write_text("0")
+
+
+def _cgroup_pids(dirs: list[Path]) -> list[int]:
+    pids: set[int] = set()
+    for d in dirs:
+        if d.is_dir():
+            for procs in d.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    pids.update(int(x) for x in procs.read_text().split())
+    return sorted(pids)
+
+
+def _remove_cgroups(dirs: list[Path]) -> None:
+    for d in dirs:
+        if d.is_dir():
+            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+            with contextlib.suppress(OSError):
+                d.rmdir()
+            with contextlib.suppress(OSError):
+                d.parent.rmdir()  # knobfleet-lab/, once the last host is gone
 
 
 @dataclass(frozen=True)
@@ -71,6 +113,8 @@ class Lab:
             if base.is_dir():
                 for entry in base.iterdir():
                     stem = entry.name.split(".")[0]
+                    if entry.suffix == ".log":
+                        continue
                     if stem.startswith("lab") and stem[3:].isdigit():
                         found.add(int(stem[3:]))
         return [LabHost(i) for i in sorted(found)]
@@ -190,9 +234,11 @@ class Lab:
         cmd = ["systemd-nspawn", "--boot", f"--directory={self.host_dir(host) / 'root'}",
                f"--machine={host.machine}", f"--hostname={host.name}", "--register=no", "--keep-unit",
                "--link-journal=no", "--console=passive", "--resolv-conf=off", "--timezone=off", "-q"]
+        dirs = cgroup_dirs(host)
         with log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True,
+                                    preexec_fn=lambda: _join_cgroups(dirs))
         self.pid_file(host).write_text(f"{proc.pid}\n")
 
     def _write_known_hosts(self, hosts: list[LabHost]) -> None:
@@ -266,6 +312,7 @@ class Lab:
 
     def _cleanup(self, host: LabHost) -> None:
         hdir = self.host_dir(host)
+        _kill_leftovers(cgroup_dirs(host))
         for mnt in (hdir / "root", hdir):
             if _mounted(mnt):
                 if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
@@ -273,6 +320,26 @@ class Lab:
         if hdir.exists() and not _mounted(hdir):
             shutil.rmtree(hdir, ignore_errors=True)
         self.pid_file(host).unlink(missing_ok=True)
+        _remove_cgroups(cgroup_dirs(host))
+
+
+def _kill_leftovers(dirs: list[Path]) -> None:
+    """Stop what is left in a host's cgroups (a container whose nspawn died): SIGRTMIN+3 to its
+    init for an orderly halt, then SIGKILL. Only processes in knobfleet's own lab cgroups are touched."""
+    pids = _cgroup_pids(dirs)
+    if not pids:
+        return
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
+                os.kill(pid, signal.SIGRTMIN + 3)
+    deadline = time.monotonic() + 10
+    while _cgroup_pids(dirs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in _cgroup_pids(dirs):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
 
 
 def _mounted(path: Path) -> bool:

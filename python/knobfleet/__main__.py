@@ -1,0 +1,5 @@
+import sys
+
+from knobfleet.cli import main
+
+sys.exit(main())

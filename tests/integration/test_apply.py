@@ -1,0 +1,149 @@
+"""apply-profile on the real lab: real Ansible, real systemd, checked independently over SSH."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knobfleet.inventory import load_hosts
+from knobfleet.lab.hostfiles import LabHost, serve_script
+from knobfleet.profiles.store import ProfileStore
+from knobfleet.render import render_host
+from tests.integration.conftest import Fleet
+
+STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
+
+
+def main_pid(fleet: Fleet, host: str) -> str:
+    return fleet.ssh(host, "systemctl show -p MainPID --value sglang-dsv4-decode").stdout.strip()
+
+
+def start_time(fleet: Fleet, host: str, pid: str) -> str:
+    return fleet.ssh(host, f"cut -d' ' -f22 /proc/{pid}/stat").stdout.strip()
+
+
+def environ(fleet: Fleet, host: str, pid: str) -> list[str]:
+    return fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
+
+
+def cgroup_pids(fleet: Fleet, host: str) -> list[str]:
+    cg = fleet.ssh(host, "systemctl show -p ControlGroup --value sglang-dsv4-decode").stdout.strip()
+    out = fleet.ssh(host, f"cat /sys/fs/cgroup/systemd{cg}/cgroup.procs 2>/dev/null || "
+                          f"cat /sys/fs/cgroup{cg}/cgroup.procs").stdout
+    return out.split()
+
+
+def tree_hash(fleet: Fleet, host: str) -> str:
+    return fleet.ssh(host, f"cd / && find {STATE} /root/serve_dsv4_decode.sh "
+                           "/etc/systemd/system/sglang-dsv4-decode.service -type f -o -type l | sort | "
+                           f"xargs -d '\\n' sha256sum 2>/dev/null; readlink {STATE}/current").stdout
+
+
+def test_first_apply_adopts_and_makes_the_knob_live(fleet: Fleet) -> None:
+    pids_before = {h: main_pid(fleet, h) for h in fleet.hosts}
+    proc = fleet.knobfleet("apply", "ctas512", "--yes", "--json", check=True)
+    report = json.loads(proc.stdout)
+    assert [h["status"] for h in report["hosts"]] == ["applied"] * 3
+    for host in fleet.hosts:
+        pid = main_pid(fleet, host)
+        assert pid != pids_before[host]
+        pids = cgroup_pids(fleet, host)
+        assert len(pids) == 4, pids  # main + 2 schedulers + detokenizer
+        for p in pids:
+            assert "SGLANG_SM120_MMA_TARGET_CTAS=512" in environ(fleet, host, p), (host, p)
+        cmdline = fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/cmdline").stdout.splitlines()
+        assert cmdline[:3] == ["/usr/bin/python3", "-m", "sglang_sim.launch_server"]
+        for flag in ("--disable-overlap-schedule", "--tp=2", "--trust-remote-code", "--mem-fraction-static=0.85"):
+            assert flag in cmdline
+        # The hand-written script is generation 0, byte for byte.
+        adopted = fleet.ssh(host, f"cat {STATE}/generations/0000/serve_dsv4_decode.sh").stdout
+        assert adopted == serve_script(LabHost(int(host[3:])))
+        meta0 = json.loads(fleet.ssh(host, f"cat {STATE}/generations/0000/meta.json").stdout)
+        assert meta0["status"] == "adopted"
+        meta1 = json.loads(fleet.ssh(host, f"cat {STATE}/current/meta.json").stdout)
+        assert (meta1["generation"], meta1["status"], meta1["profile"]) == (1, "good", "ctas512")
+
+
+def test_installed_files_are_byte_identical_to_render(fleet: Fleet) -> None:
+    profile = ProfileStore().resolve("ctas512")
+    for hv in load_hosts(fleet.inventory):
+        r = render_host(profile, hv)
+        got = fleet.ssh(hv.host, f"sha256sum {hv.script_path} {hv.unit_path}").stdout.split()
+        assert got[0] == hashlib.sha256(r.script.encode()).hexdigest(), hv.host
+        assert got[2] == hashlib.sha256(r.unit.encode()).hexdigest(), hv.host
+        cli = fleet.knobfleet("render", "ctas512", "--host", hv.host, check=True).stdout
+        assert cli == r.script
+
+
+def test_second_apply_changes_nothing(fleet: Fleet) -> None:
+    before = {h: (main_pid(fleet, h), tree_hash(fleet, h)) for h in fleet.hosts}
+    starts = {h: start_time(fleet, h, before[h][0]) for h in fleet.hosts}
+    proc = fleet.knobfleet("apply", "ctas512", "--yes", "--json", check=True)
+    report = json.loads(proc.stdout)
+    assert [h["status"] for h in report["hosts"]] == ["unchanged"] * 3
+    assert all(not h["restarted"] for h in report["hosts"])
+    for host in fleet.hosts:
+        pid = main_pid(fleet, host)
+        assert pid == before[host][0] and start_time(fleet, host, pid) == starts[host]
+        assert fleet.ssh(host, f"ls {STATE}/generations").stdout.split() == ["0000", "0001"]
+    # changed=0 in Ansible's own stats for that run
+    assert [h["changed_tasks"] for h in report["hosts"]] == [0, 0, 0]
+
+
+def test_check_diff_touches_nothing(fleet: Fleet) -> None:
+    before = {h: (main_pid(fleet, h), tree_hash(fleet, h)) for h in fleet.hosts}
+    proc = fleet.knobfleet("apply", "ctas768", "--check", "--diff")
+    assert proc.returncode == 2, proc.stderr
+    assert "SGLANG_SM120_MMA_TARGET_CTAS 512 → 768" in proc.stdout
+    assert "-export SGLANG_SM120_MMA_TARGET_CTAS=512" in proc.stdout
+    assert "+export SGLANG_SM120_MMA_TARGET_CTAS=768" in proc.stdout
+    for host in fleet.hosts:
+        assert (main_pid(fleet, host), tree_hash(fleet, host)) == before[host]
+    plan = fleet.knobfleet("plan", "ctas512")
+    assert plan.returncode == 0 and "3 in-sync" in plan.stdout
+
+
+def test_template_injection_is_written_literally(fleet: Fleet, tmp_path: Path) -> None:
+    payload = "{{ lookup('pipe','touch /tmp/knobfleet-pwned') }}"
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "evil.yaml").write_text("name: evil\nversion: 1\nenv:\n  KF_PAYLOAD: \"" + payload + "\"\n"
+                                 "  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 0\n")
+    proc = fleet.knobfleet("apply", str(d / "evil.yaml"), "--limit", "lab1", "--yes", check=True)
+    assert "applied" in proc.stdout
+    script = fleet.ssh("lab1", "cat /root/serve_dsv4_decode.sh").stdout
+    assert f"export KF_PAYLOAD={shlex.quote(payload)}\n" in script
+    assert f"KF_PAYLOAD={payload}" in environ(fleet, "lab1", main_pid(fleet, "lab1"))
+    assert not Path("/tmp/knobfleet-pwned").exists()
+    for host in fleet.hosts:
+        assert fleet.ssh(host, "test -e /tmp/knobfleet-pwned", check=False).returncode == 1
+
+
+def test_two_concurrent_applies_one_proceeds_one_fails_fast(fleet: Fleet) -> None:
+    argv = [sys.executable, "-m", "knobfleet", "apply", "-i", str(fleet.inventory), "--limit", "lab2", "--yes"]
+    a = subprocess.Popen([*argv, "ctas768"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen([*argv, "blockh16"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = [(p.wait(timeout=300), *p.communicate()) for p in (a, b)]
+    codes = sorted(r[0] for r in results)
+    assert codes == [0, 1], results
+    loser = next(r for r in results if r[0] == 1)
+    assert "lab2: apply refused: locked by root (run " in loser[2]
+    assert fleet.ssh("lab2", f"test -e {STATE}/lock", check=False).returncode == 1
+
+
+@pytest.mark.parametrize("bad", ["SGLANG_SM120_MMA_TARGET_CTS: 512", "SGLANG_SM120_MMA_BLOCK_H: 7"])
+def test_bad_profile_changes_nothing_anywhere(fleet: Fleet, tmp_path: Path, bad: str) -> None:
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "bad.yaml").write_text(f"name: bad\nversion: 1\nenv:\n  {bad}\n")
+    before = {h: tree_hash(fleet, h) for h in fleet.hosts}
+    proc = fleet.knobfleet("apply", str(d / "bad.yaml"), "--yes")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "bad.yaml: env.SGLANG_SM120_MMA_" in proc.stderr
+    assert {h: tree_hash(fleet, h) for h in fleet.hosts} == before
