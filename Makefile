@@ -31,7 +31,7 @@ demo: venv system-deps
 	$(BIN)/knobfleet lab up -n 3
 	$(BIN)/knobfleet lab status
 	$(BIN)/apply-profile ctas512 --yes
-	$(BIN)/knobfleet demo-summary
+
 
 test: venv system-deps
 	$(BIN)/python -m pytest -q tests/unit
@@ -41,8 +41,8 @@ unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: venv
-	$(BIN)/ruff check python tests perf
-	$(BIN)/ruff format --check python tests perf
+	$(BIN)/ruff check python tests
+	$(BIN)/ruff format --check python tests
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
 	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles

@@ -105,8 +105,7 @@ def wave_knobs(profile: Profile | None, overrides: list[str]) -> waves.KernelKno
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in waves.DEFAULTS:
-            raise KnobfleetError(f"--knob {item!r}: expected NAME=VALUE with NAME one of "
-                                 f"{', '.join(waves.DEFAULTS)}")
+            raise KnobfleetError(f"--knob {item!r}: expected NAME=VALUE with NAME one of {', '.join(waves.DEFAULTS)}")
         env[name] = value
     try:
         return waves.KernelKnobs.from_env(env)
@@ -114,8 +113,15 @@ def wave_knobs(profile: Profile | None, overrides: list[str]) -> waves.KernelKno
         raise KnobfleetError(f"--knob: {exc}") from None
 
 
-def wave_plan(profile_name: str | None, knob_args: list[str], gpu: str | None, sms: int | None,
-              heads: int, batches: list[int], context: int) -> tuple[WavePlan, Profile | None]:
+def wave_plan(
+    profile_name: str | None,
+    knob_args: list[str],
+    gpu: str | None,
+    sms: int | None,
+    heads: int,
+    batches: list[int],
+    context: int,
+) -> tuple[WavePlan, Profile | None]:
     profile = store().resolve(profile_name) if profile_name else None
     knobs = wave_knobs(profile, knob_args)
     n_sms = resolve_sms(gpu, sms, profile)
@@ -134,8 +140,9 @@ class Suggestion:
     written: str | None
 
 
-def suggest_ctas(plan: WavePlan, base: Profile | None, weights: dict[int, float], top: int,
-                 write: bool) -> list[Suggestion]:
+def suggest_ctas(
+    plan: WavePlan, base: Profile | None, weights: dict[int, float], top: int, write: bool
+) -> list[Suggestion]:
     """Rank TARGET_CTAS candidates by predicted weighted cost (attention + split combine)."""
 
     def score(k: waves.KernelKnobs) -> float:
@@ -149,8 +156,10 @@ def suggest_ctas(plan: WavePlan, base: Profile | None, weights: dict[int, float]
     current = score(plan.knobs)
     candidates = sorted({32 * i for i in range(1, 65)} | {plan.knobs.target_ctas})
     scored = sorted(
-        ((score(waves.KernelKnobs(c, plan.knobs.block_h, plan.knobs.nsplit_max, plan.knobs.min_chunk)), c)
-         for c in candidates),
+        (
+            (score(waves.KernelKnobs(c, plan.knobs.block_h, plan.knobs.nsplit_max, plan.knobs.min_chunk)), c)
+            for c in candidates
+        ),
         key=lambda t: (round(t[0], 9), t[1]),
     )
     out: list[Suggestion] = []
@@ -182,8 +191,10 @@ def write_candidate(base: Profile, ctas: int) -> str:
     if path.exists():
         if path.read_text(encoding="utf-8") == body:
             return paths.display(path)
-        raise KnobfleetError(f"{paths.display(path)}: exists with other content; not overwritten "
-                             "(delete or rename it to write the suggestion)")
+        raise KnobfleetError(
+            f"{paths.display(path)}: exists with other content; not overwritten "
+            "(delete or rename it to write the suggestion)"
+        )
     path.write_text(body, encoding="utf-8")
     st.resolve(name, check_lock=False)
     return paths.display(path)
@@ -216,8 +227,13 @@ def parse_int_list(text: str, flag: str) -> list[int]:
 
 
 def rendered_json(r: Rendered) -> dict[str, Any]:
-    return {"host": r.host, "script_sha256": r.script_sha256, "unit_sha256": r.unit_sha256,
-            "env": r.env, "argv": r.argv}
+    return {
+        "host": r.host,
+        "script_sha256": r.script_sha256,
+        "unit_sha256": r.unit_sha256,
+        "env": r.env,
+        "argv": r.argv,
+    }
 
 
 def dumps(data: Any) -> str:

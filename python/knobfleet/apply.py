@@ -40,9 +40,16 @@ class HostOutcome:
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "host": self.host, "status": self.status, "batch": self.batch, "generation": self.generation,
-            "previous": self.previous, "restarted": self.restarted, "main_pid": self.main_pid,
-            "ready_s": self.ready_s, "message": self.message, "changed_tasks": self.changed_tasks,
+            "host": self.host,
+            "status": self.status,
+            "batch": self.batch,
+            "generation": self.generation,
+            "previous": self.previous,
+            "restarted": self.restarted,
+            "main_pid": self.main_pid,
+            "ready_s": self.ready_s,
+            "message": self.message,
+            "changed_tasks": self.changed_tasks,
         }
         if self.live is not None:
             out["live"] = {"ok": self.live.ok, "problems": self.live.problems, "seen": self.live.seen}
@@ -70,17 +77,27 @@ class ApplyReport:
         return EXIT_OK
 
     def as_json(self) -> dict[str, Any]:
-        return {"profile": self.profile.name, "version": self.profile.version, "hash": self.profile.content_hash,
-                "check": self.check, "run_ids": self.run_ids, "wall_s": round(self.wall_s, 3),
-                "exit_code": self.exit_code, "hosts": [h.as_json() for h in self.hosts]}
+        return {
+            "profile": self.profile.name,
+            "version": self.profile.version,
+            "hash": self.profile.content_hash,
+            "check": self.check,
+            "run_ids": self.run_ids,
+            "wall_s": round(self.wall_s, 3),
+            "exit_code": self.exit_code,
+            "hosts": [h.as_json() for h in self.hosts],
+        }
 
 
 def _diff_text(d: dict[str, Any], path: str) -> str:
     import difflib
 
     before, after = str(d.get("before", "")), str(d.get("after", ""))
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"{path} (installed)",
-                                        f"{path} (profile)"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"{path} (installed)", f"{path} (profile)"
+        )
+    )
 
 
 def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: bool) -> HostOutcome:
@@ -100,8 +117,11 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
     if check:
         script_diffs = [d for d in hr.diffs if d.get("task") == "Render the serve script"]
         where = {"Render the serve script": hv.script_path, "Render the systemd unit": hv.unit_path}
-        out.diffs = [{"path": where.get(d["task"], d["task"]), "diff": _diff_text(d, where.get(d["task"], ""))}
-                     for d in hr.diffs if d.get("task") in where]
+        out.diffs = [
+            {"path": where.get(d["task"], d["task"]), "diff": _diff_text(d, where.get(d["task"], ""))}
+            for d in hr.diffs
+            if d.get("task") in where
+        ]
         for d in script_diffs:
             out.knob_changes = [str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))]
         out.status = "pending" if hr.diffs or hr.changed else "in-sync"
@@ -122,9 +142,18 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
     return out
 
 
-def apply(profile: Profile, hosts: list[HostVars], inventory: Path, *, check: bool = False,
-          serial: str | None = None, canary: bool = False, max_fail_percent: float = 0.0,
-          break_lock: bool = False, on_event: Callable[[Event], None] | None = None) -> ApplyReport:
+def apply(
+    profile: Profile,
+    hosts: list[HostVars],
+    inventory: Path,
+    *,
+    check: bool = False,
+    serial: str | None = None,
+    canary: bool = False,
+    max_fail_percent: float = 0.0,
+    break_lock: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), then roll out in batches,
     stopping at the first batch whose failures exceed ``max_fail_percent``."""
     rendered = {hv.host: render_host(profile, hv) for hv in hosts}
@@ -142,13 +171,25 @@ def apply(profile: Profile, hosts: list[HostVars], inventory: Path, *, check: bo
             continue
         run_id = new_run_id()
         run_ids.append(run_id)
-        result = run_playbook(RunRequest(
-            playbook="apply.yml", inventory=inventory, limit=",".join(group),
-            trusted_vars={"knob_serve_run_id": run_id, "knob_serve_operator": operator(),
-                          "knob_serve_controller": controller_id(), "knob_serve_break_lock": break_lock},
-            unsafe_vars={"knob_serve_profile": profile_vars(profile)},
-            check=check, diff=check, forks=min(max(len(group), 1), 64), on_event=on_event, run_id=run_id,
-        ))
+        result = run_playbook(
+            RunRequest(
+                playbook="apply.yml",
+                inventory=inventory,
+                limit=",".join(group),
+                trusted_vars={
+                    "knob_serve_run_id": run_id,
+                    "knob_serve_operator": operator(),
+                    "knob_serve_controller": controller_id(),
+                    "knob_serve_break_lock": break_lock,
+                },
+                unsafe_vars={"knob_serve_profile": profile_vars(profile)},
+                check=check,
+                diff=check,
+                forks=min(max(len(group), 1), 64),
+                on_event=on_event,
+                run_id=run_id,
+            )
+        )
         ansible_s += result.wall_s
         batch_out = [_outcome(by_name[h], rendered[h], result, n, check) for h in group]
         outcomes += batch_out
@@ -176,8 +217,7 @@ def _stale_hint(holder: dict[str, Any]) -> str:
     ctrl = str(holder.get("controller") or "")
     host, _, pid = ctrl.rpartition(":")
     if host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-        return (f"; that applier (pid {pid}) no longer runs, so the lock is stale: "
-                "re-run with --break-lock to break it")
+        return f"; that applier (pid {pid}) no longer runs, so the lock is stale: re-run with --break-lock to break it"
     return "; wait for it to finish (or, if it was killed, re-run with --break-lock)"
 
 

@@ -109,16 +109,24 @@ def cmd_waves(args: argparse.Namespace) -> int:
     from knobfleet import app, report
 
     if not args.profile and not args.knob:
-        raise KnobfleetError("waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob "
-                             "SGLANG_SM120_MMA_TARGET_CTAS=512)")
+        raise KnobfleetError(
+            "waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob SGLANG_SM120_MMA_TARGET_CTAS=512)"
+        )
     batches = app.parse_int_list(args.batch, "--batch")
     plan, profile = app.wave_plan(args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context)
     if args.suggest:
         weights = app.parse_weights(args.weights)
         picks = app.suggest_ctas(plan, profile, weights, args.top, write=profile is not None and not args.no_write)
         if args.json:
-            _out(report.to_json({**plan.as_json(), "suggestions": [s.__dict__ for s in picks],
-                                 "note": "wave-model prediction, not a measurement; validate with knobfleet ab"}))
+            _out(
+                report.to_json(
+                    {
+                        **plan.as_json(),
+                        "suggestions": [s.__dict__ for s in picks],
+                        "note": "wave-model prediction, not a measurement; validate with knobfleet ab",
+                    }
+                )
+            )
             return EXIT_OK
         _out(report.waves_table(plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs))
         _out("\nThis is a prediction from the wave model, not a measurement: validate each pick with `knobfleet ab`.")
@@ -136,8 +144,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
 
 
 def _inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
-    p.add_argument("-i", "--inventory", type=Path, default=None,
-                   help="Ansible inventory (default: inventories/lab)")
+    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
     if limit:
         p.add_argument("--limit", "-l", default=None, help="Ansible host pattern to restrict the run to")
 

@@ -21,19 +21,27 @@ def _confirm(n_hosts: int, profile: str, args: argparse.Namespace) -> None:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet import app, report
+    from knobfleet import app, paths, report
     from knobfleet import apply as apply_uc
     from knobfleet.progress import Progress
 
     profile = app.store().resolve(args.profile)
-    inventory = args.inventory or app.paths.default_inventory()
+    inventory = args.inventory or paths.default_inventory()
     hosts = app.hosts(inventory, args.limit)
     _confirm(len(hosts), profile.ref, args)
     try:
         with Progress(enabled=not args.json) as progress:
-            result = apply_uc.apply(profile, hosts, inventory, check=args.check, serial=args.serial,
-                                    canary=args.canary, max_fail_percent=args.max_fail_percent,
-                                    break_lock=args.break_lock, on_event=progress)
+            result = apply_uc.apply(
+                profile,
+                hosts,
+                inventory,
+                check=args.check,
+                serial=args.serial,
+                canary=args.canary,
+                max_fail_percent=args.max_fail_percent,
+                break_lock=args.break_lock,
+                on_event=progress,
+            )
     except LockHeld as exc:
         if args.json and exc.report is not None:
             _out(report.to_json(exc.report.as_json()))  # type: ignore[attr-defined]
@@ -67,8 +75,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--diff", action="store_true", help="with --check: show file diffs")
     p.add_argument("--serial", default=None, help="batch size: N hosts or N%% at a time")
     p.add_argument("--canary", action="store_true", help="one host first, then the rest")
-    p.add_argument("--max-fail-percent", type=float, default=0.0,
-                   help="failed hosts tolerated before the rollout stops (default 0)")
+    p.add_argument(
+        "--max-fail-percent",
+        type=float,
+        default=0.0,
+        help="failed hosts tolerated before the rollout stops (default 0)",
+    )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(func=cmd_apply)
     p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff)")

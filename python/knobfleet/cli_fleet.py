@@ -22,10 +22,11 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     hosts = lab.up(args.n)
     took = time.monotonic() - started
-    _out(report.table(["host", "address", "state", "pid"],
-                      [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
-    _out(f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
-         f"inventory: {'inventories/lab' if args.n == 3 else lab.dir / 'inventory'}")
+    _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
+    _out(
+        f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
+        f"inventory: {'inventories/lab' if args.n == 3 else lab.dir / 'inventory'}"
+    )
     return EXIT_OK
 
 
@@ -44,12 +45,30 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
     lab = Lab()
     hosts = lab.status()
     if args.json:
-        _out(report.to_json({"hosts": [
-            {"name": h.name, "address": h.address, "ssh_port": 22, "ssh_user": "root", "ssh_key": str(lab.key),
-             "known_hosts": str(lab.known_hosts), "state": h.state} for h in hosts]}))
+        _out(
+            report.to_json(
+                {
+                    "hosts": [
+                        {
+                            "name": h.name,
+                            "address": h.address,
+                            "ssh_port": 22,
+                            "ssh_user": "root",
+                            "ssh_key": str(lab.key),
+                            "known_hosts": str(lab.known_hosts),
+                            "state": h.state,
+                        }
+                        for h in hosts
+                    ]
+                }
+            )
+        )
     elif hosts:
-        _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"]
-                                                                 for h in hosts]))
+        _out(
+            report.table(
+                ["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]
+            )
+        )
     else:
         _out("lab: no hosts; boot them with `knobfleet lab up -n 3`")
     return EXIT_OK

@@ -90,7 +90,7 @@ class HostVars(BaseModel):
 
 def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> HostVars:
     """Build HostVars from one host's (already templated) inventory variables."""
-    data: dict[str, Any] = {k[len(PREFIX):]: v for k, v in variables.items() if k.startswith(PREFIX)}
+    data: dict[str, Any] = {k[len(PREFIX) :]: v for k, v in variables.items() if k.startswith(PREFIX)}
     data["host"] = host
     data["address"] = str(variables.get("ansible_host", host))
     if "knob_profile" in variables:
@@ -98,8 +98,7 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     for key in ("host_env", "host_args"):
         if isinstance(data.get(key), dict):
             data[key] = {
-                str(k): (v if isinstance(v, bool) and key == "host_args" else str(v))
-                for k, v in data[key].items()
+                str(k): (v if isinstance(v, bool) and key == "host_args" else str(v)) for k, v in data[key].items()
             }
     try:
         return HostVars.model_validate(data)

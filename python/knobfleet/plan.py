@@ -38,7 +38,7 @@ def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str
                 raise ValueError
     except ValueError:
         raise KnobfleetError(f"--serial {serial!r}: expected a count such as 2 or a percentage such as 25%") from None
-    return out + [rest[i:i + size] for i in range(0, len(rest), size)]
+    return out + [rest[i : i + size] for i in range(0, len(rest), size)]
 
 
 def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
@@ -94,10 +94,15 @@ class KnobChange:
 def knob_changes(before_script: str, after_script: str) -> list[KnobChange]:
     env_a, argv_a = parse_script(before_script)
     env_b, argv_b = parse_script(after_script)
-    out = [KnobChange("env", k, env_a.get(k), env_b.get(k)) for k in sorted(env_a.keys() | env_b.keys())
-           if env_a.get(k) != env_b.get(k)]
+    out = [
+        KnobChange("env", k, env_a.get(k), env_b.get(k))
+        for k in sorted(env_a.keys() | env_b.keys())
+        if env_a.get(k) != env_b.get(k)
+    ]
     fa, fb = _flags(argv_a), _flags(argv_b)
-    out += [KnobChange("flag", k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)]
+    out += [
+        KnobChange("flag", k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)
+    ]
     return out
 
 
@@ -109,8 +114,13 @@ class LiveCheck:
     seen: dict[str, str]  # knob → value live in the main process
 
 
-def check_live(expected_env: dict[str, str], expected_argv: list[str], main_pid: int | None,
-               processes: list[dict[str, Any]], watch: list[str]) -> LiveCheck:
+def check_live(
+    expected_env: dict[str, str],
+    expected_argv: list[str],
+    main_pid: int | None,
+    processes: list[dict[str, Any]],
+    watch: list[str],
+) -> LiveCheck:
     """Compare the engine's live processes with what was rendered: every profile env var in every
     process of the unit, and the main process's cmdline."""
     problems: list[str] = []
@@ -123,7 +133,8 @@ def check_live(expected_env: dict[str, str], expected_argv: list[str], main_pid:
         env = proc.get("env") or {}
         for name, value in expected_env.items():
             if env.get(name) != value:
-                problems.append(f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env.get(name)!r}, "
-                                f"expected {value!r}")
+                problems.append(
+                    f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env.get(name)!r}, expected {value!r}"
+                )
     seen = {k: (main.get("env") or {}).get(k, "(unset)") for k in watch}
     return LiveCheck(not problems, main_pid, problems, seen)

@@ -47,8 +47,13 @@ class Progress:
         host, task, kind = data.get("host"), str(data.get("task", "")), event.get("event", "")
         if not host:
             return
-        state = {"runner_on_start": "running", "runner_on_ok": "ok", "runner_on_failed": "FAILED",
-                 "runner_on_unreachable": "UNREACHABLE", "runner_on_skipped": "skipped"}.get(kind)
+        state = {
+            "runner_on_start": "running",
+            "runner_on_ok": "ok",
+            "runner_on_failed": "FAILED",
+            "runner_on_unreachable": "UNREACHABLE",
+            "runner_on_skipped": "skipped",
+        }.get(kind)
         if state is None:
             return
         with self._lock:

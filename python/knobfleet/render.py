@@ -97,12 +97,16 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
     """A key set by both the host vars and the profile is an error naming both places."""
     problems = []
     for name in sorted(set(profile.env) & set(hv.host_env)):
-        problems.append(f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
-                        f"knob_serve_host_env; remove it from one of them")
+        problems.append(
+            f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
+            f"knob_serve_host_env; remove it from one of them"
+        )
     for flag in sorted(set(profile.args) & (set(hv.host_args) | set(HOST_FLAGS))):
         source = "knob_serve_host_args" if flag in hv.host_args else f"knob_serve_{flag.replace('-', '_')}"
-        problems.append(f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
-                        f"{source}; remove it from one of them")
+        problems.append(
+            f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
+            f"{source}; remove it from one of them"
+        )
     if problems:
         raise RenderError("\n".join(problems))
 

@@ -47,8 +47,10 @@ def profile_show(profile: Profile, locked: str | None) -> str:
     out += [f"  --{k}" if v is True else f"  --{k}={v}" for k, v in profile.args.items() if v is not False]
     g = profile.gate
     weights = ",".join(f"{c}={w:g}" for c, w in sorted(g.weights.items()))
-    out.append(f"gate       baseline={g.baseline} conc={','.join(map(str, g.concurrency))} weights={weights} "
-               f"min_effect={g.min_effect:g} max_regression={g.max_regression:g}")
+    out.append(
+        f"gate       baseline={g.baseline} conc={','.join(map(str, g.concurrency))} weights={weights} "
+        f"min_effect={g.min_effect:g} max_regression={g.max_regression:g}"
+    )
     return "\n".join(out)
 
 
@@ -57,8 +59,17 @@ def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int]
     body = table(
         ["batch", "n_hg", "nsplit", "CTAs", "waves", "ceil", "last wave", "cost", "cost/req"],
         [
-            [r.batch, r.n_hg, r.nsplit, r.ctas, f"{r.waves:.2f}", r.waves_ceil,
-             f"{r.last_wave_ctas} CTAs ({r.last_wave_fill:.0%})", f"{r.cost:.3f}", f"{r.cost / r.batch:.4f}"]
+            [
+                r.batch,
+                r.n_hg,
+                r.nsplit,
+                r.ctas,
+                f"{r.waves:.2f}",
+                r.waves_ceil,
+                f"{r.last_wave_ctas} CTAs ({r.last_wave_fill:.0%})",
+                f"{r.cost:.3f}",
+                f"{r.cost / r.batch:.4f}",
+            ]
             for r in rows
         ],
         align="rrrrrrrrr",
@@ -79,8 +90,17 @@ def apply_summary(result: Any) -> str:
         gen = "-" if h.generation is None else f"{h.generation:04d}"
         if h.previous is not None and h.generation != h.previous:
             gen = f"{h.previous:04d}→{gen}"
-        rows.append([h.host, h.status, gen, h.main_pid or "-", f"{h.ready_s:.1f}s" if h.ready_s else "-",
-                     live or "-", h.message or ("restarted" if h.restarted else "")])
+        rows.append(
+            [
+                h.host,
+                h.status,
+                gen,
+                h.main_pid or "-",
+                f"{h.ready_s:.1f}s" if h.ready_s else "-",
+                live or "-",
+                h.message or ("restarted" if h.restarted else ""),
+            ]
+        )
     verb = "plan" if result.check else "apply"
     head = f"{verb} {result.profile.ref} ({result.profile.content_hash[:19]}…)"
     out = [head, table(["host", "result", "generation", "engine pid", "ready", "live knobs", "note"], rows)]
@@ -92,8 +112,10 @@ def apply_summary(result: Any) -> str:
                 if d.get("diff"):
                     out.append(d["diff"].rstrip("\n"))
     failed = [h for h in result.hosts if h.status == "failed"]
-    counts = {s: sum(h.status == s for h in result.hosts) for s in
-              ("applied", "unchanged", "failed", "not-run", "pending", "in-sync")}
+    counts = {
+        s: sum(h.status == s for h in result.hosts)
+        for s in ("applied", "unchanged", "failed", "not-run", "pending", "in-sync")
+    }
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     out.append(f"{summary}; {result.wall_s:.1f}s")
     for h in failed:

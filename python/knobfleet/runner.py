@@ -202,9 +202,17 @@ def run_playbook(req: RunRequest) -> RunResult:
     started = time.monotonic()
     try:
         r = ansible_runner.run(
-            private_data_dir=str(pdd), playbook=str(playbook), inventory=str(req.inventory.resolve()),
-            limit=req.limit, cmdline=cmdline, envvars=_env(req.forks), quiet=True, ident=run_id,
-            event_handler=handler, settings={"suppress_ansible_output": True}, forks=req.forks,
+            private_data_dir=str(pdd),
+            playbook=str(playbook),
+            inventory=str(req.inventory.resolve()),
+            limit=req.limit,
+            cmdline=cmdline,
+            envvars=_env(req.forks),
+            quiet=True,
+            ident=run_id,
+            event_handler=handler,
+            settings={"suppress_ansible_output": True},
+            forks=req.forks,
         )
     except Exception as exc:  # ansible-runner raises plain exceptions for setup problems
         raise RunError(f"ansible-runner could not start {req.playbook}: {exc}") from None

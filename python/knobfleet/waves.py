@@ -22,6 +22,7 @@ Splitting also costs a combine pass proportional to B * H * nsplit (see ``combin
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -125,22 +126,22 @@ def combine_cost(batch: int, nsplit: int, heads: int = 64) -> float:
     return 0.0 if nsplit <= 1 else COMBINE_UNIT * batch * heads * nsplit / (96 * 64 * 2)
 
 
-def table(batches: list[int], knobs: KernelKnobs, sms: int, heads: int = 64,
-          context: int = L_REF) -> list[WaveRow]:
+def table(batches: list[int], knobs: KernelKnobs, sms: int, heads: int = 64, context: int = L_REF) -> list[WaveRow]:
     return [row(b, knobs, sms, heads, context) for b in sorted(set(batches))]
 
 
 def cliffs(rows: list[WaveRow]) -> list[int]:
     """Batch sizes where the attention cost per request rises as the batch grows (a wave cliff)."""
     out = []
-    for prev, cur in zip(rows, rows[1:], strict=False):
+    for prev, cur in itertools.pairwise(rows):
         if cur.cost / cur.batch > prev.cost / prev.batch * 1.0001:
             out.append(cur.batch)
     return out
 
 
-def weighted_cost(knobs: KernelKnobs, weights: dict[int, float], sms: int, heads: int = 64,
-                  context: int = L_REF) -> float:
+def weighted_cost(
+    knobs: KernelKnobs, weights: dict[int, float], sms: int, heads: int = 64, context: int = L_REF
+) -> float:
     """Traffic-weighted attention cost per request; lower is better."""
     total = sum(weights.values())
     if total <= 0:

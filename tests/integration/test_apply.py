@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.integration.conftest import Fleet
 
 from knobfleet.inventory import load_hosts
 from knobfleet.lab.hostfiles import LabHost, serve_script
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
-from tests.integration.conftest import Fleet
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 
@@ -34,15 +34,19 @@ def environ(fleet: Fleet, host: str, pid: str) -> list[str]:
 
 def cgroup_pids(fleet: Fleet, host: str) -> list[str]:
     cg = fleet.ssh(host, "systemctl show -p ControlGroup --value sglang-dsv4-decode").stdout.strip()
-    out = fleet.ssh(host, f"cat /sys/fs/cgroup/systemd{cg}/cgroup.procs 2>/dev/null || "
-                          f"cat /sys/fs/cgroup{cg}/cgroup.procs").stdout
+    out = fleet.ssh(
+        host, f"cat /sys/fs/cgroup/systemd{cg}/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup{cg}/cgroup.procs"
+    ).stdout
     return out.split()
 
 
 def tree_hash(fleet: Fleet, host: str) -> str:
-    return fleet.ssh(host, f"cd / && find {STATE} /root/serve_dsv4_decode.sh "
-                           "/etc/systemd/system/sglang-dsv4-decode.service -type f -o -type l | sort | "
-                           f"xargs -d '\\n' sha256sum 2>/dev/null; readlink {STATE}/current").stdout
+    return fleet.ssh(
+        host,
+        f"cd / && find {STATE} /root/serve_dsv4_decode.sh "
+        "/etc/systemd/system/sglang-dsv4-decode.service -type f -o -type l | sort | "
+        f"xargs -d '\\n' sha256sum 2>/dev/null; readlink {STATE}/current",
+    ).stdout
 
 
 def test_first_apply_adopts_and_makes_the_knob_live(fleet: Fleet) -> None:
@@ -113,8 +117,9 @@ def test_template_injection_is_written_literally(fleet: Fleet, tmp_path: Path) -
     payload = "{{ lookup('pipe','touch /tmp/knobfleet-pwned') }}"
     d = tmp_path / "profiles"
     d.mkdir()
-    (d / "evil.yaml").write_text("name: evil\nversion: 1\nenv:\n  KF_PAYLOAD: \"" + payload + "\"\n"
-                                 "  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 0\n")
+    (d / "evil.yaml").write_text(
+        'name: evil\nversion: 1\nenv:\n  KF_PAYLOAD: "' + payload + '"\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 0\n'
+    )
     proc = fleet.knobfleet("apply", str(d / "evil.yaml"), "--limit", "lab1", "--yes", check=True)
     assert "applied" in proc.stdout
     script = fleet.ssh("lab1", "cat /root/serve_dsv4_decode.sh").stdout

@@ -7,9 +7,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.integration.conftest import ssh
+
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.nspawn import Lab, _port_open
-from tests.integration.conftest import ssh
 
 
 def wait_http(url: str, timeout: float = 30) -> int:
@@ -47,9 +48,13 @@ def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     assert {h.name: h.pid for h in lab.status()} == pids
 
     # The stand-in engine under systemd-run, on its own port, with a knob in its environment.
-    ssh(lab, "lab1", "systemctl stop sglang-dsv4-decode; systemd-run --unit=kf-test "
+    ssh(
+        lab,
+        "lab1",
+        "systemctl stop sglang-dsv4-decode; systemd-run --unit=kf-test "
         "-E SGLANG_SM120_MMA_TARGET_CTAS=768 -E SGLANG_SIM_STARTUP_S=0.5 "
-        "/usr/bin/python3 -m sglang_sim.launch_server --model-path /m --host 127.0.1.1 --port 30001 --tp 2")
+        "/usr/bin/python3 -m sglang_sim.launch_server --model-path /m --host 127.0.1.1 --port 30001 --tp 2",
+    )
     assert wait_http("http://127.0.1.1:30001/health") == 200
     pgrep = ssh(lab, "lab1", "pgrep -f sglang::scheduler_TP1").stdout.split()
     assert len(pgrep) == 1

@@ -37,7 +37,7 @@ def cgroup_dirs(host: LabHost) -> list[Path]:
 
     Each nspawn must sit in a cgroup of its own: started from a shared cgroup, every nspawn puts its
     container in the same ``payload`` cgroup, and one container's systemd then stops the others."""
-    out = []
+    out: list[Path] = []
     for base in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
         if (base / "cgroup.procs").exists() and not (base == Path("/sys/fs/cgroup") and out):
             out.append(base / CGROUP_PARENT / host.name)
@@ -135,13 +135,20 @@ class Lab:
     def preflight(self) -> None:
         if os.geteuid() != 0:
             raise LabError("lab: needs root (systemd-nspawn and mounts); run as root or with sudo")
-        for tool, pkg in (("systemd-nspawn", "systemd-container"), ("sshd", "openssh-server"),
-                          ("ssh-keygen", "openssh-client")):
+        for tool, pkg in (
+            ("systemd-nspawn", "systemd-container"),
+            ("sshd", "openssh-server"),
+            ("ssh-keygen", "openssh-client"),
+        ):
             if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
-                raise LabError(f"lab: {tool} not found; install it with `apt-get install -y {pkg}` "
-                               "(or run `make demo`, which does)")
+                raise LabError(
+                    f"lab: {tool} not found; install it with `apt-get install -y {pkg}` "
+                    "(or run `make demo`, which does)"
+                )
         if not Path("/usr/bin/python3").exists():
-            raise LabError("lab: /usr/bin/python3 not found; lab hosts need it for Ansible (apt-get install -y python3)")
+            raise LabError(
+                "lab: /usr/bin/python3 not found; lab hosts need it for Ansible (apt-get install -y python3)"
+            )
 
     def ensure_keys(self) -> None:
         self.ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -161,8 +168,10 @@ class Lab:
                 continue
             self._cleanup(host)
             if _port_open(host.address, 22):
-                raise LabError(f"lab up: {host.address}:22 is already taken by another process; "
-                               f"free it (ss -ltnp 'sport = :22') or stop that service")
+                raise LabError(
+                    f"lab up: {host.address}:22 is already taken by another process; "
+                    f"free it (ss -ltnp 'sport = :22') or stop that service"
+                )
             self._prepare(host)
             self._boot(host)
             started.append(host)
@@ -177,8 +186,17 @@ class Lab:
         _run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", f"knobfleet-{host.name}", str(hdir)])
         for sub in ("upper", "work", "root"):
             (hdir / sub).mkdir()
-        _run(["mount", "-t", "overlay", f"knobfleet-{host.name}", "-o",
-              f"lowerdir=/,upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root")])
+        _run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                f"knobfleet-{host.name}",
+                "-o",
+                f"lowerdir=/,upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
+                str(hdir / "root"),
+            ]
+        )
         root = hdir / "root"
         _write(root / "etc/hostname", f"{host.name}\n")
         _write(root / "etc/machine-id", os.urandom(16).hex() + "\n")
@@ -192,8 +210,10 @@ class Lab:
         _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), hostfiles.serve_script(host), 0o755)
         unit_dir = root / "etc/systemd/system"
         _write(unit_dir / f"{hostfiles.SERVICE}.service", hostfiles.serve_unit())
-        _link(unit_dir / "multi-user.target.wants" / f"{hostfiles.SERVICE}.service",
-              f"/etc/systemd/system/{hostfiles.SERVICE}.service")
+        _link(
+            unit_dir / "multi-user.target.wants" / f"{hostfiles.SERVICE}.service",
+            f"/etc/systemd/system/{hostfiles.SERVICE}.service",
+        )
         self._mask_units(root)
         self._install_sim(root)
         for stale in ("var/lib/knobfleet", "run/nologin", "etc/nologin"):
@@ -206,12 +226,21 @@ class Lab:
     def _mask_units(self, root: Path) -> None:
         unit_dir = root / "etc/systemd/system"
         masks = set(hostfiles.MASKED_UNITS)
-        for wants in ("multi-user.target.wants", "timers.target.wants", "sysinit.target.wants",
-                      "getty.target.wants", "sockets.target.wants", "graphical.target.wants"):
+        for wants in (
+            "multi-user.target.wants",
+            "timers.target.wants",
+            "sysinit.target.wants",
+            "getty.target.wants",
+            "sockets.target.wants",
+            "graphical.target.wants",
+        ):
             d = Path("/etc/systemd/system") / wants
             if d.is_dir():
-                masks |= {e.name for e in d.iterdir() if e.name not in hostfiles.KEEP_WANTS
-                          and not e.name.startswith("systemd-journald")}
+                masks |= {
+                    e.name
+                    for e in d.iterdir()
+                    if e.name not in hostfiles.KEEP_WANTS and not e.name.startswith("systemd-journald")
+                }
         for unit in sorted(masks):
             target = unit_dir / unit
             if target.is_symlink() or target.exists():
@@ -231,14 +260,31 @@ class Lab:
     def _boot(self, host: LabHost) -> None:
         (self.dir / "run").mkdir(parents=True, exist_ok=True)
         log = open(self.dir / "run" / f"{host.name}.log", "wb")  # noqa: SIM115 - handed to the child
-        cmd = ["systemd-nspawn", "--boot", f"--directory={self.host_dir(host) / 'root'}",
-               f"--machine={host.machine}", f"--hostname={host.name}", "--register=no", "--keep-unit",
-               "--link-journal=no", "--console=passive", "--resolv-conf=off", "--timezone=off", "-q"]
+        cmd = [
+            "systemd-nspawn",
+            "--boot",
+            f"--directory={self.host_dir(host) / 'root'}",
+            f"--machine={host.machine}",
+            f"--hostname={host.name}",
+            "--register=no",
+            "--keep-unit",
+            "--link-journal=no",
+            "--console=passive",
+            "--resolv-conf=off",
+            "--timezone=off",
+            "-q",
+        ]
         dirs = cgroup_dirs(host)
         with log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True,
-                                    preexec_fn=lambda: _join_cgroups(dirs))
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=lambda: _join_cgroups(dirs),
+            )
         self.pid_file(host).write_text(f"{proc.pid}\n")
 
     def _write_known_hosts(self, hosts: list[LabHost]) -> None:
@@ -256,28 +302,50 @@ class Lab:
             for host in list(pending):
                 if self.pid(host) is None:
                     tail = _tail(self.dir / "run" / f"{host.name}.log")
-                    raise LabError(f"lab up: {host.name}: systemd-nspawn exited during boot; last console lines:\n{tail}")
+                    raise LabError(
+                        f"lab up: {host.name}: systemd-nspawn exited during boot; last console lines:\n{tail}"
+                    )
                 if _port_open(host.address, 22):
                     pending.remove(host)
             if pending and time.monotonic() > deadline:
                 names = ", ".join(h.name for h in pending)
-                raise LabError(f"lab up: {names}: sshd did not answer within {BOOT_TIMEOUT_S:.0f}s; "
-                               f"see {paths.display(self.dir / 'run')}/<host>.log, then `knobfleet lab down`")
+                raise LabError(
+                    f"lab up: {names}: sshd did not answer within {BOOT_TIMEOUT_S:.0f}s; "
+                    f"see {paths.display(self.dir / 'run')}/<host>.log, then `knobfleet lab down`"
+                )
             if pending:
                 time.sleep(0.1)
 
     def ssh_argv(self, host: LabHost, command: list[str] | None = None) -> list[str]:
-        argv = ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                "-o", "ConnectTimeout=10", f"root@{host.address}"]
+        argv = [
+            "ssh",
+            "-i",
+            str(self.key),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"root@{host.address}",
+        ]
         return argv + (command or [])
 
     def write_inventory(self, hosts: list[LabHost]) -> Path:
         """An inventory for exactly the hosts that are up (``inventories/lab`` lists lab1..lab3)."""
         inv = self.dir / "inventory"
         (inv / "group_vars").mkdir(parents=True, exist_ok=True)
-        lines = ["# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
-                 "all:", "  children:", "    decode:", "      hosts:"]
+        lines = [
+            "# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
+            "all:",
+            "  children:",
+            "    decode:",
+            "      hosts:",
+        ]
         for host in hosts:
             lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
         _write(inv / "hosts.yml", "\n".join(lines) + "\n")
@@ -314,9 +382,8 @@ class Lab:
         hdir = self.host_dir(host)
         _kill_leftovers(cgroup_dirs(host))
         for mnt in (hdir / "root", hdir):
-            if _mounted(mnt):
-                if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-                    _run(["umount", "-l", str(mnt)])
+            if _mounted(mnt) and subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+                _run(["umount", "-l", str(mnt)])
         if hdir.exists() and not _mounted(hdir):
             shutil.rmtree(hdir, ignore_errors=True)
         self.pid_file(host).unlink(missing_ok=True)

@@ -33,8 +33,12 @@ def catalog_for(engine: str, directory: Path | None = None) -> Catalog:
     base = directory or paths.catalogs_dir()
     path = base / f"{engine}.yaml"
     if not path.is_file():
-        raise ProfileError([f"{paths.display(path)}: catalog for engine {engine!r} not found; "
-                            "add the file or fix the profile's engine"])
+        raise ProfileError(
+            [
+                f"{paths.display(path)}: catalog for engine {engine!r} not found; "
+                "add the file or fix the profile's engine"
+            ]
+        )
     return load_catalog(path)
 
 
@@ -61,9 +65,8 @@ def check_value(knob: Knob, value: Scalar) -> str | None:
         return f"expected {'an integer' if knob.type == 'int' else 'a ' + knob.type}, got {_fmt(value)}"
     if knob.type == "int" and not isinstance(value, int):
         return f"expected an integer, got {_fmt(value)}"
-    if knob.type == "float":
-        if not isinstance(value, int | float) or not math.isfinite(value):
-            return f"expected a number, got {_fmt(value)}"
+    if knob.type == "float" and (not isinstance(value, int | float) or not math.isfinite(value)):
+        return f"expected a number, got {_fmt(value)}"
     if knob.type == "str" and not isinstance(value, str):
         return f"expected a string, got {_fmt(value)}; quote it"
     if knob.choices is not None and value not in knob.choices:

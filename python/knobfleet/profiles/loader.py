@@ -58,8 +58,7 @@ def load_doc(path: Path) -> ProfileDoc:
     except safeyaml.YamlProblem as exc:
         raise ProfileError([f"{where}: {exc}"]) from None
     if not isinstance(data, dict):
-        raise ProfileError([f"{where}: expected a mapping with name, version, env, args; "
-                            f"got {type(data).__name__}"])
+        raise ProfileError([f"{where}: expected a mapping with name, version, env, args; got {type(data).__name__}"])
     for section in ("env", "args"):
         block = data.get(section)
         if isinstance(block, dict):
@@ -71,6 +70,10 @@ def load_doc(path: Path) -> ProfileDoc:
     except ValidationError as exc:
         raise ProfileError([f"{where}: {p}" for p in pydantic_problems(exc)]) from None
     if doc.name != path.stem:
-        raise ProfileError([f"{where}: name: {doc.name!r} does not match the file name; "
-                            f"rename the file to {doc.name}.yaml or set name: {path.stem}"])
+        raise ProfileError(
+            [
+                f"{where}: name: {doc.name!r} does not match the file name; "
+                f"rename the file to {doc.name}.yaml or set name: {path.stem}"
+            ]
+        )
     return doc

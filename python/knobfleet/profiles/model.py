@@ -52,7 +52,7 @@ class Fingerprint(_Strict):
 class ProfileDoc(_Strict):
     """One profile file as written. Unknown top-level keys are errors."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     name: ProfileName
     version: StrictInt = Field(ge=1)
     extends: ProfileName | None = None
@@ -85,7 +85,7 @@ def arg_tokens(flag: str, value: Scalar) -> list[str]:
 class Profile(_Strict):
     """A resolved, validated profile. ``chain`` lists the files it was built from, root first."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     name: str
     version: int
     engine: Literal["sglang", "vllm"]
@@ -137,7 +137,7 @@ class Knob(_Strict):
 
 
 class Catalog(_Strict):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     engine: Literal["sglang", "vllm"]
     env_prefixes: tuple[str, ...]
     knobs: dict[str, Knob]

@@ -29,7 +29,7 @@ class _LimitedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise YamlProblem(
                     f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases; "
                     "write the values out instead of using anchors"
@@ -42,9 +42,7 @@ class _LimitedLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:
-                raise YamlProblem(
-                    f"line {line}: duplicate key {key!r} (first at line {seen[key]}); remove one of them"
-                )
+                raise YamlProblem(f"line {line}: duplicate key {key!r} (first at line {seen[key]}); remove one of them")
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 

@@ -49,8 +49,12 @@ class ProfileStore:
         path = self.directory / f"{name_or_path}.yaml"
         if not path.is_file():
             hint = catalogs.did_you_mean(name_or_path, self.names())
-            raise ProfileError([f"{paths.display(self.directory)}: profile {name_or_path!r} not found"
-                                f"{hint or '; run `knobfleet profiles list`'}"])
+            raise ProfileError(
+                [
+                    f"{paths.display(self.directory)}: profile {name_or_path!r} not found"
+                    f"{hint or '; run `knobfleet profiles list`'}"
+                ]
+            )
         return path
 
     def _chain(self, name_or_path: str) -> list[tuple[Path, ProfileDoc]]:
@@ -67,13 +71,15 @@ class ProfileStore:
             if doc.extends is None:
                 break
             if len(chain) >= MAX_DEPTH:
-                raise ProfileError([f"{paths.display(path)}: extends: chain deeper than {MAX_DEPTH} "
-                                    f"({' -> '.join(seen)}); flatten it"])
+                raise ProfileError(
+                    [f"{paths.display(path)}: extends: chain deeper than {MAX_DEPTH} ({' -> '.join(seen)}); flatten it"]
+                )
             parent = path.parent / f"{doc.extends}.yaml"
             if not parent.is_file():
                 hint = catalogs.did_you_mean(doc.extends, self.names())
-                raise ProfileError([f"{paths.display(path)}: extends: profile {doc.extends!r} not found"
-                                    f"{hint or '; check the name'}"])
+                raise ProfileError(
+                    [f"{paths.display(path)}: extends: profile {doc.extends!r} not found{hint or '; check the name'}"]
+                )
             path = parent
         chain.reverse()
         return chain
@@ -114,7 +120,7 @@ class ProfileStore:
         profile = Profile(
             name=leaf.name,
             version=leaf.version,
-            engine=engine,  # type: ignore[arg-type]
+            engine=engine,
             description=leaf.description,
             env={k: v for k, (v, _) in sorted(merged.env.items())},
             args={k: v for k, (v, _) in sorted(merged.args.items())},
@@ -139,8 +145,12 @@ class ProfileStore:
         if data is None:
             return {}
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise ProfileError([f"{paths.display(self.lock_path)}: expected `name@version: sha256:…` lines; "
-                                "regenerate it with `knobfleet profiles lock`"])
+            raise ProfileError(
+                [
+                    f"{paths.display(self.lock_path)}: expected `name@version: sha256:…` lines; "
+                    "regenerate it with `knobfleet profiles lock`"
+                ]
+            )
         return {str(k): v for k, v in data.items()}
 
     def check_locked(self, profile: Profile, path: Path) -> None:
@@ -149,11 +159,13 @@ class ProfileStore:
             via = ""
             if len(profile.chain) > 1:
                 via = f" (its content includes {', '.join(profile.chain[:-1])})"
-            raise ProfileError([
-                f"{paths.display(path)}: version: {profile.ref} is published with {locked[:19]}… but its "
-                f"content now hashes to {profile.content_hash[:19]}…{via}; published versions are "
-                "immutable: bump `version` and run `knobfleet profiles lock`"
-            ])
+            raise ProfileError(
+                [
+                    f"{paths.display(path)}: version: {profile.ref} is published with {locked[:19]}… but its "
+                    f"content now hashes to {profile.content_hash[:19]}…{via}; published versions are "
+                    "immutable: bump `version` and run `knobfleet profiles lock`"
+                ]
+            )
 
     def write_lock(self) -> tuple[dict[str, str], list[str]]:
         """Record every profile's current version. Returns (lock, newly added refs).

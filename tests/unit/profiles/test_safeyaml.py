@@ -37,7 +37,7 @@ def test_unsafe_tags_refused() -> None:
 
 
 def test_non_utf8_and_nul_rejected_at_load(profiles_dir: Path) -> None:
-    (profiles_dir / "x.yaml").write_bytes(b"name: x\nversion: 1\nenv:\n  FOO: \"\xff\xfe\"\n")
+    (profiles_dir / "x.yaml").write_bytes(b'name: x\nversion: 1\nenv:\n  FOO: "\xff\xfe"\n')
     with pytest.raises(ProfileError) as info:
         ProfileStore(profiles_dir).resolve("x")
     assert info.value.problems == ["profiles/x.yaml: byte 32: not valid UTF-8; save the file as UTF-8"]

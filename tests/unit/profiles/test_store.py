@@ -34,8 +34,7 @@ def test_shipped_profiles_resolve_with_inheritance(profiles_dir: Path) -> None:
 def test_typo_in_knob_gets_exact_one_line_error(profiles_dir: Path) -> None:
     write(profiles_dir, "typo", "name: typo\nversion: 1\nextends: default\nenv:\n  SGLANG_SM120_MMA_TARGET_CTS: 512\n")
     assert problems(profiles_dir, "typo") == [
-        "profiles/typo.yaml: env.SGLANG_SM120_MMA_TARGET_CTS: unknown knob; "
-        "did you mean SGLANG_SM120_MMA_TARGET_CTAS?"
+        "profiles/typo.yaml: env.SGLANG_SM120_MMA_TARGET_CTS: unknown knob; did you mean SGLANG_SM120_MMA_TARGET_CTAS?"
     ]
 
 
@@ -46,11 +45,16 @@ def test_typo_in_knob_gets_exact_one_line_error(profiles_dir: Path) -> None:
         ("  SGLANG_SM120_MMA_TARGET_CTAS: abc", "env.SGLANG_SM120_MMA_TARGET_CTAS: expected an integer, got 'abc'"),
         ("  SGLANG_SM120_MMA_TARGET_CTAS: 0", "env.SGLANG_SM120_MMA_TARGET_CTAS: 0 is out of range; allowed 1..65536"),
         ("  SGLANG_SM120_MMA_TARGET_CTAS: true", "env.SGLANG_SM120_MMA_TARGET_CTAS: expected an integer, got true"),
-        ("  SGLANG_SM120_FLASHMLA_BACKEND: cuda",
-         "env.SGLANG_SM120_FLASHMLA_BACKEND: 'cuda' is not one of 'flashinfer', 'triton', 'torch'"),
-        ("  SGLANG_TOTALLY_NEW: 1", "env.SGLANG_TOTALLY_NEW: unknown knob; add it to allow_unknown if sglang really reads it"),
+        (
+            "  SGLANG_SM120_FLASHMLA_BACKEND: cuda",
+            "env.SGLANG_SM120_FLASHMLA_BACKEND: 'cuda' is not one of 'flashinfer', 'triton', 'torch'",
+        ),
+        (
+            "  SGLANG_TOTALLY_NEW: 1",
+            "env.SGLANG_TOTALLY_NEW: unknown knob; add it to allow_unknown if sglang really reads it",
+        ),
         ("  1BAD: x", "env.1BAD: invalid env var name; use letters, digits and _ and do not start with a digit"),
-        ("  \"A B\": x", "env.A B: invalid env var name; use letters, digits and _ and do not start with a digit"),
+        ('  "A B": x', "env.A B: invalid env var name; use letters, digits and _ and do not start with a digit"),
     ],
 )
 def test_bad_env_values(profiles_dir: Path, line: str, expected: str) -> None:
@@ -63,7 +67,10 @@ def test_bad_env_values(profiles_dir: Path, line: str, expected: str) -> None:
     [
         ("  tp: two", "args.tp: expected an integer, got 'two'"),
         ("  mem-fraction-static: 1.5", "args.mem-fraction-static: 1.5 is out of range; allowed 0.05..0.99"),
-        ("  disable-overlap-schedul: true", "args.disable-overlap-schedul: unknown flag; did you mean disable-overlap-schedule?"),
+        (
+            "  disable-overlap-schedul: true",
+            "args.disable-overlap-schedul: unknown flag; did you mean disable-overlap-schedule?",
+        ),
         ("  trust-remote-code: 1", "args.trust-remote-code: expected true (bare flag) or false (omit), got 1"),
     ],
 )
@@ -73,15 +80,22 @@ def test_bad_flags(profiles_dir: Path, line: str, expected: str) -> None:
 
 
 def test_allow_unknown_and_other_env_are_accepted(profiles_dir: Path) -> None:
-    write(profiles_dir, "x", "name: x\nversion: 1\nextends: default\nallow_unknown: [SGLANG_NEW_THING, --new-flag]\n"
-          "env:\n  SGLANG_NEW_THING: on\n  NCCL_DEBUG: INFO\nargs:\n  new-flag: 3\n")
+    write(
+        profiles_dir,
+        "x",
+        "name: x\nversion: 1\nextends: default\nallow_unknown: [SGLANG_NEW_THING, --new-flag]\n"
+        "env:\n  SGLANG_NEW_THING: on\n  NCCL_DEBUG: INFO\nargs:\n  new-flag: 3\n",
+    )
     p = ProfileStore(profiles_dir).resolve("x")
     assert p.env["NCCL_DEBUG"] == "INFO" and p.args["new-flag"] == 3
 
 
 def test_null_removes_inherited_key(profiles_dir: Path) -> None:
-    write(profiles_dir, "x", "name: x\nversion: 1\nextends: default\nenv:\n  SGLANG_EXPOSE_OWN_ENV_VARS: null\n"
-          "args:\n  tp: null\n")
+    write(
+        profiles_dir,
+        "x",
+        "name: x\nversion: 1\nextends: default\nenv:\n  SGLANG_EXPOSE_OWN_ENV_VARS: null\nargs:\n  tp: null\n",
+    )
     p = ProfileStore(profiles_dir).resolve("x")
     assert "SGLANG_EXPOSE_OWN_ENV_VARS" not in p.env and "tp" not in p.args
 
@@ -91,7 +105,9 @@ def test_extends_cycle_and_missing_parent(profiles_dir: Path) -> None:
     write(profiles_dir, "b", "name: b\nversion: 1\nextends: a\n")
     assert problems(profiles_dir, "a") == ["profiles/a.yaml: extends: cycle a -> b -> a; remove one extends"]
     write(profiles_dir, "c", "name: c\nversion: 1\nextends: defualt\n")
-    assert problems(profiles_dir, "c") == ["profiles/c.yaml: extends: profile 'defualt' not found; did you mean default?"]
+    assert problems(profiles_dir, "c") == [
+        "profiles/c.yaml: extends: profile 'defualt' not found; did you mean default?"
+    ]
 
 
 def test_extends_depth_limit(profiles_dir: Path) -> None:

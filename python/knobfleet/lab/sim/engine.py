@@ -30,7 +30,7 @@ class Request:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    knobs: model.waves.KernelKnobs
+    knobs: model.KernelKnobs
     sms: int
     time_scale: float
     noise: float

@@ -28,21 +28,55 @@ from .engine import Engine, EngineConfig
 from .server import State, make_server
 
 FLAGS_WITH_VALUES: dict[str, type] = {
-    "model-path": str, "tokenizer-path": str, "served-model-name": str, "host": str, "port": int,
-    "tp": int, "tp-size": int, "dp": int, "dp-size": int, "mem-fraction-static": float,
-    "cuda-graph-max-bs": int, "max-running-requests": int, "triton-attention-num-kv-splits": int,
-    "context-length": int, "kv-cache-dtype": str, "attention-backend": str, "chunked-prefill-size": int,
-    "log-level": str, "dtype": str, "quantization": str, "max-total-tokens": int, "schedule-policy": str,
-    "random-seed": int, "ep-size": int, "moe-runner-backend": str, "page-size": int, "load-format": str,
-    "speculative-algorithm": str, "nnodes": int, "node-rank": int, "dist-init-addr": str,
+    "model-path": str,
+    "tokenizer-path": str,
+    "served-model-name": str,
+    "host": str,
+    "port": int,
+    "tp": int,
+    "tp-size": int,
+    "dp": int,
+    "dp-size": int,
+    "mem-fraction-static": float,
+    "cuda-graph-max-bs": int,
+    "max-running-requests": int,
+    "triton-attention-num-kv-splits": int,
+    "context-length": int,
+    "kv-cache-dtype": str,
+    "attention-backend": str,
+    "chunked-prefill-size": int,
+    "log-level": str,
+    "dtype": str,
+    "quantization": str,
+    "max-total-tokens": int,
+    "schedule-policy": str,
+    "random-seed": int,
+    "ep-size": int,
+    "moe-runner-backend": str,
+    "page-size": int,
+    "load-format": str,
+    "speculative-algorithm": str,
+    "nnodes": int,
+    "node-rank": int,
+    "dist-init-addr": str,
 }
 BOOL_FLAGS = (
-    "disable-overlap-schedule", "trust-remote-code", "enable-metrics", "disable-cuda-graph",
-    "disable-radix-cache", "enable-torch-compile", "enable-dp-attention", "skip-server-warmup",
-    "enable-mixed-chunk", "disable-custom-all-reduce",
+    "disable-overlap-schedule",
+    "trust-remote-code",
+    "enable-metrics",
+    "disable-cuda-graph",
+    "disable-radix-cache",
+    "enable-torch-compile",
+    "enable-dp-attention",
+    "skip-server-warmup",
+    "enable-mixed-chunk",
+    "disable-custom-all-reduce",
 )
-KNOB_CHOICES = {"SGLANG_SM120_MMA_BLOCK_H": (16, 32, 64), "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": (0, 1),
-                "SGLANG_EXPOSE_OWN_ENV_VARS": (0, 1)}
+KNOB_CHOICES = {
+    "SGLANG_SM120_MMA_BLOCK_H": (16, 32, 64),
+    "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": (0, 1),
+    "SGLANG_EXPOSE_OWN_ENV_VARS": (0, 1),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +101,7 @@ def die(exc_type: str, message: str, where: str = "load_env_knobs") -> None:
     sys.exit(1)
 
 
-def read_knobs(env: dict[str, str]) -> tuple[model.waves.KernelKnobs, bool, bool]:
+def read_knobs(env: dict[str, str]) -> tuple[model.KernelKnobs, bool, bool]:
     for name, allowed in KNOB_CHOICES.items():
         if name in env:
             try:
@@ -77,7 +111,7 @@ def read_knobs(env: dict[str, str]) -> tuple[model.waves.KernelKnobs, bool, bool
             if value not in allowed:
                 die("ValueError", f"{name}={value} is not supported; expected one of {allowed}")
     try:
-        knobs = model.waves.KernelKnobs.from_env({k: v for k, v in env.items() if k in model.waves.DEFAULTS})
+        knobs = model.KernelKnobs.from_env({k: v for k, v in env.items() if k in model.KNOB_DEFAULTS})
     except ValueError as exc:
         die("ValueError", str(exc))
     overlap = env.get("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "1") == "1"
@@ -92,8 +126,10 @@ def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
     top = sys.modules[str(__package__).split(".")[0]]
     root = os.path.dirname(os.path.dirname(os.path.abspath(str(top.__file__))))
     code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.worker import main; sys.exit(main())"
-    return [subprocess.Popen([name, "-c", code, name], executable=sys.executable, stdin=subprocess.DEVNULL)
-            for name in names]
+    return [
+        subprocess.Popen([name, "-c", code, name], executable=sys.executable, stdin=subprocess.DEVNULL)
+        for name in names
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = dict(os.environ)
     knobs, overlap, expose = read_knobs(env)
-    gpus = model.waves.load_gpus()
+    gpus = model.load_gpus()
     gpu = env.get("SGLANG_SIM_GPU", "rtx-pro-6000")
     if gpu not in gpus:
         die("KeyError", f"SGLANG_SIM_GPU={gpu!r}; known: {', '.join(sorted(gpus))}", "sim_config")
@@ -139,14 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, shutdown)
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
     log(f"Load weight begin. gpu={gpu} sms={gpus[gpu]} tp={tp}")
-    log(f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
-        f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}")
+    log(
+        f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
+        f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}"
+    )
     time.sleep(startup / 2)
     if fail == "start":
         for w in workers:
             w.terminate()
-        die("RuntimeError", "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
-            "init_cuda_graphs")
+        die(
+            "RuntimeError",
+            "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
+            "init_cuda_graphs",
+        )
     log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs}")
     time.sleep(startup / 2)
     engine.start()

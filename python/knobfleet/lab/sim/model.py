@@ -14,7 +14,8 @@ equations at C48/C64/C80 for FLOOR_S, PER_REQ_S, ATTN_S and checking C96 gives a
 685 / 720 / 833 / 793 at C48 / C64 / C80 / C96 (target 685 / 720 / 833 / 799 ±5%): C96 sits below C80
 because its third wave is 4% full. With the same constants TARGET_CTAS=512 gains +10.2% at C64 and
 +4.7% at C96 and rises monotonically (678 / 794 / 826 / 830); 768 beats 512 at C96 by +2.2% and loses
-4.4% at C64; BLOCK_H=16 (KV share 0.16) is 9.1% worse at C48 and 5.4% worse at C64. ``tests/unit/lab/sim/test_model.py`` checks these.
+4.4% at C64; BLOCK_H=16 (KV share 0.16) is 9.1% worse at C48 and 5.4% worse at C64.
+``tests/unit/lab/sim/test_model.py`` checks these.
 
 Noise: a slow Ornstein-Uhlenbeck drift of the log step time (sd ``NOISE``, correlation time
 ``DRIFT_TAU_S`` of model time) plus per-step jitter, so consecutive identical sweeps differ by a few
@@ -27,11 +28,19 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-try:  # installed on a lab host as sglang_sim/_waves.py
-    from . import _waves as waves  # type: ignore[attr-defined,unused-ignore]
-except ImportError:  # inside the knobfleet package
+if TYPE_CHECKING:
     from knobfleet import waves
+else:
+    try:  # installed on a lab host as sglang_sim/_waves.py
+        from . import _waves as waves
+    except ImportError:  # inside the knobfleet package
+        from knobfleet import waves
+
+KernelKnobs = waves.KernelKnobs
+load_gpus = waves.load_gpus
+KNOB_DEFAULTS = waves.DEFAULTS
 
 FLOOR_S = 0.024511
 PER_REQ_S = 0.000436
@@ -42,12 +51,13 @@ DEFAULT_NOISE = 0.025
 JITTER = 0.01
 DRIFT_TAU_S = 120.0
 
-VOCAB = (
+_WORDS = (
     "the of and to in is for on that with as by at from it an be this are or was which its has "
     "model kernel wave split token cache batch head block decode prefill throughput latency "
     "memory tensor stream graph layer expert router softmax matrix vector scale shard rank "
     "signal result value order sample prompt answer reason check state table index"
-).split()
+)
+VOCAB: tuple[str, ...] = tuple(_WORDS.split())
 
 
 def step_seconds(batch: int, knobs: waves.KernelKnobs, sms: int, context: float) -> float:

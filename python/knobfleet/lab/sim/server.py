@@ -15,8 +15,9 @@ from .engine import Engine
 class State:
     """What the handlers read: readiness, args, env knobs, the engine."""
 
-    def __init__(self, server_args: dict[str, Any], env_vars: dict[str, str], engine: Engine,
-                 expose_env: bool, model_name: str) -> None:
+    def __init__(
+        self, server_args: dict[str, Any], env_vars: dict[str, str], engine: Engine, expose_env: bool, model_name: str
+    ) -> None:
         self.server_args = server_args
         self.env_vars = env_vars
         self.engine = engine
@@ -31,7 +32,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     state: State
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         return None
 
     # -- helpers --------------------------------------------------------------------------------
@@ -74,18 +75,39 @@ class Handler(BaseHTTPRequestHandler):
         elif path in ("/get_server_info", "/server_info"):
             self._json(200, self.server_info())
         elif path == "/get_model_info":
-            self._json(200, {"model_path": self.state.server_args["model_path"],
-                             "tokenizer_path": self.state.server_args["model_path"], "is_generation": True})
+            self._json(
+                200,
+                {
+                    "model_path": self.state.server_args["model_path"],
+                    "tokenizer_path": self.state.server_args["model_path"],
+                    "is_generation": True,
+                },
+            )
         elif path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": self.state.model_name, "object": "model",
-                                                          "created": 0, "owned_by": "sglang",
-                                                          "root": self.state.model_name}]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.state.model_name,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "sglang",
+                            "root": self.state.model_name,
+                        }
+                    ],
+                },
+            )
         elif path == "/metrics":
             eng = self.state.engine
             lines = [
-                "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs {eng.num_running}",
-                "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs {eng.num_waiting}",
-                "# TYPE sglang:gen_throughput gauge", f"sglang:gen_throughput {eng.last_gen_throughput:.3f}",
+                "# TYPE sglang:num_running_reqs gauge",
+                f"sglang:num_running_reqs {eng.num_running}",
+                "# TYPE sglang:num_queue_reqs gauge",
+                f"sglang:num_queue_reqs {eng.num_waiting}",
+                "# TYPE sglang:gen_throughput gauge",
+                f"sglang:gen_throughput {eng.last_gen_throughput:.3f}",
                 "# TYPE sglang:generation_tokens_total counter",
                 f"sglang:generation_tokens_total {eng.generated_tokens}",
             ]
@@ -114,14 +136,23 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, body: dict[str, Any]) -> None:
         params = body.get("sampling_params") or {}
         prompt = str(body.get("text", ""))
-        req = self.state.engine.submit(prompt, int(params.get("max_new_tokens", 128)),
-                                       bool(params.get("ignore_eos", False)))
+        req = self.state.engine.submit(
+            prompt, int(params.get("max_new_tokens", 128)), bool(params.get("ignore_eos", False))
+        )
         started = time.monotonic()
         tokens = list(self.state.engine.stream(req))
-        self._json(200, {"text": "".join(" " + t for t in tokens),
-                         "meta_info": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens),
-                                       "finish_reason": {"type": req.finish_reason},
-                                       "e2e_latency": time.monotonic() - started}})
+        self._json(
+            200,
+            {
+                "text": "".join(" " + t for t in tokens),
+                "meta_info": {
+                    "prompt_tokens": len(prompt.split()),
+                    "completion_tokens": len(tokens),
+                    "finish_reason": {"type": req.finish_reason},
+                    "e2e_latency": time.monotonic() - started,
+                },
+            },
+        )
 
     def _completions(self, body: dict[str, Any]) -> None:
         prompt = body.get("prompt", "")
@@ -134,13 +165,28 @@ class Handler(BaseHTTPRequestHandler):
         model_name = body.get("model") or self.state.model_name
         if not body.get("stream"):
             tokens = list(self.state.engine.stream(req))
-            self._json(200, {
-                "id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
-                "choices": [{"index": 0, "text": "".join(" " + t for t in tokens),
-                             "finish_reason": req.finish_reason, "logprobs": None}],
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(tokens),
-                          "total_tokens": len(prompt.split()) + len(tokens)},
-            })
+            self._json(
+                200,
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model_name,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": "".join(" " + t for t in tokens),
+                            "finish_reason": req.finish_reason,
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": len(tokens),
+                        "total_tokens": len(prompt.split()) + len(tokens),
+                    },
+                },
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -149,14 +195,27 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         for tok in self.state.engine.stream(req):
-            chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
-                     "choices": [{"index": 0, "text": " " + tok, "finish_reason": None, "logprobs": None}]}
+            chunk = {
+                "id": rid,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model_name,
+                "choices": [{"index": 0, "text": " " + tok, "finish_reason": None, "logprobs": None}],
+            }
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
-        final = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name,
-                 "choices": [{"index": 0, "text": "", "finish_reason": req.finish_reason, "logprobs": None}],
-                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(req.tokens),
-                           "total_tokens": len(prompt.split()) + len(req.tokens)}}
+        final = {
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": [{"index": 0, "text": "", "finish_reason": req.finish_reason, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": len(prompt.split()),
+                "completion_tokens": len(req.tokens),
+                "total_tokens": len(prompt.split()) + len(req.tokens),
+            },
+        }
         self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
         self.wfile.flush()
 
@@ -166,4 +225,4 @@ def make_server(host: str, port: int, state: State) -> ThreadingHTTPServer:
     server_cls = type("SimServer", (ThreadingHTTPServer,), {"request_queue_size": 1024, "allow_reuse_address": True})
     server = server_cls((host, port), handler)
     server.daemon_threads = True
-    return server
+    return server  # type: ignore[no-any-return]

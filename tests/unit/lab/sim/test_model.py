@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -60,6 +61,6 @@ def test_drift_off_is_exactly_one_and_on_swings_a_few_percent() -> None:
     runs = []
     for _ in range(40):  # 40 "runs" of 300 steps, 0.1 s model time each
         runs.append(sum(d.factor(0.1) for _ in range(300)) / 300)
-    swings = [abs(b / a - 1) for a, b in zip(runs, runs[1:], strict=False)]
+    swings = [abs(b / a - 1) for a, b in itertools.pairwise(runs)]
     assert max(swings) < 0.15
     assert max(swings) > 0.01

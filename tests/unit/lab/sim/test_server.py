@@ -30,8 +30,13 @@ def free_port() -> int:
 def server() -> Iterator[tuple[str, State]]:
     cfg = EngineConfig(KernelKnobs(), 188, time_scale=0.001, noise=0.0, overlap=False, max_running=64, seed=1)
     engine = Engine(cfg)
-    state = State({"model_path": "/m", "port": 0}, {"SGLANG_SM120_MMA_TARGET_CTAS": "256"}, engine,
-                  expose_env=True, model_name="/m")
+    state = State(
+        {"model_path": "/m", "port": 0},
+        {"SGLANG_SM120_MMA_TARGET_CTAS": "256"},
+        engine,
+        expose_env=True,
+        model_name="/m",
+    )
     httpd = make_server("127.0.0.1", free_port(), state)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     engine.start()
@@ -86,8 +91,9 @@ def test_completions_plain_and_streaming_agree(server: tuple[str, State]) -> Non
     assert events[-1] == "data: [DONE]"
     text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
     assert text == plain["choices"][0]["text"]
-    gen = json.loads(post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 12,
-                                                                               "ignore_eos": True}}))
+    gen = json.loads(
+        post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 12, "ignore_eos": True}})
+    )
     assert gen["text"] == plain["choices"][0]["text"]
 
 
@@ -107,8 +113,13 @@ def test_every_catalog_flag_is_accepted_by_the_launcher() -> None:
 
 
 def run_launcher(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "knobfleet.lab.sim.launch_server", *args],
-                          env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "knobfleet.lab.sim.launch_server", *args],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_unknown_flag_exits_2_with_usage() -> None:
@@ -116,10 +127,13 @@ def test_unknown_flag_exits_2_with_usage() -> None:
     assert proc.returncode == 2 and "unrecognized arguments: --no-such-flag" in proc.stderr
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("SGLANG_SM120_MMA_BLOCK_H", "7", "SGLANG_SM120_MMA_BLOCK_H=7 is not supported"),
-    ("SGLANG_SM120_MMA_TARGET_CTAS", "abc", "expected an integer"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SGLANG_SM120_MMA_BLOCK_H", "7", "SGLANG_SM120_MMA_BLOCK_H=7 is not supported"),
+        ("SGLANG_SM120_MMA_TARGET_CTAS", "abc", "expected an integer"),
+    ],
+)
 def test_bad_knob_value_fails_at_start(name: str, value: str, message: str) -> None:
     proc = run_launcher({name: value, "PYTHONPATH": sys.path[0]}, "--model-path=/m", "--port", str(free_port()))
     assert proc.returncode == 1
@@ -127,7 +141,11 @@ def test_bad_knob_value_fails_at_start(name: str, value: str, message: str) -> N
 
 
 def test_fail_start_exits_1_during_startup() -> None:
-    proc = run_launcher({"SGLANG_SIM_FAIL": "start", "SGLANG_SIM_STARTUP_S": "0.2"}, "--model-path=/m",
-                        "--host=127.0.0.1", f"--port={free_port()}")
+    proc = run_launcher(
+        {"SGLANG_SIM_FAIL": "start", "SGLANG_SIM_STARTUP_S": "0.2"},
+        "--model-path=/m",
+        "--host=127.0.0.1",
+        f"--port={free_port()}",
+    )
     assert proc.returncode == 1 and "illegal memory access" in proc.stderr
     assert "fired up" not in proc.stdout
