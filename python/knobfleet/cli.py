@@ -87,6 +87,12 @@ def cmd_profiles_schema(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from knobfleet import app, report
 
+    if args.what == "vars":
+        from knobfleet.render import profile_vars
+        from knobfleet.runner import dump_vars
+
+        sys.stdout.write(dump_vars({}, {"knob_serve_profile": profile_vars(app.store().resolve(args.profile))}))
+        return EXIT_OK
     rendered = app.render(args.profile, args.inventory, args.host)
     if args.json:
         _out(report.to_json([app.rendered_json(r) for r in rendered]))
@@ -174,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile")
     _inventory_opts(p, limit=False)
     p.add_argument("--host", default=None, help="one host (default: every host)")
-    p.add_argument("--what", choices=["script", "unit", "env", "argv"], default="script")
+    p.add_argument("--what", choices=["script", "unit", "env", "argv", "vars"], default="script",
+                   help="vars: the profile as extra vars (tagged !unsafe) for plain ansible-playbook")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_render)
 
