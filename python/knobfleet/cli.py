@@ -180,8 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile")
     _inventory_opts(p, limit=False)
     p.add_argument("--host", default=None, help="one host (default: every host)")
-    p.add_argument("--what", choices=["script", "unit", "env", "argv", "vars"], default="script",
-                   help="vars: the profile as extra vars (tagged !unsafe) for plain ansible-playbook")
+    p.add_argument(
+        "--what",
+        choices=["script", "unit", "env", "argv", "vars"],
+        default="script",
+        help="vars: the profile as extra vars (tagged !unsafe) for plain ansible-playbook",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_render)
 

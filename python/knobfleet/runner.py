@@ -33,7 +33,8 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _unsafe_repr(dumper: yaml.SafeDumper, data: Unsafe) -> yaml.Node:
-    return dumper.represent_scalar("!unsafe", str(data), style="'" if "\n" not in data else '"')
+    # Double quotes: the only YAML style where every character (NEL, LS, \r…) is escaped and survives.
+    return dumper.represent_scalar("!unsafe", str(data), style='"')
 
 
 _Dumper.add_representer(Unsafe, _unsafe_repr)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from knobfleet.cli import run
+
+
+def call(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = run(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_render_script_env_argv(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
+    code, out, _ = call(capsys, "render", "ctas512", "-i", str(repo / "inventories/lab"), "--host", "lab1")
+    assert code == 0
+    assert "export SGLANG_SM120_MMA_TARGET_CTAS=512\n" in out and out.count("\nexec ") == 1
+    code, out, _ = call(
+        capsys, "render", "ctas512", "-i", str(repo / "inventories/lab"), "--host", "lab1", "--what", "env"
+    )
+    assert "SGLANG_SM120_MMA_TARGET_CTAS=512" in out.splitlines()
+    code, out, _ = call(
+        capsys, "render", "ctas512", "-i", str(repo / "inventories/lab"), "--host", "lab2", "--what", "argv"
+    )
+    assert out.splitlines()[:5] == [
+        "/usr/bin/python3",
+        "-m",
+        "sglang_sim.launch_server",
+        "--model-path=/models/DeepSeek-V4-sim",
+        "--host=127.0.1.2",
+    ]
+
+
+def test_typo_profile_exits_1_with_one_line(
+    capsys: pytest.CaptureFixture[str], profiles_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KNOBFLEET_HOME", str(profiles_dir.parent))
+    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[2] / "roles")
+    (profiles_dir / "typo.yaml").write_text(
+        "name: typo\nversion: 1\nextends: default\nenv:\n  SGLANG_SM120_MMA_TARGET_CTS: 512\n"
+    )
+    code, out, err = call(capsys, "profiles", "validate", "typo")
+    assert (code, out) == (1, "")
+    assert err == (
+        "profiles/typo.yaml: env.SGLANG_SM120_MMA_TARGET_CTS: unknown knob; "
+        "did you mean SGLANG_SM120_MMA_TARGET_CTAS?\n"
+    )
+
+
+def test_unknown_host_limit_is_a_clear_error(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
+    code, _, err = call(capsys, "render", "ctas512", "-i", str(repo / "inventories/lab"), "--host", "lab9")
+    assert code == 1 and "no hosts matching --limit 'lab9'" in err
+
+
+def test_waves_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = call(capsys, "waves", "ctas512", "--gpu", "rtx-pro-6000", "--json")
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"sms", "heads", "knobs", "rows", "cliffs"}
+    assert data["sms"] == 188 and data["heads"] == 64
+    assert set(data["rows"][0]) >= {"batch", "n_hg", "nsplit", "ctas", "waves", "waves_ceil", "last_wave_fill", "cost"}
+    row96 = next(r for r in data["rows"] if r["batch"] == 96)
+    assert (row96["nsplit"], row96["ctas"]) == (3, 576)
+
+
+def test_waves_knob_and_sms(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = call(
+        capsys, "waves", "--knob", "SGLANG_SM120_MMA_TARGET_CTAS=256", "--sms", "188", "--batch", "80,96", "--json"
+    )
+    data = json.loads(out)
+    assert data["rows"][1]["waves_ceil"] == 3 and data["cliffs"] == [96]
+    code, _, err = call(capsys, "waves", "--knob", "TARGET=1")
+    assert code == 1 and "--knob 'TARGET=1': expected NAME=VALUE" in err
+    code, _, err = call(capsys, "waves", "ctas512", "--gpu", "h2000")
+    assert code == 1 and err.startswith("--gpu: unknown GPU 'h2000'; did you mean h200?")
+
+
+def test_waves_suggest_writes_candidates(
+    capsys: pytest.CaptureFixture[str], profiles_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KNOBFLEET_HOME", str(profiles_dir.parent))
+    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[2] / "roles")
+    code, out, _ = call(capsys, "waves", "default", "--suggest", "--top", "2")
+    assert code == 0 and "not a measurement" in out
+    written = sorted(p.name for p in profiles_dir.glob("default-ctas*.yaml"))
+    assert len(written) == 2
+    code, _, _ = call(capsys, "profiles", "validate", *[w.removesuffix(".yaml") for w in written])
+    assert code == 0
+
+
+def test_version_and_help_are_fast_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        run(["--version"])
+    assert info.value.code == 0 and "knobfleet 0.1.0" in capsys.readouterr().out
