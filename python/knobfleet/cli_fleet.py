@@ -107,6 +107,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_lab_ssh)
 
-    from knobfleet import cli_apply
+    from knobfleet import cli_apply, cli_drift
 
     cli_apply.register(sub)
+    cli_drift.register(sub)

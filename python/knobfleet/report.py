@@ -121,3 +121,25 @@ def apply_summary(result: Any) -> str:
     for h in failed:
         out.append(f"error: {h.host}: {h.message}")
     return "\n".join(out)
+
+
+def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> str:
+    rows = []
+    for v in verdicts:
+        prof = f"{v.profile}@{v.version}" if v.profile else "-"
+        gen = "-" if v.generation is None else f"{v.generation:04d}"
+        rows.append([v.host, v.status, prof, gen, len(v.findings), v.error or ""])
+    out = [title, table(["host", "status", "profile", "generation", "findings", "error"], rows, "lllllr")]
+    for v in verdicts:
+        for f in v.findings:
+            out.append(f"{v.host}: {f.kind}: {f.message}")
+            if f.diff:
+                out.append(f.diff.rstrip("\n"))
+    out.append("")
+    for prof, hosts in summary["profiles"].items():
+        out.append(f"{prof}: {', '.join(hosts)}")
+    if summary["version_skew"]:
+        out.append(f"warning: version skew: hosts run {len(summary['profiles'])} different profiles")
+    out.append(f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
+               f"{summary['unreachable']} unreachable, {summary['error']} error")
+    return "\n".join(out)

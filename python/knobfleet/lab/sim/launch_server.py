@@ -166,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             w.terminate()
         die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_server")
     exit_code = {"value": 0}
+    stopping = threading.Event()
 
     def shutdown(signum: int, _frame: Any) -> None:
+        stopping.set()
         log(f"Received signal {signum}; shutting down.")
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.2)
         dead = [w for w in workers if w.poll() is not None]
         if dead or not any(t.name == "http" for t in threading.enumerate()):
-            if dead and exit_code["value"] == 0:
+            if dead and exit_code["value"] == 0 and not stopping.wait(0.3):
                 log("A scheduler process exited unexpectedly; shutting down.")
                 exit_code["value"] = 4
             break

@@ -1,0 +1,72 @@
+"""``verify`` and ``drift``: read-only checks of live state against what knobfleet applied."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from knobfleet import app, drift, paths, report, verify
+    from knobfleet.progress import Progress
+
+    inventory = args.inventory or paths.default_inventory()
+    hosts = app.hosts(inventory, args.limit)
+    with Progress(enabled=not args.json) as progress:
+        verdicts = drift.check(hosts, inventory, on_event=progress,
+                               save_probes=Path(args.save_probes) if args.save_probes else None)
+    summary = verify.summary(verdicts)
+    code = verify.exit_code(verdicts)
+    if getattr(args, "prom", None):
+        drift.write_atomic(Path(args.prom), drift.prometheus(verdicts))
+    testinfra_rc = None
+    if getattr(args, "testinfra", False):
+        testinfra_rc = run_testinfra(inventory, args.limit, quiet=args.json)
+        if testinfra_rc != 0 and code == 0:
+            code = 2
+    if args.json:
+        doc = {"hosts": [v.as_json() for v in verdicts], "summary": summary}
+        if testinfra_rc is not None:
+            doc["testinfra"] = {"exit_code": testinfra_rc, "passed": testinfra_rc == 0}
+        _out(report.to_json(doc))
+    else:
+        _out(report.drift_report(verdicts, summary, f"{args.command}: {paths.display(inventory)}"))
+        if testinfra_rc is not None:
+            _out(f"testinfra: {'passed' if testinfra_rc == 0 else f'FAILED (exit {testinfra_rc})'}")
+    return code
+
+
+def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
+    import subprocess
+
+    from knobfleet import paths
+
+    tests = paths.project_root() / "tests" / "testinfra"
+    hosts = f"ansible://{limit or 'all'}"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--hosts={hosts}",
+           f"--ansible-inventory={inventory}", "--force-ansible", str(tests)]
+    proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root())
+    return proc.returncode
+
+
+def _opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
+    p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("verify", help="check that live state matches what knobfleet applied (exit 0 / 2)")
+    _opts(p)
+    p.add_argument("--testinfra", action="store_true", help="also run tests/testinfra against the hosts")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("drift", help="find drift across the fleet (exit 0 / 2 / 4 / 6)")
+    _opts(p)
+    p.add_argument("--prom", default=None, metavar="FILE", help="also write a Prometheus textfile")
+    p.set_defaults(func=cmd_check)
