@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -49,8 +50,10 @@ def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
     tests = paths.project_root() / "tests" / "testinfra"
     hosts = f"ansible://{limit or 'all'}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--hosts={hosts}",
-           f"--ansible-inventory={inventory}", "--force-ansible", str(tests)]
-    proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root())
+           f"--ansible-inventory={inventory.resolve()}", str(tests)]
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # ansible-inventory
+    proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root(), env=env)
     return proc.returncode
 
 

@@ -131,10 +131,7 @@ def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> st
         rows.append([v.host, v.status, prof, gen, len(v.findings), v.error or ""])
     out = [title, table(["host", "status", "profile", "generation", "findings", "error"], rows, "lllllr")]
     for v in verdicts:
-        for f in v.findings:
-            out.append(f"{v.host}: {f.kind}: {f.message}")
-            if f.diff:
-                out.append(f.diff.rstrip("\n"))
+        out += _grouped_findings(v.host, v.findings)
     out.append("")
     for prof, hosts in summary["profiles"].items():
         out.append(f"{prof}: {', '.join(hosts)}")
@@ -143,3 +140,24 @@ def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> st
     out.append(f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
                f"{summary['unreachable']} unreachable, {summary['error']} error")
     return "\n".join(out)
+
+
+def _grouped_findings(host: str, findings: list[Any]) -> list[str]:
+    """One line per distinct finding; the same env finding on several processes of the unit is one line."""
+    lines: list[str] = []
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for f in findings:
+        key = (f.kind, f.name, str(f.expected), str(f.actual), f.source) if f.name else (id(f),)
+        groups.setdefault(key, []).append(f)
+    for group in groups.values():
+        f = group[0]
+        if len(group) > 1:
+            pids = ", ".join(str(g.pid) for g in group)
+            what = f"{f.name}={f.actual}" if f.actual is not None else f"{f.name} not set"
+            expect = "" if f.expected is None else f", expected {f.expected}"
+            lines.append(f"{host}: {f.kind}: pids {pids}: {what}{expect}")
+        else:
+            lines.append(f"{host}: {f.kind}: {f.message}")
+        if f.diff:
+            lines.append(f.diff.rstrip("\n"))
+    return lines

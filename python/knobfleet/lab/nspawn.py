@@ -335,23 +335,31 @@ class Lab:
         ]
         return argv + (command or [])
 
+    def ssh_vars(self) -> str:
+        """Connection vars for Ansible and testinfra: literal paths, no templating needed."""
+        return (
+            "# Written by `knobfleet lab up`: how to reach the lab hosts. Strict host key checking stays on.\n"
+            f"ansible_ssh_private_key_file: {self.key}\n"
+            "ansible_ssh_common_args: >-\n"
+            f"  -o UserKnownHostsFile={self.known_hosts}\n"
+            "  -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -o ConnectTimeout=10\n"
+        )
+
     def write_inventory(self, hosts: list[LabHost]) -> Path:
-        """An inventory for exactly the hosts that are up (``inventories/lab`` lists lab1..lab3)."""
+        """An inventory for exactly the hosts that are up (``inventories/lab`` lists lab1..lab3), and the
+        connection vars of the default lab inventory when this is the default lab."""
         inv = self.dir / "inventory"
-        (inv / "group_vars").mkdir(parents=True, exist_ok=True)
-        lines = [
-            "# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
-            "all:",
-            "  children:",
-            "    decode:",
-            "      hosts:",
-        ]
+        (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+        lines = ["# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
+                 "all:", "  children:", "    decode:", "      hosts:"]
         for host in hosts:
             lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
         _write(inv / "hosts.yml", "\n".join(lines) + "\n")
-        shared = (paths.default_inventory() / "group_vars" / "all.yml").read_text()
-        shared = shared.replace('"{{ inventory_dir }}/../../.state/lab/ssh"', str(self.ssh_dir))
-        _write(inv / "group_vars" / "all.yml", shared)
+        default = paths.default_inventory() / "group_vars" / "all"
+        shutil.copy2(default / "main.yml", inv / "group_vars" / "all" / "main.yml")
+        _write(inv / "group_vars" / "all" / "lab_ssh.yml", self.ssh_vars())
+        if self.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
+            _write(default / "lab_ssh.yml", self.ssh_vars())
         return inv
 
     # --- down -----------------------------------------------------------------------------------
