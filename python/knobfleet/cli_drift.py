@@ -19,8 +19,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     inventory = args.inventory or paths.default_inventory()
     hosts = app.hosts(inventory, args.limit)
     with Progress(enabled=not args.json) as progress:
-        verdicts = drift.check(hosts, inventory, on_event=progress,
-                               save_probes=Path(args.save_probes) if args.save_probes else None)
+        verdicts = drift.check(
+            hosts, inventory, on_event=progress, save_probes=Path(args.save_probes) if args.save_probes else None
+        )
     summary = verify.summary(verdicts)
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
@@ -49,8 +50,17 @@ def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
 
     tests = paths.project_root() / "tests" / "testinfra"
     hosts = f"ansible://{limit or 'all'}"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--hosts={hosts}",
-           f"--ansible-inventory={inventory.resolve()}", str(tests)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--hosts={hosts}",
+        f"--ansible-inventory={inventory.resolve()}",
+        str(tests),
+    ]
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # ansible-inventory
     proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root(), env=env)

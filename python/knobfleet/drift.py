@@ -42,19 +42,27 @@ def known_knobs() -> tuple[str, ...]:
     return tuple(names)
 
 
-def probe(hosts: list[HostVars], inventory: Path,
-          on_event: Callable[[Event], None] | None = None) -> dict[str, dict[str, Any] | str]:
+def probe(
+    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
+) -> dict[str, dict[str, Any] | str]:
     """Each host's probe document, or the reason there is none (a string starting with 'unreachable')."""
-    result = run_playbook(RunRequest(playbook="probe.yml", inventory=inventory,
-                                     limit=",".join(hv.host for hv in hosts), forks=min(max(len(hosts), 1), 64),
-                                     on_event=on_event))
+    result = run_playbook(
+        RunRequest(
+            playbook="probe.yml",
+            inventory=inventory,
+            limit=",".join(hv.host for hv in hosts),
+            forks=min(max(len(hosts), 1), 64),
+            on_event=on_event,
+        )
+    )
     out: dict[str, dict[str, Any] | str] = {}
     for hv in hosts:
         hr = result.host(hv.host)
         doc = hr.results.get(TASK_PROBE, {}).get("probe")
         if hr.unreachable:
             out[hv.host] = "unreachable: " + hr.first_failure().removeprefix(f"{TASK_PROBE}: ").removeprefix(
-                "unreachable: ")
+                "unreachable: "
+            )
         elif not hr.success or not isinstance(doc, dict):
             out[hv.host] = "error: " + hr.first_failure()
         else:
@@ -62,8 +70,12 @@ def probe(hosts: list[HostVars], inventory: Path,
     return out
 
 
-def check(hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None,
-          save_probes: Path | None = None) -> list[HostVerdict]:
+def check(
+    hosts: list[HostVars],
+    inventory: Path,
+    on_event: Callable[[Event], None] | None = None,
+    save_probes: Path | None = None,
+) -> list[HostVerdict]:
     docs = probe(hosts, inventory, on_event)
     if save_probes is not None:
         import json
@@ -97,24 +109,34 @@ def prometheus(verdicts: list[HostVerdict]) -> str:
     def esc(v: object) -> str:
         return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-    lines = ["# HELP knobfleet_drift_findings Findings per host and kind from the last knobfleet drift run.",
-             "# TYPE knobfleet_drift_findings gauge"]
+    lines = [
+        "# HELP knobfleet_drift_findings Findings per host and kind from the last knobfleet drift run.",
+        "# TYPE knobfleet_drift_findings gauge",
+    ]
     for v in verdicts:
         counts: dict[str, int] = {}
         for f in v.findings:
             counts[f.kind] = counts.get(f.kind, 0) + 1
         for kind, n in sorted(counts.items()):
             lines.append(f'knobfleet_drift_findings{{host="{esc(v.host)}",kind="{kind}"}} {n}')
-    lines += ["# HELP knobfleet_profile_info Profile each host's current generation runs.",
-              "# TYPE knobfleet_profile_info gauge"]
+    lines += [
+        "# HELP knobfleet_profile_info Profile each host's current generation runs.",
+        "# TYPE knobfleet_profile_info gauge",
+    ]
     for v in verdicts:
         if v.profile is not None:
-            lines.append(f'knobfleet_profile_info{{host="{esc(v.host)}",profile="{esc(v.profile)}",'
-                         f'version="{v.version}",hash="{esc(v.hash)}"}} 1')
-    lines += ["# HELP knobfleet_probe_success Whether the host could be probed (1) or not (0).",
-              "# TYPE knobfleet_probe_success gauge"]
+            lines.append(
+                f'knobfleet_profile_info{{host="{esc(v.host)}",profile="{esc(v.profile)}",'
+                f'version="{v.version}",hash="{esc(v.hash)}"}} 1'
+            )
+    lines += [
+        "# HELP knobfleet_probe_success Whether the host could be probed (1) or not (0).",
+        "# TYPE knobfleet_probe_success gauge",
+    ]
     for v in verdicts:
-        lines.append(f'knobfleet_probe_success{{host="{esc(v.host)}"}} {0 if v.status in ("unreachable", "error") else 1}')
+        lines.append(
+            f'knobfleet_probe_success{{host="{esc(v.host)}"}} {0 if v.status in ("unreachable", "error") else 1}'
+        )
     return "\n".join(lines) + "\n"
 
 

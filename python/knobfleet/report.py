@@ -137,8 +137,10 @@ def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> st
         out.append(f"{prof}: {', '.join(hosts)}")
     if summary["version_skew"]:
         out.append(f"warning: version skew: hosts run {len(summary['profiles'])} different profiles")
-    out.append(f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
-               f"{summary['unreachable']} unreachable, {summary['error']} error")
+    out.append(
+        f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
+        f"{summary['unreachable']} unreachable, {summary['error']} error"
+    )
     return "\n".join(out)
 
 

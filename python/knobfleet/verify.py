@@ -16,8 +16,18 @@ from knobfleet.plan import parse_script
 
 ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
 KINDS = (
-    "file_changed", "file_missing", "dropin_present", "daemon_reload_needed", "stale_process", "env_mismatch",
-    "env_missing", "env_unexpected", "argv_mismatch", "service_inactive", "profile_mismatch", "unmanaged",
+    "file_changed",
+    "file_missing",
+    "dropin_present",
+    "daemon_reload_needed",
+    "stale_process",
+    "env_mismatch",
+    "env_missing",
+    "env_unexpected",
+    "argv_mismatch",
+    "service_inactive",
+    "profile_mismatch",
+    "unmanaged",
     "not_ready",
 )
 STALE_TOLERANCE_S = 1.0
@@ -60,17 +70,26 @@ class HostVerdict:
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"host": self.host, "status": self.status, "profile": self.profile,
-                               "version": self.version, "hash": self.hash, "generation": self.generation,
-                               "findings": [f.as_json() for f in self.findings]}
+        out: dict[str, Any] = {
+            "host": self.host,
+            "status": self.status,
+            "profile": self.profile,
+            "version": self.version,
+            "hash": self.hash,
+            "generation": self.generation,
+            "findings": [f.as_json() for f in self.findings],
+        }
         if self.error:
             out["error"] = self.error
         return out
 
 
 def _diff(expected: str, actual: str, path: str) -> str:
-    return "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                        f"{path} (generation)", f"{path} (on host)"))
+    return "".join(
+        difflib.unified_diff(
+            expected.splitlines(True), actual.splitlines(True), f"{path} (generation)", f"{path} (on host)"
+        )
+    )
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
@@ -82,8 +101,9 @@ def unreachable(host: str, message: str) -> HostVerdict:
     return HostVerdict(host, "unreachable", error=message)
 
 
-def verify_host(host: str, probe: dict[str, Any], declared: Declared | None = None,
-                known_knobs: tuple[str, ...] = ()) -> HostVerdict:
+def verify_host(
+    host: str, probe: dict[str, Any], declared: Declared | None = None, known_knobs: tuple[str, ...] = ()
+) -> HostVerdict:
     """Every difference between what knobfleet applied on ``host`` and what ``probe`` observed."""
     gens = probe.get("generations") or {}
     props = probe.get("unit_props") or {}
@@ -98,16 +118,25 @@ def verify_host(host: str, probe: dict[str, Any], declared: Declared | None = No
     _service_findings(props, probe, out)
     if current is None:
         present = [f["path"] for f in files.values() if f.get("exists")]
-        out.append(Finding("unmanaged", "files present but never applied by knobfleet: " + ", ".join(present)
-                           if present else "no knobfleet generation and no serve files on this host",
-                           path=present[0] if present else None))
+        out.append(
+            Finding(
+                "unmanaged",
+                "files present but never applied by knobfleet: " + ", ".join(present)
+                if present
+                else "no knobfleet generation and no serve files on this host",
+                path=present[0] if present else None,
+            )
+        )
         return _finish(verdict, out)
     if meta is None:
         verdict.status = "error"
         verdict.generation = current
-        verdict.error = (f"generation {current:04d}: meta.json missing or unreadable ("
-                         + "; ".join(gens.get("errors") or ["not found"]) + "); run `knobfleet history` and "
-                         "`knobfleet rollback --to N` to a readable generation")
+        verdict.error = (
+            f"generation {current:04d}: meta.json missing or unreadable ("
+            + "; ".join(gens.get("errors") or ["not found"])
+            + "); run `knobfleet history` and "
+            "`knobfleet rollback --to N` to a readable generation"
+        )
         return verdict
     verdict.generation = current
     verdict.profile, verdict.version, verdict.hash = meta.get("profile"), meta.get("version"), meta.get("hash")
@@ -125,67 +154,134 @@ def verify_host(host: str, probe: dict[str, Any], declared: Declared | None = No
             out.append(Finding("file_missing", f"{want['path']} is missing", path=want["path"]))
         elif have.get("sha256") != want.get("sha256"):
             diff = _diff(gen_copy.get("content", ""), have.get("content", ""), want["path"])
-            out.append(Finding("file_changed", f"{want['path']} differs from generation {current:04d}",
-                               path=want["path"], expected=want.get("sha256"), actual=have.get("sha256"), diff=diff))
+            out.append(
+                Finding(
+                    "file_changed",
+                    f"{want['path']} differs from generation {current:04d}",
+                    path=want["path"],
+                    expected=want.get("sha256"),
+                    actual=have.get("sha256"),
+                    diff=diff,
+                )
+            )
     main_pid = int(props.get("MainPID") or 0)
     main = next((p for p in procs if p["pid"] == main_pid), None)
     if main is not None:
         for key in ("script", "unit"):
             have = files.get(key) or {}
             if have.get("exists") and have.get("mtime", 0) > main["start_epoch"] + STALE_TOLERANCE_S:
-                out.append(Finding("stale_process", f"pid {main_pid} started before {have['path']} was last "
-                                   "changed; it runs the old contents until restarted", path=have["path"],
-                                   pid=main_pid))
+                out.append(
+                    Finding(
+                        "stale_process",
+                        f"pid {main_pid} started before {have['path']} was last "
+                        "changed; it runs the old contents until restarted",
+                        path=have["path"],
+                        pid=main_pid,
+                    )
+                )
     if script_text and procs:
         exp_env, exp_argv = parse_script(script_text)
         _env_findings(procs, exp_env, known_knobs, out)
         if main is not None and exp_argv and main["cmdline"] != exp_argv:
-            out.append(Finding("argv_mismatch", f"pid {main_pid}: command line differs from generation "
-                               f"{current:04d}'s exec line", pid=main_pid, expected=exp_argv, actual=main["cmdline"]))
+            out.append(
+                Finding(
+                    "argv_mismatch",
+                    f"pid {main_pid}: command line differs from generation {current:04d}'s exec line",
+                    pid=main_pid,
+                    expected=exp_argv,
+                    actual=main["cmdline"],
+                )
+            )
         if main is not None:
             _engine_env_findings(probe, main, out)
     if declared is not None and (verdict.profile, verdict.version, verdict.hash) != (
-            declared.name, declared.version, declared.hash):
-        out.append(Finding("profile_mismatch", f"runs {verdict.profile}@{verdict.version}, inventory declares "
-                           f"{declared.name}@{declared.version}", name="knob_profile",
-                           expected=f"{declared.name}@{declared.version} {declared.hash}",
-                           actual=f"{verdict.profile}@{verdict.version} {verdict.hash}"))
+        declared.name,
+        declared.version,
+        declared.hash,
+    ):
+        out.append(
+            Finding(
+                "profile_mismatch",
+                f"runs {verdict.profile}@{verdict.version}, inventory declares {declared.name}@{declared.version}",
+                name="knob_profile",
+                expected=f"{declared.name}@{declared.version} {declared.hash}",
+                actual=f"{verdict.profile}@{verdict.version} {verdict.hash}",
+            )
+        )
     return _finish(verdict, out)
 
 
 def _service_findings(props: dict[str, Any], probe: dict[str, Any], out: list[Finding]) -> None:
     active = props.get("ActiveState")
     if active != "active":
-        out.append(Finding("service_inactive", f"{probe.get('unit')} is {active}/{props.get('SubState')}",
-                           expected="active", actual=active))
+        out.append(
+            Finding(
+                "service_inactive",
+                f"{probe.get('unit')} is {active}/{props.get('SubState')}",
+                expected="active",
+                actual=active,
+            )
+        )
     elif probe.get("health") != 200:
-        out.append(Finding("not_ready", f"{probe.get('health_url')} answered {probe.get('health') or 'nothing'}",
-                           expected=200, actual=probe.get("health")))
+        out.append(
+            Finding(
+                "not_ready",
+                f"{probe.get('health_url')} answered {probe.get('health') or 'nothing'}",
+                expected=200,
+                actual=probe.get("health"),
+            )
+        )
     if props.get("NeedDaemonReload") == "yes":
-        out.append(Finding("daemon_reload_needed", "unit file changed on disk but systemd was not reloaded",
-                           path=props.get("FragmentPath")))
+        out.append(
+            Finding(
+                "daemon_reload_needed",
+                "unit file changed on disk but systemd was not reloaded",
+                path=props.get("FragmentPath"),
+            )
+        )
     for path in (props.get("DropInPaths") or "").split():
         out.append(Finding("dropin_present", f"drop-in {path} changes the unit", path=path))
 
 
-def _env_findings(procs: list[dict[str, Any]], expected: dict[str, str], known: tuple[str, ...],
-                  out: list[Finding]) -> None:
+def _env_findings(
+    procs: list[dict[str, Any]], expected: dict[str, str], known: tuple[str, ...], out: list[Finding]
+) -> None:
     for proc in procs:
         env = proc.get("env") or {}
         pid, comm = proc["pid"], proc.get("comm", "")
         for name, value in sorted(expected.items()):
             if name not in env:
-                out.append(Finding("env_missing", f"pid {pid} ({comm}): {name} is not set", pid=pid, name=name,
-                                   expected=value))
+                out.append(
+                    Finding("env_missing", f"pid {pid} ({comm}): {name} is not set", pid=pid, name=name, expected=value)
+                )
             elif env[name] != value:
-                out.append(Finding("env_mismatch", f"pid {pid} ({comm}): {name}={env[name]}, expected {value}",
-                                   pid=pid, name=name, expected=value, actual=env[name], source="proc"))
+                out.append(
+                    Finding(
+                        "env_mismatch",
+                        f"pid {pid} ({comm}): {name}={env[name]}, expected {value}",
+                        pid=pid,
+                        name=name,
+                        expected=value,
+                        actual=env[name],
+                        source="proc",
+                    )
+                )
         for name in sorted(env):
             if name.startswith(ENGINE_PREFIXES) and name not in expected:
-                hint = ("; a known knob the profile does not set" if name in known
-                        else _did_you_mean(name, list(known)) or "; not a knob the engine's catalog knows")
-                out.append(Finding("env_unexpected", f"pid {pid} ({comm}): {name}={env[name]} is set but not in "
-                                   f"the profile{hint}", pid=pid, name=name, actual=env[name]))
+                hint = (
+                    "; a known knob the profile does not set"
+                    if name in known
+                    else _did_you_mean(name, list(known)) or "; not a knob the engine's catalog knows"
+                )
+                out.append(
+                    Finding(
+                        "env_unexpected",
+                        f"pid {pid} ({comm}): {name}={env[name]} is set but not in the profile{hint}",
+                        pid=pid,
+                        name=name,
+                        actual=env[name],
+                    )
+                )
 
 
 def _engine_env_findings(probe: dict[str, Any], main: dict[str, Any], out: list[Finding]) -> None:
@@ -197,9 +293,17 @@ def _engine_env_findings(probe: dict[str, Any], main: dict[str, Any], out: list[
     live = main.get("env") or {}
     for name, value in sorted(reported.items()):
         if live.get(name) != value:
-            out.append(Finding("env_mismatch", f"engine reports {name}={value} but /proc/{main['pid']}/environ has "
-                               f"{live.get(name)!r}", pid=main["pid"], name=name, expected=live.get(name),
-                               actual=value, source="engine"))
+            out.append(
+                Finding(
+                    "env_mismatch",
+                    f"engine reports {name}={value} but /proc/{main['pid']}/environ has {live.get(name)!r}",
+                    pid=main["pid"],
+                    name=name,
+                    expected=live.get(name),
+                    actual=value,
+                    source="engine",
+                )
+            )
 
 
 def _finish(verdict: HostVerdict, findings: list[Finding]) -> HostVerdict:
@@ -219,8 +323,13 @@ def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:
     for v in verdicts:
         for f in v.findings:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
-    return {"hosts": len(verdicts), **counts, "profiles": profiles, "version_skew": len(profiles) > 1,
-            "findings": kinds}
+    return {
+        "hosts": len(verdicts),
+        **counts,
+        "profiles": profiles,
+        "version_skew": len(profiles) > 1,
+        "findings": kinds,
+    }
 
 
 def exit_code(verdicts: list[HostVerdict]) -> int:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,10 +77,29 @@ class Fleet:
         return proc
 
 
+def wait_engines(addresses: list[str], timeout: float = 60) -> None:
+    """Wait until every host's hand-managed engine answers its health URL (it starts with the host)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    pending = list(addresses)
+    while pending and time.monotonic() < deadline:
+        for addr in list(pending):
+            try:
+                with urllib.request.urlopen(f"http://{addr}:30000/health_generate", timeout=2) as r:
+                    if r.status == 200:
+                        pending.remove(addr)
+            except OSError:
+                pass
+        time.sleep(0.2)
+    assert not pending, f"engines not ready after {timeout}s: {pending}"
+
+
 def boot_fleet(lab_state: Path, n: int) -> Fleet:
     lab = Lab(lab_state / "lab")
     lab.down()
     lab.up(n)
+    wait_engines([f"127.0.1.{i}" for i in range(1, n + 1)])
     return Fleet(lab, lab.dir / "inventory", [f"lab{i}" for i in range(1, n + 1)])
 
 

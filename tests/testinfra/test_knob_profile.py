@@ -62,8 +62,9 @@ def _script_expectations(text: str) -> tuple[dict[str, str], list[str]]:
 
 def _unit_pids(host: Any, service: str) -> list[int]:
     cgroup = host.check_output(f"systemctl show -p ControlGroup --value {service}.service")
-    out = host.check_output(f"cat /sys/fs/cgroup/systemd{cgroup}/cgroup.procs 2>/dev/null || "
-                            f"cat /sys/fs/cgroup{cgroup}/cgroup.procs")
+    out = host.check_output(
+        f"cat /sys/fs/cgroup/systemd{cgroup}/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup{cgroup}/cgroup.procs"
+    )
     return [int(x) for x in out.split()]
 
 

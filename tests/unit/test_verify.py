@@ -20,8 +20,10 @@ CASES = Path(__file__).parent / "verify_cases"
 
 
 def load(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    return (json.loads((CASES / case / "probe.json").read_text()),
-            json.loads((CASES / case / "expected.json").read_text()))
+    return (
+        json.loads((CASES / case / "probe.json").read_text()),
+        json.loads((CASES / case / "expected.json").read_text()),
+    )
 
 
 def run(case: str):  # type: ignore[no-untyped-def]
@@ -33,8 +35,10 @@ def run(case: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir() if p.is_dir()))
 def test_recorded_case(case: str) -> None:
     verdict, expected = run(case)
-    got = [{k: f.as_json()[k] for k in ("kind", "name", "pid", "path", "source") if k in f.as_json()}
-           for f in verdict.findings]
+    got = [
+        {k: f.as_json()[k] for k in ("kind", "name", "pid", "path", "source") if k in f.as_json()}
+        for f in verdict.findings
+    ]
     assert verdict.status == expected["status"]
     assert got == expected["findings"]
     assert all(f["kind"] in KINDS for f in got)

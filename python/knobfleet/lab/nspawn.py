@@ -350,8 +350,13 @@ class Lab:
         connection vars of the default lab inventory when this is the default lab."""
         inv = self.dir / "inventory"
         (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
-        lines = ["# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
-                 "all:", "  children:", "    decode:", "      hosts:"]
+        lines = [
+            "# Written by `knobfleet lab up`; use with -i for labs of other sizes than 3.",
+            "all:",
+            "  children:",
+            "    decode:",
+            "      hosts:",
+        ]
         for host in hosts:
             lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
         _write(inv / "hosts.yml", "\n".join(lines) + "\n")

@@ -35,6 +35,9 @@ import datetime
 import hashlib
 import json
 import os
+import re
+import shlex
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -209,6 +212,61 @@ def begin(module, store, p):
     return result
 
 
+ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
+
+
+def script_expectations(text):
+    """Exports and exec argv of a knobfleet serve script (same rules as knobfleet.plan.parse_script)."""
+    env, argv = {}, []
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        line = line.strip()
+        m = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if m:
+            parts = shlex.split(m.group(2)) if m.group(2) else [""]
+            env[m.group(1)] = parts[0] if parts else ""
+        elif line.startswith("exec "):
+            argv = shlex.split(line)[1:]
+    return env, argv
+
+
+def live_drift(unit_name, script_text):
+    """Why the running engine does not match the installed script, or None: env of the main process,
+    its command line, engine-prefixed env vars the script does not set, or a pending daemon-reload."""
+    try:
+        out = subprocess.run(["systemctl", "show", unit_name, "--property=MainPID,NeedDaemonReload,ActiveState"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if props.get("NeedDaemonReload") == "yes":
+        return "unit changed on disk without daemon-reload"
+    pid = int(props.get("MainPID") or 0)
+    if props.get("ActiveState") != "active" or pid == 0:
+        return None  # not running: "Make sure the engine is enabled and running" starts it
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            raw = fh.read()
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            cmdline = [c.decode("utf-8", "replace") for c in fh.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+    live = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            live[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "replace")
+    env, argv = script_expectations(script_text)
+    for name, value in sorted(env.items()):
+        if live.get(name) != value:
+            return "live %s=%r, script sets %r" % (name, live.get(name), value)
+    extra = sorted(k for k in live if k.startswith(ENGINE_PREFIXES) and k not in env)
+    if extra:
+        return "live process has %s, which the script does not set" % ", ".join(extra)
+    if argv and cmdline != argv:
+        return "live command line differs from the script's exec line"
+    return None
+
+
 def commit(module, store, p):
     script_name = os.path.basename(p["script_path"])
     unit_name = os.path.basename(p["unit_path"])
@@ -230,6 +288,13 @@ def commit(module, store, p):
     result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
               "script_sha256": want["script"], "unit_sha256": want["unit"]}
     if not files_differ and current_hash == profile.get("hash"):
+        why = live_drift(unit_name, read(p["script_path"]).decode("utf-8", "replace"))
+        if why:
+            # Files are right but the running engine is not: restart it (no new generation).
+            result.update(changed=True, restart_reason=why)
+            if not module.check_mode:
+                store.append_ledger({"time": now(), "event": "restart", "generation": current, "reason": why,
+                                     "run_id": p["run_id"], "operator": p["operator"]})
         return result
     if module.check_mode:
         result["changed"] = True

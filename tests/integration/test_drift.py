@@ -1,0 +1,156 @@
+"""Drift on the real lab: inject each fault over SSH, detect and name it, repair with apply, get a clean report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Fleet
+
+SVC = "sglang-dsv4-decode"
+SCRIPT = "/root/serve_dsv4_decode.sh"
+UNIT = f"/etc/systemd/system/{SVC}.service"
+DROPIN = f"/etc/systemd/system/{SVC}.service.d/override.conf"
+MAIN = f"$(systemctl show -p MainPID --value {SVC})"
+RESTART = f"systemctl restart {SVC} && sleep 2.5"
+
+# (fault, shell command injected on the host, {kind: knob name or None}) — one row per fault.
+FAULTS: list[tuple[str, str, dict[str, str | None]]] = [
+    (
+        "sed edit, no restart",
+        f"sleep 1.2; sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT}",
+        {"file_changed": None, "stale_process": None},
+    ),
+    (
+        "sed edit, restarted",
+        f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {RESTART}",
+        {"file_changed": None, "env_mismatch": "SGLANG_SM120_MMA_TARGET_CTAS"},
+    ),
+    (
+        "drop-in Environment=",
+        f"mkdir -p {DROPIN[:-14]} && printf '[Service]\\nEnvironment=SGLANG_SM120_MMA_NSPLIT_MAX=4\\n'"
+        f" > {DROPIN} && systemctl daemon-reload && {RESTART}",
+        {"dropin_present": None, "env_unexpected": "SGLANG_SM120_MMA_NSPLIT_MAX"},
+    ),
+    (
+        "drop-in ExecStart=",
+        f"mkdir -p {DROPIN[:-14]} && printf '[Service]\\nEnvironment=SGLANG_SM120_MMA_TARGET_CTAS=64\\n"
+        "ExecStart=\\nExecStart=/usr/bin/python3 -m sglang_sim.launch_server --model-path /m --host {addr} "
+        f"--port 30000\\n' > {DROPIN} && systemctl daemon-reload && {RESTART}",
+        {
+            "dropin_present": None,
+            "env_mismatch": "SGLANG_SM120_MMA_TARGET_CTAS",
+            "env_missing": "SGLANG_SM120_MMA_BLOCK_H",
+            "argv_mismatch": None,
+        },
+    ),
+    (
+        "unit edited, no daemon-reload",
+        f"sleep 1.2; echo '# tuned by hand' >> {UNIT}",
+        {"daemon_reload_needed": None, "file_changed": None},
+    ),
+    ("script without exec", f"sed -i 's/^exec \\\\$/\\\\/' {SCRIPT} && {RESTART}", {"argv_mismatch": None}),
+    (
+        "typo'd knob set by hand",
+        f"sed -i 's/^set -euo pipefail$/&\\nexport SGLANG_SM120_MMA_TARGET_CTS=768/' {SCRIPT} && {RESTART}",
+        {"env_unexpected": "SGLANG_SM120_MMA_TARGET_CTS"},
+    ),
+    ("service stopped", f"systemctl stop {SVC}", {"service_inactive": None}),
+    ("engine not answering", f"kill -STOP {MAIN}", {"not_ready": None}),
+    ("script deleted", f"rm {SCRIPT}", {"file_missing": None}),
+]
+
+
+def drift(fleet: Fleet, *extra: str) -> tuple[int, dict[str, Any]]:
+    proc = fleet.knobfleet("drift", "--json", *extra)
+    assert proc.stderr == "" or proc.returncode in (2, 4, 6), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def by_host(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {h["host"]: h for h in report["hosts"]}
+
+
+def test_unapplied_hosts_are_unmanaged(fleet: Fleet) -> None:
+    code, report = drift(fleet)
+    assert code == 2
+    for h in report["hosts"]:
+        assert h["status"] == "drift" and [f["kind"] for f in h["findings"]] == ["unmanaged"]
+
+
+def test_clean_fleet_reports_exit_0(fleet: Fleet) -> None:
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    code, report = drift(fleet)
+    assert code == 0, report
+    assert report["summary"]["in_sync"] == 3 and not report["summary"]["version_skew"]
+    assert all(h["findings"] == [] and h["profile"] == "ctas512" for h in report["hosts"])
+
+
+@pytest.mark.parametrize("start", range(0, len(FAULTS), 3))
+def test_faults_are_detected_named_and_repaired(fleet: Fleet, start: int) -> None:
+    batch = list(zip(fleet.hosts, FAULTS[start : start + 3], strict=False))
+    for host, (_, command, _) in batch:
+        fleet.ssh(host, command.replace("{addr}", f"127.0.1.{host[3:]}"))
+    code, report = drift(fleet)
+    assert code == 2
+    hosts = by_host(report)
+    for host, (fault, _, kinds) in batch:
+        found = hosts[host]["findings"]
+        for kind, name in kinds.items():
+            hits = [f for f in found if f["kind"] == kind]
+            assert hits, f"{fault}: no {kind} on {host}: {found}"
+            if name is not None:
+                assert any(f.get("name") == name for f in hits), f"{fault}: {kind} does not name {name}: {hits}"
+        for f in found:
+            if f["kind"] in ("env_mismatch", "env_missing") and f.get("source") != "engine":
+                assert f["pid"] and "expected" in f
+    # repair: resume a stopped process, remove drop-ins, re-apply the declared profile
+    for host, _ in batch:
+        fleet.ssh(host, f"kill -CONT {MAIN} 2>/dev/null; rm -rf {DROPIN[:-14]}; systemctl daemon-reload", check=False)
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    fleet.ssh("lab1", "true")
+    code, report = drift(fleet)
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+
+
+def test_declared_profile_and_unreachable_host(fleet: Fleet, tmp_path: Path) -> None:
+    inv = tmp_path / "inv"
+    shutil.copytree(fleet.inventory, inv)
+    hosts = (inv / "hosts.yml").read_text()
+    hosts = hosts.replace("        lab3:\n", "        lab3:\n          knob_profile: ctas768\n")
+    hosts += "        lab9:\n          ansible_host: 127.0.1.9\n"
+    (inv / "hosts.yml").write_text(hosts)
+    proc = subprocess.run(
+        [sys.executable, "-m", "knobfleet", "drift", "--json", "-i", str(inv), "--prom", str(tmp_path / "kf.prom")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 6, proc.stderr
+    report = by_host(json.loads(proc.stdout))
+    assert report["lab9"]["status"] == "unreachable"
+    (f,) = report["lab3"]["findings"]
+    assert f["kind"] == "profile_mismatch" and f["expected"].startswith("ctas768@1")
+    prom = (tmp_path / "kf.prom").read_text()
+    assert 'knobfleet_drift_findings{host="lab3",kind="profile_mismatch"} 1' in prom
+    assert 'knobfleet_probe_success{host="lab9"} 0' in prom
+    assert 'knobfleet_profile_info{host="lab1",profile="ctas512",version="1",hash="sha256:' in prom
+
+
+def test_verify_with_testinfra(fleet: Fleet) -> None:
+    started = time.monotonic()
+    proc = fleet.knobfleet("verify", "--testinfra", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert json.loads(proc.stdout)["testinfra"]["passed"] is True
+    fleet.ssh("lab2", f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {RESTART}")
+    proc = fleet.knobfleet("verify", "--testinfra", "--json", "--limit", "lab2")
+    assert proc.returncode == 2 and json.loads(proc.stdout)["testinfra"]["passed"] is False
+    fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab2", check=True)
+    print(f"verify --testinfra round trip: {time.monotonic() - started:.1f}s")
