@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.integration.conftest import Fleet
 
 from knobfleet.inventory import load_hosts
 from knobfleet.lab.hostfiles import LabHost, serve_script
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
+from tests.integration.conftest import Fleet
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 

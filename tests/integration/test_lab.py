@@ -7,10 +7,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.integration.conftest import ssh
-
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.nspawn import Lab, _port_open
+from tests.integration.conftest import ssh
 
 
 def wait_http(url: str, timeout: float = 30) -> int:

@@ -28,7 +28,7 @@ def test_wheel_installed_outside_the_repo_renders(tmp_path: Path) -> None:
         [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300
     )
     # Dependencies come from the test's own environment (no network needed); knobfleet itself from the wheel.
-    deps = [p for p in site.getsitepackages() if p.endswith("site-packages")][0]
+    deps = next(p for p in site.getsitepackages() if p.endswith("site-packages"))
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
