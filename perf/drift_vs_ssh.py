@@ -1,0 +1,71 @@
+"""knobfleet drift vs a plain parallel-ssh script reading the same files and /proc entries.
+
+Both run against the same lab hosts with warm SSH connections (each path keeps its own
+ControlMaster), interleaved, REPEATS times each per fleet size; prints medians and the ratio.
+Usage: python perf/drift_vs_ssh.py [--sizes 3,8,16] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import subprocess
+import time
+
+from _lab import KNOBFLEET, boot, interleave, med, run, table
+
+SCRIPT = "/root/serve_dsv4_decode.sh"
+UNIT = "/etc/systemd/system/sglang-dsv4-decode.service"
+STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
+# What an operator's script would read: both files and their hashes, unit state, the current
+# generation's meta, and environ + cmdline + stat of every process of the unit.
+REMOTE = (
+    f"sha256sum {SCRIPT} {UNIT}; cat {SCRIPT} {UNIT} {STATE}/current/meta.json; "
+    "systemctl show sglang-dsv4-decode -p ActiveState,SubState,MainPID,NRestarts,NeedDaemonReload,DropInPaths,"
+    "ControlGroup; cg=$(systemctl show -p ControlGroup --value sglang-dsv4-decode); "
+    "for p in $(cat /sys/fs/cgroup/systemd$cg/cgroup.procs); do cat /proc/$p/environ /proc/$p/cmdline /proc/$p/stat; "
+    "done; curl -s -o /dev/null -w '%{http_code}' http://$(hostname -I | cut -d' ' -f1):30000/health_generate || true"
+)
+
+
+def ssh_script(lab, n: int, control_dir: str) -> float:
+    def one(i: int) -> bytes:
+        argv = ["ssh", "-i", str(lab.key), "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o",
+                "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o",
+                f"ControlPath={control_dir}/%h", "-o", "ControlPersist=300", f"root@127.0.1.{i}", REMOTE]
+        return subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        list(pool.map(one, range(1, n + 1)))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="3,8")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    rows = []
+    import tempfile
+
+    for n in [int(x) for x in args.sizes.split(",")]:
+        lab, inv = boot(n)
+        run([*KNOBFLEET, "apply", "ctas512", "-i", str(inv), "--yes"])
+        cdir = tempfile.mkdtemp(prefix="kf-ssh-")
+        drift_cmd = [*KNOBFLEET, "drift", "--json", "-i", str(inv)]
+        run(drift_cmd)  # warm both paths' connections
+        ssh_script(lab, n, cdir)
+        times = interleave({"knobfleet drift": lambda: run(drift_cmd),
+                            "parallel ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir)},
+                           args.repeats)
+        kd, ps = med(times["knobfleet drift"]), med(times["parallel ssh"])
+        rows.append([n, args.repeats, f"{kd:.3f}", f"{ps:.3f}", f"{kd / ps:.2f}x"])
+        print(table(["hosts", "runs", "drift median s", "ssh median s", "ratio"], rows[-1:]), flush=True)
+    print()
+    print("knobfleet drift vs parallel ssh (warm connections, interleaved)")
+    print(table(["hosts", "runs", "drift median s", "ssh median s", "ratio"], rows))
+
+
+if __name__ == "__main__":
+    main()
