@@ -37,6 +37,8 @@ class HostOutcome:
     knob_changes: list[str] = field(default_factory=list)
     lock: dict[str, Any] | None = None
     changed_tasks: int = 0
+    committed: bool = False  # the run changed files or restarted the engine: a failure must be restored
+    restored: Any = None  # RestoreOutcome when a failure was rolled back
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -113,6 +115,7 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
         commit = hr.results.get(TASK_COMMIT, {})
         out.generation = commit.get("generation")
         out.previous = commit.get("previous")
+        out.committed = bool(commit.get("changed"))
         return out
     if check:
         script_diffs = [d for d in hr.diffs if d.get("task") == "Render the serve script"]
@@ -133,6 +136,7 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
     ready = hr.results.get(TASK_READY, {})
     out.generation, out.previous = commit.get("generation"), commit.get("previous")
     out.restarted = bool(commit.get("changed"))
+    out.committed = bool(commit.get("changed"))
     out.status = "applied" if commit.get("changed") else "unchanged"
     out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
     out.live = plan.check_live(rendered.env, rendered.argv, out.main_pid, ready.get("processes") or [], list(WATCH))
@@ -153,6 +157,8 @@ def apply(
     max_fail_percent: float = 0.0,
     break_lock: bool = False,
     on_event: Callable[[Event], None] | None = None,
+    overrides: dict[str, Any] | None = None,
+    rollback_fleet: bool = False,
 ) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), then roll out in batches,
     stopping at the first batch whose failures exceed ``max_fail_percent``."""
@@ -181,6 +187,7 @@ def apply(
                     "knob_serve_operator": operator(),
                     "knob_serve_controller": controller_id(),
                     "knob_serve_break_lock": break_lock,
+                    **(overrides or {}),
                 },
                 unsafe_vars={"knob_serve_profile": profile_vars(profile)},
                 check=check,
@@ -193,10 +200,15 @@ def apply(
         ansible_s += result.wall_s
         batch_out = [_outcome(by_name[h], rendered[h], result, n, check) for h in group]
         outcomes += batch_out
+        if not check:
+            _restore_failed(batch_out, hosts, inventory, break_lock, on_event, outcomes, profile, run_ids, started)
         failed_total += sum(o.status == "failed" for o in batch_out)
         done = sum(len(g) for g in groups[:n])
         if failed_total and failed_total * 100.0 / done > max_fail_percent:
             stopped = True
+            if rollback_fleet and not check:
+                earlier = [o for o in outcomes if o.batch < n and o.status == "applied" and o.previous is not None]
+                _roll_back_earlier(earlier, hosts, inventory, on_event, outcomes, profile, run_ids, started)
     report = ApplyReport(profile, check, run_ids, outcomes, time.monotonic() - started, ansible_s)
     locks = [o for o in outcomes if o.lock and o.status == "failed"]
     if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not check:
@@ -208,6 +220,61 @@ def apply(
             report,
         )
     return report
+
+
+def _restore_failed(batch: list[HostOutcome], hosts: list[HostVars], inventory: Path, break_lock: bool,
+                    on_event: Callable[[Event], None] | None, outcomes: list[HostOutcome], profile: Profile,
+                    run_ids: list[str], started: float) -> None:
+    """The transaction's second half: every host whose new generation failed goes back to the previous one."""
+    from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
+
+    targets: dict[str, RestoreTarget] = {}
+    for o in batch:
+        if o.status != "failed" or not o.committed:
+            continue
+        new_gen = o.generation is not None and o.generation != o.previous
+        to = o.previous if new_gen else o.generation
+        targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
+    if not targets:
+        return
+    results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
+    for o in batch:
+        if o.host in results:
+            o.restored = results[o.host]
+    broken = [r for r in results.values() if not r.ok]
+    if broken:
+        by_name = {hv.host: hv for hv in hosts}
+        report = ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0)
+        lines = [f"{r.host}: apply failed ({next(o.message for o in batch if o.host == r.host)}) and the restore of "
+                 f"generation {targets[r.host].to} failed too: {r.message}" for r in broken]
+        lines.append("No further hosts were touched. Restore by hand:")
+        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
+        raise RestoreFailed("\n".join(lines), broken, report)
+
+
+def _roll_back_earlier(earlier: list[HostOutcome], hosts: list[HostVars], inventory: Path,
+                       on_event: Callable[[Event], None] | None, outcomes: list[HostOutcome], profile: Profile,
+                       run_ids: list[str], started: float) -> None:
+    """--rollback-fleet: hosts of earlier, successful batches go back to their previous generation too."""
+    from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
+
+    targets = {o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")
+               for o in earlier}
+    if not targets:
+        return
+    results = {r.host: r for r in restore(hosts, inventory, targets, on_event=on_event)}
+    for o in earlier:
+        o.restored = results.get(o.host)
+        if o.restored is not None and o.restored.ok:
+            o.status = "rolled-back"
+            o.message = f"rolled back to generation {o.restored.generation:04d} (--rollback-fleet)"
+    broken = [r for r in results.values() if not r.ok]
+    if broken:
+        by_name = {hv.host: hv for hv in hosts}
+        report = ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0)
+        lines = [f"{r.host}: --rollback-fleet restore failed: {r.message}" for r in broken]
+        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
+        raise RestoreFailed("\n".join(lines), broken, report)
 
 
 def _stale_hint(holder: dict[str, Any]) -> str:

@@ -24,11 +24,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from knobfleet import app, paths, report
     from knobfleet import apply as apply_uc
     from knobfleet.progress import Progress
+    from knobfleet.transaction import RestoreFailed
+    from knobfleet.transaction import RestoreFailed
 
     profile = app.store().resolve(args.profile)
     inventory = args.inventory or paths.default_inventory()
     hosts = app.hosts(inventory, args.limit)
     _confirm(len(hosts), profile.ref, args)
+    overrides: dict[str, int] = {}
+    if getattr(args, "readiness_timeout", None) is not None:
+        overrides["knob_serve_readiness_timeout_s"] = args.readiness_timeout
+    if getattr(args, "grace", None) is not None:
+        overrides["knob_serve_readiness_grace_s"] = args.grace
     try:
         with Progress(enabled=not args.json) as progress:
             result = apply_uc.apply(
@@ -41,10 +48,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 max_fail_percent=args.max_fail_percent,
                 break_lock=args.break_lock,
                 on_event=progress,
+                overrides=overrides,
+                rollback_fleet=getattr(args, "rollback_fleet", False),
             )
-    except LockHeld as exc:
-        if args.json and exc.report is not None:
-            _out(report.to_json(exc.report.as_json()))  # type: ignore[attr-defined]
+    except (LockHeld, RestoreFailed) as exc:
+        if exc.report is not None:
+            doc = exc.report  # an ApplyReport
+            _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))
         raise
     if args.json:
         _out(report.to_json(result.as_json()))
@@ -82,6 +92,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--rollback-fleet", action="store_true",
+                   help="when a batch fails, also restore the hosts of earlier batches")
+    p.add_argument("--readiness-timeout", type=int, default=None, metavar="S",
+                   help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)")
+    p.add_argument("--grace", type=int, default=None, metavar="S",
+                   help="after readiness, watch S seconds that the engine stays up (default: knob_serve_readiness_grace_s)")
     p.set_defaults(func=cmd_apply)
     p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff)")
     _common(p)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_DRIFT = 2
@@ -47,6 +49,6 @@ class ApplyFailed(KnobfleetError):
 class LockHeld(KnobfleetError):
     """Another applier holds the host lock; ``report`` has what happened on every host."""
 
-    def __init__(self, message: str, report: object = None) -> None:
+    def __init__(self, message: str, report: Any = None) -> None:
         super().__init__(message)
         self.report = report

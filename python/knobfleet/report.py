@@ -114,13 +114,34 @@ def apply_summary(result: Any) -> str:
     failed = [h for h in result.hosts if h.status == "failed"]
     counts = {
         s: sum(h.status == s for h in result.hosts)
-        for s in ("applied", "unchanged", "failed", "not-run", "pending", "in-sync")
+        for s in ("applied", "unchanged", "failed", "rolled-back", "not-run", "pending", "in-sync")
     }
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     out.append(f"{summary}; {result.wall_s:.1f}s")
     for h in failed:
         out.append(f"error: {h.host}: {h.message}")
+        r = h.restored
+        if r is not None and r.ok:
+            gen = "-" if r.generation is None else f"{r.generation:04d}"
+            out.append(f"  restored: {h.host} is back on generation {gen} ({r.profile}@{r.version}), "
+                       "restarted, ready and verified")
+        elif r is not None:
+            out.append(f"  RESTORE FAILED on {h.host}: {r.message}")
+        elif not h.committed and h.lock is None:
+            out.append(f"  nothing was changed on {h.host}")
+    if not result.check:
+        final = [f"{h.host}={_final_generation(h)}" for h in result.hosts]
+        out.append("final generations: " + " ".join(final))
     return "\n".join(out)
+
+
+def _final_generation(h: Any) -> str:
+    if h.restored is not None and h.restored.ok and h.restored.generation is not None:
+        return f"{h.restored.generation:04d}"
+    if h.status == "failed" and h.committed:
+        return "unknown"
+    gen = h.generation if h.status != "failed" or h.previous is None else h.previous
+    return "-" if gen is None else f"{gen:04d}"
 
 
 def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> str:

@@ -15,8 +15,10 @@ description:
     then rename; root-owned, fixed modes), switches C(current) and appends to the ledger.
   - C(mark) records a generation's status (good, failed, rolled-back) with a reason.
   - C(release) frees the lock held by this run.
+  - C(restore) installs generation N (default the previous good one) again after checking its stored
+    files against meta.json; refuses, changing nothing, when they are missing or altered.
 options:
-  action: {type: str, required: true, choices: [begin, commit, mark, release]}
+  action: {type: str, required: true, choices: [begin, commit, mark, release, restore]}
   state_dir: {type: path, required: true}
   script_path: {type: path}
   unit_path: {type: path}
@@ -28,6 +30,9 @@ options:
   status: {type: str, choices: [good, failed, rolled-back]}
   reason: {type: str, default: ""}
   break_lock: {type: bool, default: false}
+  keep: {type: int, default: 10}
+  leave_status: {type: str, default: rolled-back}
+  event: {type: str, default: rollback}
 author: knobfleet
 """
 
@@ -338,7 +343,110 @@ def mark(module, store, p):
     store.write_meta(number, meta)
     store.append_ledger({"time": now(), "event": "mark", "generation": number, "status": p["status"],
                          "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]})
-    return {"changed": True, "generation": number, "status": p["status"]}
+    pruned = prune(store, p["keep"]) if p["status"] == "good" else []
+    return {"changed": True, "generation": number, "status": p["status"], "pruned": pruned}
+
+
+def statuses(store):
+    out = {}
+    for n in store.numbers():
+        try:
+            out[n] = store.meta(n).get("status")
+        except (OSError, ValueError):
+            out[n] = None
+    return out
+
+
+def previous_good(store, before):
+    """Newest generation older than ``before`` that was good (or adopted)."""
+    st = statuses(store)
+    for n in sorted(st, reverse=True):
+        if n < before and st[n] in ("good", "adopted"):
+            return n
+    return None
+
+
+def prune(store, keep):
+    """Keep the last ``keep`` good generations, generation 0, current and the previous good one;
+    failed and rolled-back generations older than the oldest kept good one go too. Never the only way back."""
+    if not keep or keep < 1:
+        return []
+    st = statuses(store)
+    current = store.current()
+    good = [n for n in sorted(st) if st[n] == "good"]
+    protect = {0, current, previous_good(store, current if current is not None else 1 << 30)}
+    protect.update(good[-keep:])
+    oldest_kept = min([n for n in good[-keep:]] or [0])
+    removed = []
+    for n in sorted(st):
+        if n in protect or n >= oldest_kept:
+            continue
+        path = store.gen_dir(n)
+        for name in os.listdir(path):
+            os.unlink(os.path.join(path, name))
+        os.rmdir(path)
+        removed.append(n)
+    if removed:
+        store.append_ledger({"time": now(), "event": "prune", "generations": removed, "keep": keep})
+    return removed
+
+
+def restore(module, store, p):
+    """Install generation N (default: the previous good one) again: verify its stored files, install them
+    atomically, switch current, record why. Changes nothing when the target is unusable."""
+    current = store.current()
+    target = p["generation"]
+    if target is None:
+        target = previous_good(store, current if current is not None else 1 << 30)
+        if target is None:
+            module.fail_json(msg="no earlier good generation to go back to (current %s); nothing changed" % current)
+    gen_dir = store.gen_dir(target)
+    try:
+        meta = store.meta(target)
+    except FileNotFoundError:
+        have = ", ".join("%04d" % n for n in store.numbers()) or "none"
+        module.fail_json(msg="generation %04d does not exist on this host (have: %s); nothing changed" % (target, have))
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="%s/meta.json is unreadable (%s); fix or delete that generation, then pick another "
+                         "with --to N; nothing changed" % (gen_dir, exc))
+    files = meta.get("files") or {}
+    if not files:
+        module.fail_json(msg="generation %04d holds no files (nothing was installed before knobfleet); "
+                         "nothing changed" % target)
+    plan = []
+    for key, mode in (("script", SCRIPT_MODE), ("unit", UNIT_MODE)):
+        f = files.get(key)
+        if not f:
+            continue
+        src = os.path.join(gen_dir, f["name"])
+        digest = sha256(src)
+        if digest is None:
+            module.fail_json(msg="generation %04d: %s was deleted; refusing to roll back to it; nothing changed"
+                             % (target, src))
+        if digest != f.get("sha256"):
+            module.fail_json(msg="generation %04d: %s does not match its recorded sha256; refusing; nothing changed"
+                             % (target, src))
+        plan.append((src, f["path"], mode))
+    if module.check_mode:
+        return {"changed": target != current, "generation": target, "previous": current}
+    for src, dest, mode in plan:
+        write_atomic(dest, read(src), mode)
+    store.switch_current(target)
+    if current is not None and current != target and p["leave_status"]:
+        try:
+            left = store.meta(current)
+            if left.get("status") not in ("failed",) or p["leave_status"] == "failed":
+                left.update(status=p["leave_status"], updated=now())
+                if p["reason"]:
+                    left["reason"] = p["reason"]
+                store.write_meta(current, left)
+        except (OSError, ValueError):
+            pass
+    store.append_ledger({"time": now(), "event": p["event"], "generation": target, "previous": current,
+                         "profile": meta.get("profile"), "version": meta.get("version"), "hash": meta.get("hash"),
+                         "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]})
+    return {"changed": True, "generation": target, "previous": current, "profile": meta.get("profile"),
+            "version": meta.get("version"), "hash": meta.get("hash")}
 
 
 def release(module, store, p):
@@ -352,7 +460,7 @@ def release(module, store, p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["begin", "commit", "mark", "release"]),
+            action=dict(type="str", required=True, choices=["begin", "commit", "mark", "release", "restore"]),
             state_dir=dict(type="path", required=True),
             script_path=dict(type="path"),
             unit_path=dict(type="path"),
@@ -364,6 +472,9 @@ def main():
             status=dict(type="str", choices=["good", "failed", "rolled-back"]),
             reason=dict(type="str", default=""),
             break_lock=dict(type="bool", default=False),
+            keep=dict(type="int", default=10),
+            leave_status=dict(type="str", default="rolled-back", choices=["failed", "rolled-back", ""]),
+            event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
         ),
         required_if=[("action", "begin", ["script_path", "unit_path"]),
                      ("action", "commit", ["script_path", "unit_path", "profile"]),
@@ -372,7 +483,7 @@ def main():
     )
     p = module.params
     store = Store(p["state_dir"])
-    handlers = {"begin": begin, "commit": commit, "mark": mark, "release": release}
+    handlers = {"begin": begin, "commit": commit, "mark": mark, "release": release, "restore": restore}
     try:
         result = handlers[p["action"]](module, store, p)
     except OSError as exc:
