@@ -10,6 +10,8 @@ from typing import Any
 
 from knobfleet import paths, waves
 from knobfleet.errors import KnobfleetError, ProfileError
+
+__all__ = ["KnobfleetError"]
 from knobfleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile, ProfileDoc
 from knobfleet.profiles.store import ProfileStore

@@ -222,9 +222,17 @@ def apply(
     return report
 
 
-def _restore_failed(batch: list[HostOutcome], hosts: list[HostVars], inventory: Path, break_lock: bool,
-                    on_event: Callable[[Event], None] | None, outcomes: list[HostOutcome], profile: Profile,
-                    run_ids: list[str], started: float) -> None:
+def _restore_failed(
+    batch: list[HostOutcome],
+    hosts: list[HostVars],
+    inventory: Path,
+    break_lock: bool,
+    on_event: Callable[[Event], None] | None,
+    outcomes: list[HostOutcome],
+    profile: Profile,
+    run_ids: list[str],
+    started: float,
+) -> None:
     """The transaction's second half: every host whose new generation failed goes back to the previous one."""
     from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
 
@@ -245,21 +253,33 @@ def _restore_failed(batch: list[HostOutcome], hosts: list[HostVars], inventory: 
     if broken:
         by_name = {hv.host: hv for hv in hosts}
         report = ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0)
-        lines = [f"{r.host}: apply failed ({next(o.message for o in batch if o.host == r.host)}) and the restore of "
-                 f"generation {targets[r.host].to} failed too: {r.message}" for r in broken]
+        lines = [
+            f"{r.host}: apply failed ({next(o.message for o in batch if o.host == r.host)}) and the restore of "
+            f"generation {targets[r.host].to} failed too: {r.message}"
+            for r in broken
+        ]
         lines.append("No further hosts were touched. Restore by hand:")
         lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
         raise RestoreFailed("\n".join(lines), broken, report)
 
 
-def _roll_back_earlier(earlier: list[HostOutcome], hosts: list[HostVars], inventory: Path,
-                       on_event: Callable[[Event], None] | None, outcomes: list[HostOutcome], profile: Profile,
-                       run_ids: list[str], started: float) -> None:
+def _roll_back_earlier(
+    earlier: list[HostOutcome],
+    hosts: list[HostVars],
+    inventory: Path,
+    on_event: Callable[[Event], None] | None,
+    outcomes: list[HostOutcome],
+    profile: Profile,
+    run_ids: list[str],
+    started: float,
+) -> None:
     """--rollback-fleet: hosts of earlier, successful batches go back to their previous generation too."""
     from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
 
-    targets = {o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")
-               for o in earlier}
+    targets = {
+        o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")
+        for o in earlier
+    }
     if not targets:
         return
     results = {r.host: r for r in restore(hosts, inventory, targets, on_event=on_event)}

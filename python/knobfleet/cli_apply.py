@@ -25,7 +25,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from knobfleet import apply as apply_uc
     from knobfleet.progress import Progress
     from knobfleet.transaction import RestoreFailed
-    from knobfleet.transaction import RestoreFailed
 
     profile = app.store().resolve(args.profile)
     inventory = args.inventory or paths.default_inventory()
@@ -92,12 +91,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--rollback-fleet", action="store_true",
-                   help="when a batch fails, also restore the hosts of earlier batches")
-    p.add_argument("--readiness-timeout", type=int, default=None, metavar="S",
-                   help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)")
-    p.add_argument("--grace", type=int, default=None, metavar="S",
-                   help="after readiness, watch S seconds that the engine stays up (default: knob_serve_readiness_grace_s)")
+    p.add_argument(
+        "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
+    )
+    p.add_argument(
+        "--readiness-timeout",
+        type=int,
+        default=None,
+        metavar="S",
+        help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)",
+    )
+    p.add_argument(
+        "--grace",
+        type=int,
+        default=None,
+        metavar="S",
+        help="after readiness, watch S seconds that the engine stays up (default: knob_serve_readiness_grace_s)",
+    )
     p.set_defaults(func=cmd_apply)
     p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff)")
     _common(p)

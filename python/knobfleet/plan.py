@@ -10,6 +10,7 @@ from typing import Any
 
 from knobfleet.errors import KnobfleetError
 
+ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
 _EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -135,6 +136,12 @@ def check_live(
             if env.get(name) != value:
                 problems.append(
                     f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env.get(name)!r}, expected {value!r}"
+                )
+        for name in sorted(env):
+            if name.startswith(ENGINE_PREFIXES) and name not in expected_env:
+                problems.append(
+                    f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env[name]!r} is live but not in "
+                    "the profile (a drop-in or the unit's environment injects it)"
                 )
     seen = {k: (main.get("env") or {}).get(k, "(unset)") for k in watch}
     return LiveCheck(not problems, main_pid, problems, seen)

@@ -123,8 +123,10 @@ def apply_summary(result: Any) -> str:
         r = h.restored
         if r is not None and r.ok:
             gen = "-" if r.generation is None else f"{r.generation:04d}"
-            out.append(f"  restored: {h.host} is back on generation {gen} ({r.profile}@{r.version}), "
-                       "restarted, ready and verified")
+            out.append(
+                f"  restored: {h.host} is back on generation {gen} ({r.profile}@{r.version}), "
+                "restarted, ready and verified"
+            )
         elif r is not None:
             out.append(f"  RESTORE FAILED on {h.host}: {r.message}")
         elif not h.committed and h.lock is None:
@@ -184,3 +186,52 @@ def _grouped_findings(host: str, findings: list[Any]) -> list[str]:
         if f.diff:
             lines.append(f.diff.rstrip("\n"))
     return lines
+
+
+def history_report(hosts: list[Any], ledger: int = 0) -> str:
+    out: list[str] = []
+    for h in hosts:
+        if h.unreachable:
+            out.append(f"{h.host}: {h.unreachable}")
+            continue
+        cur = "none" if h.current is None else f"{h.current:04d}"
+        out.append(f"{h.host} (current {cur})")
+        rows = []
+        for g in h.generations:
+            prof = f"{g.profile}@{g.version}" if g.profile else "(pre-knobfleet files)"
+            rows.append(
+                [
+                    ("* " if g.current else "  ") + f"{g.number:04d}",
+                    prof,
+                    (g.hash or "-")[7:19] or "-",
+                    g.status or "-",
+                    (g.created or "-")[:19],
+                    g.operator or "-",
+                    ("" if g.files_ok else "FILES MISSING; ") + g.reason[:70],
+                ]
+            )
+        out.append(table(["gen", "profile", "hash", "status", "created", "operator", "reason"], rows))
+        for err in h.errors:
+            out.append(f"  error: {err}")
+        for entry in h.ledger[-ledger:] if ledger else []:
+            out.append("  ledger: " + " ".join(f"{k}={v}" for k, v in entry.items() if k != "files"))
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
+def rollback_report(outcomes: list[Any]) -> str:
+    rows = []
+    for o in outcomes:
+        prof = f"{o.profile}@{o.version}" if o.profile else ("(pre-knobfleet files)" if o.generation == 0 else "-")
+        frm = "-" if o.previous is None else f"{o.previous:04d}"
+        to = "-" if o.generation is None else f"{o.generation:04d}"
+        rows.append(
+            [o.host, "ok" if o.ok else "FAILED", f"{frm}→{to}", prof, o.message or "restarted, ready, verified"]
+        )
+    lines = [table(["host", "result", "generation", "profile", "note"], rows)]
+    refused = [o for o in outcomes if not o.ok and o.generation is None]
+    for o in refused:
+        lines.append(
+            f"error: {o.host}: rollback refused: {o.message.removesuffix('; nothing changed')}; nothing was changed"
+        )
+    return "\n".join(lines)

@@ -38,8 +38,16 @@ class RestoreOutcome:
     findings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {"host": self.host, "ok": self.ok, "generation": self.generation, "previous": self.previous,
-                "profile": self.profile, "version": self.version, "message": self.message, "findings": self.findings}
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "generation": self.generation,
+            "previous": self.previous,
+            "profile": self.profile,
+            "version": self.version,
+            "message": self.message,
+            "findings": self.findings,
+        }
 
 
 class RestoreFailed(KnobfleetError):
@@ -57,19 +65,28 @@ def manual_steps(hv: HostVars, generation: int | None) -> str:
     gen = "NNNN (see `knobfleet history`)" if generation is None else f"{generation:04d}"
     d = f"{hv.service_state_dir}/generations/{gen}"
     script = hv.script_path.rsplit("/", 1)[-1]
-    return "\n".join([
-        f"  on {hv.host} ({hv.address}), as root:",
-        f"    install -m 0755 -o root -g root {d}/{script} {hv.script_path}",
-        f"    install -m 0644 -o root -g root {d}/{hv.unit_name} {hv.unit_path}",
-        f"    ln -sfn generations/{gen} {hv.service_state_dir}/current",
-        f"    systemctl daemon-reload && systemctl restart {hv.unit_name}",
-        f"    curl -s -o /dev/null -w '%{{http_code}}\\n' {hv.health_url}   # expect 200",
-        f"    rm -f {hv.service_state_dir}/lock   # only if `knobfleet` reports it held by a dead run",
-    ])
+    return "\n".join(
+        [
+            f"  on {hv.host} ({hv.address}), as root:",
+            f"    install -m 0755 -o root -g root {d}/{script} {hv.script_path}",
+            f"    install -m 0644 -o root -g root {d}/{hv.unit_name} {hv.unit_path}",
+            f"    ln -sfn generations/{gen} {hv.service_state_dir}/current",
+            f"    systemctl daemon-reload && systemctl restart {hv.unit_name}",
+            f"    curl -s -o /dev/null -w '%{{http_code}}\\n' {hv.health_url}   # expect 200",
+            f"    rm -f {hv.service_state_dir}/lock   # only if `knobfleet` reports it held by a dead run",
+        ]
+    )
 
 
-def restore(hosts: list[HostVars], inventory: Path, targets: dict[str, RestoreTarget], *, break_lock: bool = False,
-            on_event: Callable[[Event], None] | None = None, verify_after: bool = True) -> list[RestoreOutcome]:
+def restore(
+    hosts: list[HostVars],
+    inventory: Path,
+    targets: dict[str, RestoreTarget],
+    *,
+    break_lock: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+    verify_after: bool = True,
+) -> list[RestoreOutcome]:
     """Run playbooks/restore.yml for ``targets``, then probe and verify each restored host."""
     from knobfleet import drift
 
@@ -78,18 +95,30 @@ def restore(hosts: list[HostVars], inventory: Path, targets: dict[str, RestoreTa
         return []
     run_id = new_run_id()
     plan = {h: {"to": t.to, "reason": t.reason, "leave": t.leave, "event": t.event} for h, t in targets.items()}
-    result = run_playbook(RunRequest(
-        playbook="restore.yml", inventory=inventory, limit=",".join(hv.host for hv in chosen),
-        trusted_vars={"knob_serve_run_id": run_id, "knob_serve_operator": operator(),
-                      "knob_serve_controller": controller_id(), "knob_serve_break_lock": break_lock},
-        unsafe_vars={"knob_restore_plan": plan}, forks=min(len(chosen), 64), on_event=on_event, run_id=run_id,
-    ))
+    result = run_playbook(
+        RunRequest(
+            playbook="restore.yml",
+            inventory=inventory,
+            limit=",".join(hv.host for hv in chosen),
+            trusted_vars={
+                "knob_serve_run_id": run_id,
+                "knob_serve_operator": operator(),
+                "knob_serve_controller": controller_id(),
+                "knob_serve_break_lock": break_lock,
+            },
+            unsafe_vars={"knob_restore_plan": plan},
+            forks=min(len(chosen), 64),
+            on_event=on_event,
+            run_id=run_id,
+        )
+    )
     outcomes: dict[str, RestoreOutcome] = {}
     for hv in chosen:
         hr = result.host(hv.host)
         res = hr.results.get(TASK_RESTORE, {})
-        out = RestoreOutcome(hv.host, hr.success, res.get("generation"), res.get("previous"), res.get("profile"),
-                             res.get("version"))
+        out = RestoreOutcome(
+            hv.host, hr.success, res.get("generation"), res.get("previous"), res.get("profile"), res.get("version")
+        )
         if not hr.success:
             out.message = hr.first_failure()
         outcomes[hv.host] = out
@@ -98,10 +127,13 @@ def restore(hosts: list[HostVars], inventory: Path, targets: dict[str, RestoreTa
         if ok_hosts:
             for verdict in drift.check(ok_hosts, inventory, on_event=on_event):
                 out = outcomes[verdict.host]
-                serious = [f for f in verdict.findings if f.kind not in ("dropin_present",)]
+                # Drift that predates this change (drop-ins, knobs injected by them) is reported by `drift`;
+                # the restore's job is that the generation's files, env and command line are live again.
+                serious = [f for f in verdict.findings if f.kind not in ("dropin_present", "env_unexpected")]
                 if verdict.status not in ("in_sync", "drift") or serious:
                     out.ok = False
                     out.findings = [f"{f.kind}: {f.message}" for f in serious]
                     out.message = "restored generation does not verify: " + (
-                        "; ".join(out.findings[:3]) or verdict.error or verdict.status)
+                        "; ".join(out.findings[:3]) or verdict.error or verdict.status
+                    )
     return [outcomes[hv.host] for hv in chosen]

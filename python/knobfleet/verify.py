@@ -12,9 +12,8 @@ import difflib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from knobfleet.plan import parse_script
+from knobfleet.plan import ENGINE_PREFIXES, parse_script
 
-ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
 KINDS = (
     "file_changed",
     "file_missing",

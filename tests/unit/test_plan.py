@@ -84,6 +84,15 @@ def test_check_live_names_pid_and_knob() -> None:
     ]
 
 
+def test_check_live_flags_engine_knobs_the_profile_does_not_set() -> None:
+    injected = {**WORKER, "env": {"K": "1", "SGLANG_SM120_MMA_NSPLIT_MAX": "4", "HOME": "/root"}}
+    res = check_live({"K": "1"}, ["/x", "--a=1"], 10, [PROC, injected], ["K"])
+    assert res.problems == [
+        "pid 11 (sglang::schedul): SGLANG_SM120_MMA_NSPLIT_MAX='4' is live but not in the profile "
+        "(a drop-in or the unit's environment injects it)"
+    ]
+
+
 def test_check_live_main_pid_missing() -> None:
     res = check_live({"K": "1"}, [], 99, [PROC], [])
     assert not res.ok and res.problems == ["main process 99 not found in the unit's cgroup"]

@@ -139,6 +139,7 @@ def generations(state_dir):
             for name in os.listdir(cur_dir):
                 if name != "meta.json":
                     out["current_files"][name] = file_info(os.path.join(cur_dir, name))
+    out["ledger"] = ledger_tail(os.path.join(state_dir, "ledger.jsonl"))
     try:
         with open(os.path.join(state_dir, "lock")) as fh:
             out["lock"] = json.load(fh)
@@ -146,6 +147,29 @@ def generations(state_dir):
         pass
     except (OSError, ValueError) as exc:
         out["lock"] = {"corrupt": str(exc)}
+    return out
+
+
+def ledger_tail(path, max_bytes=128 * 1024):
+    """The newest ledger entries (bounded), oldest first; unreadable lines are reported, not hidden."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]
+    out = []
+    for line in lines:
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"event": "unreadable", "raw": line[:200].decode("utf-8", "replace")})
     return out
 
 

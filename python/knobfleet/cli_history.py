@@ -1,0 +1,65 @@
+"""``history`` and ``rollback``: generations as stored on the hosts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from knobfleet import app, paths, report
+    from knobfleet.history import history
+
+    inventory = args.inventory or paths.default_inventory()
+    result = history(app.hosts(inventory, args.limit), inventory)
+    if args.json:
+        _out(report.to_json({"hosts": [h.as_json() for h in result]}))
+    else:
+        _out(report.history_report(result, args.ledger))
+    return EXIT_UNREACHABLE if any(h.unreachable for h in result) else EXIT_OK
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from knobfleet import app, paths, report
+    from knobfleet.history import rollback
+    from knobfleet.progress import Progress
+
+    inventory = args.inventory or paths.default_inventory()
+    hosts = app.hosts(inventory, args.limit)
+    if args.to is not None and args.to < 0:
+        raise app.KnobfleetError(f"--to {args.to}: generation numbers start at 0")
+    if not (args.yes or args.json or len(hosts) <= 1 or not sys.stdin.isatty()):
+        target = "the previous good generation" if args.to is None else f"generation {args.to:04d}"
+        if input(f"Roll {len(hosts)} hosts back to {target}? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise app.KnobfleetError("rollback: cancelled; nothing was changed")
+    with Progress(enabled=not args.json) as progress:
+        outcomes = rollback(hosts, inventory, args.to, break_lock=args.break_lock, on_event=progress)
+    if args.json:
+        _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
+    else:
+        _out(report.rollback_report(outcomes))
+    return EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("history", help="generations and ledger of each host")
+    p.add_argument("-i", "--inventory", type=Path, default=None)
+    p.add_argument("--limit", "-l", default=None)
+    p.add_argument("--ledger", type=int, default=0, metavar="N", help="also show the last N ledger entries")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_history)
+    p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")
+    p.add_argument("-i", "--inventory", type=Path, default=None)
+    p.add_argument("--limit", "-l", default=None)
+    p.add_argument("--to", type=int, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)")
+    p.add_argument("--break-lock", action="store_true")
+    p.add_argument("--yes", "-y", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_rollback)

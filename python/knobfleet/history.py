@@ -1,0 +1,117 @@
+"""Use cases: history (generations and ledger per host, from the hosts themselves) and rollback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knobfleet.hostvars import HostVars
+from knobfleet.runner import Event, operator
+from knobfleet.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
+
+
+@dataclass
+class Generation:
+    number: int
+    profile: str | None
+    version: int | None
+    hash: str | None
+    status: str | None
+    created: str | None
+    updated: str | None
+    operator: str | None
+    reason: str
+    current: bool
+    files_ok: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class HostHistory:
+    host: str
+    current: int | None
+    generations: list[Generation] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    unreachable: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "current": self.current,
+            "generations": [g.as_json() for g in self.generations],
+            "errors": self.errors,
+            "ledger": self.ledger,
+            "unreachable": self.unreachable,
+        }
+
+
+def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
+    """Pure: the generations and ledger a probe document holds."""
+    gens = doc.get("generations") or {}
+    current = gens.get("current")
+    out = HostHistory(host, current, errors=list(gens.get("errors") or []), ledger=list(gens.get("ledger") or []))
+    for entry in gens.get("list") or []:
+        meta = entry.get("meta") or {}
+        names = {f.get("name") for f in (meta.get("files") or {}).values()}
+        out.generations.append(
+            Generation(
+                number=entry["generation"],
+                profile=meta.get("profile"),
+                version=meta.get("version"),
+                hash=meta.get("hash"),
+                status=meta.get("status") if meta else "unreadable",
+                created=meta.get("created"),
+                updated=meta.get("updated"),
+                operator=meta.get("operator"),
+                reason=meta.get("reason") or "",
+                current=entry["generation"] == current,
+                files_ok=names <= set(entry.get("files") or []),
+            )
+        )
+    return out
+
+
+def history(
+    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
+) -> list[HostHistory]:
+    from knobfleet import drift
+
+    docs = drift.probe(hosts, inventory, on_event)
+    out = []
+    for hv in hosts:
+        doc = docs[hv.host]
+        out.append(from_probe(hv.host, doc) if isinstance(doc, dict) else HostHistory(hv.host, None, unreachable=doc))
+    return out
+
+
+def rollback(
+    hosts: list[HostVars],
+    inventory: Path,
+    to: int | None,
+    *,
+    break_lock: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> list[RestoreOutcome]:
+    """Switch hosts to generation ``to`` (default: each host's previous good one), restart, wait, verify.
+    A host whose target generation is missing or damaged is refused with nothing changed."""
+    reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
+    targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
+    outcomes = restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
+    broken = [o for o in outcomes if not o.ok and o.generation is not None]
+    if broken:
+        by_name = {hv.host: hv for hv in hosts}
+        lines = [
+            f"{o.host}: rollback to generation {o.generation:04d} installed its files but the engine did not "
+            f"come back: {o.message}"
+            for o in broken
+            if o.generation is not None
+        ]
+        lines.append("Bring it back by hand:")
+        lines += [manual_steps(by_name[o.host], o.generation) for o in broken]
+        raise RestoreFailed("\n".join(lines), outcomes)
+    return outcomes
