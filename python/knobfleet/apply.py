@@ -201,7 +201,14 @@ def apply(
         batch_out = [_outcome(by_name[h], rendered[h], result, n, check) for h in group]
         outcomes += batch_out
         if not check:
-            _restore_failed(batch_out, hosts, inventory, break_lock, on_event, outcomes, profile, run_ids, started)
+            later = [
+                HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
+                for m, g in enumerate(groups[n:], start=n + 1)
+                for h in g
+            ]
+            _restore_failed(
+                batch_out, hosts, inventory, break_lock, on_event, outcomes + later, profile, run_ids, started
+            )
         failed_total += sum(o.status == "failed" for o in batch_out)
         done = sum(len(g) for g in groups[:n])
         if failed_total and failed_total * 100.0 / done > max_fail_percent:

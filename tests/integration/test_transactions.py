@@ -1,0 +1,282 @@
+"""Fault injection on the real lab: every failed change restores the last good generation, nothing is lost.
+
+After each fault: the host is wholly on one generation (installed files = that generation's files, and
+the live environ and cmdline agree with them), the ledger says so, generations needed for a way back are
+still there, and the lock is free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integration.conftest import Fleet
+
+STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
+SCRIPT = "/root/serve_dsv4_decode.sh"
+SVC = "sglang-dsv4-decode"
+
+
+@pytest.fixture(scope="module")
+def fault_profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("profiles")
+    for name in ("base", "default", "ctas512", "ctas768", "blockh16"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", d)
+    for fault in ("start", "never-ready", "after:2"):
+        name = "fail-" + fault.replace(":", "-")
+        (d / f"{name}.yaml").write_text(
+            f"name: {name}\nversion: 1\nextends: ctas768\nallow_unknown: [SGLANG_SIM_FAIL]\n"
+            f'env:\n  SGLANG_SIM_FAIL: "{fault}"\n'
+        )
+    return d
+
+
+def host_state(fleet: Fleet, host: str) -> dict[str, Any]:
+    """An independent look over SSH: current generation, its meta, installed vs stored files, live env."""
+    out = fleet.ssh(
+        host,
+        f"""
+        cur=$(readlink {STATE}/current); echo "CUR=$cur"; cat {STATE}/$cur/meta.json; echo
+        echo "INSTALLED=$(sha256sum {SCRIPT} /etc/systemd/system/{SVC}.service | cut -c1-64 | tr '\\n' ' ')"
+        pid=$(systemctl show -p MainPID --value {SVC}); echo "PID=$pid"
+        echo "ACTIVE=$(systemctl is-active {SVC})"
+        echo "ENV=$(tr '\\0' '\\n' < /proc/$pid/environ | grep '^SGLANG_SM120_MMA_TARGET_CTAS=' | cut -d= -f2)"
+        echo "FAIL=$(tr '\\0' '\\n' < /proc/$pid/environ | grep -c '^SGLANG_SIM_FAIL=')"
+        echo "LOCK=$(test -e {STATE}/lock && echo held || echo free)"
+        echo "GENS=$(ls {STATE}/generations | tr '\\n' ' ')"
+        echo "LEDGER=$(tail -1 {STATE}/ledger.jsonl)"
+    """,
+    ).stdout
+    lines = out.splitlines()
+    meta_text = "\n".join(lines[1 : lines.index(next(x for x in lines if x.startswith("INSTALLED=")))])
+    kv = dict(x.split("=", 1) for x in lines if "=" in x and x.split("=", 1)[0].isupper())
+    meta = json.loads(meta_text)
+    return {
+        "current": int(kv["CUR"].rsplit("/", 1)[1]),
+        "meta": meta,
+        "installed": kv["INSTALLED"].split(),
+        "active": kv["ACTIVE"],
+        "ctas": kv["ENV"],
+        "fail_env": int(kv["FAIL"]),
+        "lock": kv["LOCK"],
+        "gens": [int(g) for g in kv["GENS"].split()],
+        "ledger": json.loads(kv["LEDGER"]),
+    }
+
+
+def assert_wholly_on(fleet: Fleet, host: str, generation: int, ctas: str) -> dict[str, Any]:
+    st = host_state(fleet, host)
+    assert st["current"] == generation, st
+    assert st["installed"] == [st["meta"]["files"]["script"]["sha256"], st["meta"]["files"]["unit"]["sha256"]]
+    assert st["active"] == "active" and st["ctas"] == ctas and st["fail_env"] == 0
+    assert st["lock"] == "free"
+    verify = fleet.knobfleet("verify", "--json", "--limit", host)
+    assert verify.returncode == 0, verify.stdout[-1500:]
+    return st
+
+
+def test_baseline(fleet: Fleet) -> None:
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    for host in fleet.hosts:
+        assert_wholly_on(fleet, host, 1, "512")
+
+
+@pytest.mark.parametrize(
+    ("profile", "extra", "why"),
+    [
+        ("fail-start", [], "engine exited during start-up"),
+        ("fail-never-ready", ["--readiness-timeout", "5"], "not ready after 5s"),
+        ("fail-after-2", ["--grace", "4"], "engine exited within 4s after becoming ready"),
+    ],
+)
+def test_failed_start_restores_previous_generation(
+    fleet: Fleet, fault_profiles: Path, profile: str, extra: list[str], why: str
+) -> None:
+    before = host_state(fleet, "lab1")
+    proc = fleet.knobfleet("apply", str(fault_profiles / f"{profile}.yaml"), "--limit", "lab1", "--yes", *extra)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"error: lab1: Wait for readiness (health 200, main process stable): {why}" in proc.stdout
+    assert "restored: lab1 is back on generation 0001 (ctas512@1), restarted, ready and verified" in proc.stdout
+    st = assert_wholly_on(fleet, "lab1", 1, "512")  # the previous profile's knob is live again
+    failed_gen = max(st["gens"])
+    assert failed_gen > before["current"] and set(before["gens"]) <= set(st["gens"])
+    meta = json.loads(fleet.ssh("lab1", f"cat {STATE}/generations/{failed_gen:04d}/meta.json").stdout)
+    assert meta["status"] == "failed" and why in meta["reason"] and meta["profile"] == profile
+    assert st["ledger"]["event"] == "restore" and st["ledger"]["generation"] == 1
+
+
+def test_verification_mismatch_from_a_dropin_is_restored(fleet: Fleet) -> None:
+    dropin = f"/etc/systemd/system/{SVC}.service.d"
+    fleet.ssh(
+        "lab2",
+        f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SGLANG_SM120_MMA_NSPLIT_MAX=4\\n' > "
+        f"{dropin}/knobs.conf && systemctl daemon-reload",
+    )
+    proc = fleet.knobfleet("apply", "ctas768", "--limit", "lab2", "--yes")
+    assert proc.returncode == 1
+    assert "SGLANG_SM120_MMA_NSPLIT_MAX='4' is live but not in the profile" in proc.stdout
+    assert "restored: lab2 is back on generation 0001" in proc.stdout
+    st = host_state(fleet, "lab2")
+    assert st["current"] == 1 and st["ctas"] == "512" and st["lock"] == "free"
+    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && systemctl restart {SVC} && sleep 2.5")
+    assert_wholly_on(fleet, "lab2", 1, "512")
+
+
+def test_serial_rollout_stops_at_failing_batch_and_rollback_fleet(fleet: Fleet, tmp_path: Path) -> None:
+    # lab2's host env makes every *new* generation crash at start; its previous generation restores fine.
+    inv = tmp_path / "inv"
+    shutil.copytree(fleet.inventory, inv)
+    hosts_yml = (
+        (inv / "hosts.yml")
+        .read_text()
+        .replace(
+            "          ansible_host: 127.0.1.2\n",
+            "          ansible_host: 127.0.1.2\n          knob_serve_host_env: {SGLANG_SIM_GPU: rtx-pro-6000, "
+            "SGLANG_SIM_STARTUP_S: '1.5', SGLANG_SIM_TIME_SCALE: '0.02', SGLANG_SIM_FAIL: start}\n",
+        )
+    )
+    (inv / "hosts.yml").write_text(hosts_yml)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "knobfleet",
+            "apply",
+            "ctas768",
+            "-i",
+            str(inv),
+            "--serial",
+            "1",
+            "--rollback-fleet",
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    status = {h["host"]: h["status"] for h in report["hosts"]}
+    assert status == {"lab1": "rolled-back", "lab2": "failed", "lab3": "not-run"}, status
+    assert host_state(fleet, "lab3")["current"] == 1  # untouched
+    assert_wholly_on(fleet, "lab1", 1, "512")
+    assert_wholly_on(fleet, "lab2", 1, "512")
+
+
+def test_failed_restore_exits_3_with_manual_steps_and_touches_no_more_hosts(fleet: Fleet) -> None:
+    # A drop-in makes the engine crash whatever generation runs: the restore cannot succeed either.
+    dropin = f"/etc/systemd/system/{SVC}.service.d"
+    fleet.ssh(
+        "lab2",
+        f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SGLANG_SIM_FAIL=start\\n' > "
+        f"{dropin}/crash.conf && systemctl daemon-reload",
+    )
+    before3 = host_state(fleet, "lab3")
+    proc = fleet.knobfleet("apply", "ctas768", "--limit", "lab2,lab3", "--serial", "1", "--yes")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "No further hosts were touched. Restore by hand:" in proc.stderr
+    assert f"systemctl daemon-reload && systemctl restart {SVC}.service" in proc.stderr
+    assert host_state(fleet, "lab3")["current"] == before3["current"]
+    st = host_state(fleet, "lab2")
+    assert st["current"] == 1 and st["lock"] == "free"  # files are back on the old generation
+    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && systemctl restart {SVC} && sleep 2.5")
+    assert_wholly_on(fleet, "lab2", 1, "512")
+
+
+def test_killed_controller_leaves_a_breakable_lock(fleet: Fleet) -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "knobfleet",
+        "apply",
+        "ctas768",
+        "-i",
+        str(fleet.inventory),
+        "--limit",
+        "lab3",
+        "--yes",
+    ]
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while fleet.ssh("lab3", f"test -e {STATE}/lock", check=False).returncode != 0:
+        assert time.monotonic() < deadline, "the apply never took the lock"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ansible-playbook die mid-apply
+    proc.wait()
+    time.sleep(1)
+    again = fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes")
+    assert again.returncode == 1
+    assert "lab3: apply refused: locked by root (run " in again.stderr
+    assert "no longer runs, so the lock is stale: re-run with --break-lock" in again.stderr
+    fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes", "--break-lock", check=True)
+    st = host_state(fleet, "lab3")
+    assert st["ctas"] == "512" and st["lock"] == "free" and st["meta"]["profile"] == "ctas512"
+    assert fleet.knobfleet("verify", "--limit", "lab3").returncode == 0
+
+
+def test_rollback_refusals_change_nothing(fleet: Fleet) -> None:
+    st = host_state(fleet, "lab1")
+    failed = max(g for g in st["gens"] if g != st["current"])
+    fleet.ssh("lab1", f"rm {STATE}/generations/{failed:04d}/serve_dsv4_decode.sh")
+    proc = fleet.knobfleet("rollback", "--to", str(failed), "--limit", "lab1", "--yes")
+    assert proc.returncode == 1
+    assert f"generation {failed:04d}: {STATE}/generations/{failed:04d}/serve_dsv4_decode.sh was deleted" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+    assert host_state(fleet, "lab1")["current"] == st["current"]
+    fleet.ssh("lab1", f"echo '{{not json' > {STATE}/generations/0000/meta.json")
+    hist = fleet.knobfleet("history", "--limit", "lab1")
+    assert f"{STATE}/generations/0000/meta.json" in hist.stdout and "unreadable" in hist.stdout
+    proc = fleet.knobfleet("rollback", "--to", "0", "--limit", "lab1", "--yes")
+    assert proc.returncode == 1 and f"{STATE}/generations/0000/meta.json is unreadable" in proc.stdout
+    assert host_state(fleet, "lab1")["current"] == st["current"]
+    fleet.knobfleet("apply", "ctas768", "--limit", "lab1", "--yes", check=True)  # the way forward still works
+    proc = fleet.knobfleet("rollback", "--limit", "lab1", "--yes")
+    assert proc.returncode == 0, proc.stdout
+    assert_wholly_on(fleet, "lab1", st["current"], "512")
+
+
+def test_random_operation_sequences_keep_record_and_live_state_in_agreement(fleet: Fleet) -> None:
+    seed = int(os.environ.get("KNOBFLEET_PROPERTY_SEED", "20261130"))
+    rng = random.Random(seed)
+    hosts = ["lab1", "lab2"]
+    ops = ["apply-512", "apply-768", "apply-bh16", "rollback", "kill-engine", "hand-edit", "concurrent"]
+    started = time.monotonic()
+    for step in range(14):
+        op, host = rng.choice(ops), rng.choice(hosts)
+        if op.startswith("apply-"):
+            prof = {"apply-512": "ctas512", "apply-768": "ctas768", "apply-bh16": "blockh16"}[op]
+            fleet.knobfleet("apply", prof, "--limit", host, "--yes", check=True)
+        elif op == "rollback":
+            fleet.knobfleet("rollback", "--limit", host, "--yes")  # may be refused: no earlier good generation
+        elif op == "kill-engine":
+            fleet.ssh(host, f"kill -9 $(systemctl show -p MainPID --value {SVC}); sleep 3.5")  # Restart=on-failure
+        elif op == "hand-edit":
+            fleet.ssh(
+                host, f"sed -i 's/TARGET_CTAS=[0-9]*/TARGET_CTAS=640/' {SCRIPT} && systemctl restart {SVC} && sleep 2.5"
+            )
+            assert fleet.knobfleet("verify", "--limit", host).returncode == 2  # detected
+            fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)  # repaired
+        else:
+            argv = [sys.executable, "-m", "knobfleet", "apply", "-i", str(fleet.inventory), "--limit", host, "--yes"]
+            a = subprocess.Popen([*argv, "ctas768"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            b = subprocess.Popen([*argv, "ctas512"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            codes = sorted([a.wait(300), b.wait(300)])
+            a.communicate()
+            b.communicate()
+            assert codes in ([0, 0], [0, 1]), codes  # one may finish before the other starts
+        for h in hosts:  # knobfleet's record matches the live process on every host, after every step
+            res = fleet.knobfleet("verify", "--json", "--limit", h)
+            assert res.returncode == 0, f"seed {seed} step {step} {op} on {host}: {res.stdout[-1500:]}"
+    print(f"property run: seed {seed}, 14 steps, {time.monotonic() - started:.0f}s")
