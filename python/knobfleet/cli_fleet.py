@@ -107,8 +107,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_lab_ssh)
 
-    from knobfleet import cli_apply, cli_drift, cli_history
+    from knobfleet import cli_apply, cli_bench, cli_drift, cli_history
 
     cli_apply.register(sub)
+    cli_bench.register(sub)
     cli_drift.register(sub)
     cli_history.register(sub)

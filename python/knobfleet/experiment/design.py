@@ -59,16 +59,19 @@ def _pct(x: float) -> str:
     return f"{(math.exp(x) - 1) * 100:+.1f}%"
 
 
-def decide(per_bucket: dict[int, list[float]], s: Settings, *, errors: int = 0,
-           consistency_ok: bool = True) -> Decision:
+def decide(
+    per_bucket: dict[int, list[float]], s: Settings, *, errors: int = 0, consistency_ok: bool = True
+) -> Decision:
     """Look at the log-ratios so far (bucket → one value per round) and say whether to stop."""
     rounds = min((len(v) for v in per_bucket.values()), default=0)
     if errors:
-        return Decision("keep", f"B had {errors} failed requests; a profile that drops requests is never promoted",
-                        rounds)
+        return Decision(
+            "keep", f"B had {errors} failed requests; a profile that drops requests is never promoted", rounds
+        )
     if not consistency_ok:
-        return Decision("keep", "B's outputs under load differ from its serial outputs (consistency check failed)",
-                        rounds)
+        return Decision(
+            "keep", "B's outputs under load differ from its serial outputs (consistency check failed)", rounds
+        )
     if rounds == 0:
         return Decision("continue", "no rounds yet", 0)
     z = s.z()
@@ -85,22 +88,29 @@ def decide(per_bucket: dict[int, list[float]], s: Settings, *, errors: int = 0,
     for b, (iv, cls) in buckets.items():
         if cls == "worse" and iv.estimate < limit:
             d.verdict = "keep"
-            d.reason = (f"B is {_pct(iv.estimate)} at concurrency {b}, beyond the {s.max_regression:.0%} "
-                        "regression guardrail")
+            d.reason = (
+                f"B is {_pct(iv.estimate)} at concurrency {b}, beyond the {s.max_regression:.0%} regression guardrail"
+            )
             return d
     floor = math.log1p(s.min_effect)
     if gain.low > 0 and gain.estimate >= floor:
         d.verdict = "promote"
-        d.reason = (f"B gains {_pct(gain.estimate)} traffic-weighted ({_pct(gain.low)} to {_pct(gain.high)}) "
-                    f"after {rounds} rounds, with no bucket beyond the regression guardrail")
+        d.reason = (
+            f"B gains {_pct(gain.estimate)} traffic-weighted ({_pct(gain.low)} to {_pct(gain.high)}) "
+            f"after {rounds} rounds, with no bucket beyond the regression guardrail"
+        )
     elif gain.high < floor:
         d.verdict = "keep"
-        d.reason = (f"B cannot beat A by {s.min_effect:.0%}: weighted gain {_pct(gain.estimate)} "
-                    f"({_pct(gain.low)} to {_pct(gain.high)}) after {rounds} rounds")
+        d.reason = (
+            f"B cannot beat A by {s.min_effect:.0%}: weighted gain {_pct(gain.estimate)} "
+            f"({_pct(gain.low)} to {_pct(gain.high)}) after {rounds} rounds"
+        )
     elif rounds >= s.max_rounds:
         d.verdict = "inconclusive"
-        d.reason = (f"after {rounds} rounds the weighted gain is {_pct(gain.estimate)} ({_pct(gain.low)} to "
-                    f"{_pct(gain.high)}): not certain either way, so A stays")
+        d.reason = (
+            f"after {rounds} rounds the weighted gain is {_pct(gain.estimate)} ({_pct(gain.low)} to "
+            f"{_pct(gain.high)}): not certain either way, so A stays"
+        )
     else:
         d.reason = f"gain {_pct(gain.estimate)} ({_pct(gain.low)} to {_pct(gain.high)}) not certain yet"
     return d

@@ -40,8 +40,14 @@ def test_one_observation_uses_the_prior() -> None:
 
 @pytest.mark.parametrize(
     ("low", "high", "cls"),
-    [(0.001, 0.005, "same"), (0.005, 0.05, "better"), (-0.05, -0.02, "worse"), (-0.02, 0.04, "inconclusive"),
-     (-0.03, -0.001, "worse"), (-0.009, 0.009, "same")],
+    [
+        (0.001, 0.005, "same"),
+        (0.005, 0.05, "better"),
+        (-0.05, -0.02, "worse"),
+        (-0.02, 0.04, "inconclusive"),
+        (-0.03, -0.001, "worse"),
+        (-0.009, 0.009, "same"),
+    ],
 )
 def test_classify(low: float, high: float, cls: str) -> None:
     assert stats.classify(stats.Interval((low + high) / 2, low, high, 5, 0.03), 0.01) == cls
@@ -57,7 +63,9 @@ def test_order_alternates() -> None:
     assert [order(i) for i in range(3)] == [("A", "B"), ("B", "A"), ("A", "B")]
 
 
-def rounds(effect: float, n: int, sd: float, seed: int, buckets: dict[int, float] | None = None) -> dict[int, list[float]]:
+def rounds(
+    effect: float, n: int, sd: float, seed: int, buckets: dict[int, float] | None = None
+) -> dict[int, list[float]]:
     rng = random.Random(seed)
     return {b: [effect + rng.gauss(0, sd) for _ in range(n)] for b in (buckets or W)}
 

@@ -1,0 +1,241 @@
+"""Use cases: bench (a sweep on the current or a given profile) and ab (an interleaved A/B experiment)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knobfleet import paths
+from knobfleet.bench.run import BenchSpec, errors, run_bench, throughput
+from knobfleet.errors import ApplyFailed, KnobfleetError
+from knobfleet.experiment import stats
+from knobfleet.experiment.design import Decision, Settings, decide, order
+from knobfleet.hostvars import HostVars
+from knobfleet.profiles.model import Profile
+from knobfleet.runner import Event
+
+
+def results_path(host: str, profile: Profile) -> Path:
+    return paths.state_dir() / "bench" / host / f"{profile.name}@{profile.version}-{profile.content_hash[7:19]}.json"
+
+
+def store_results(host: str, profile: Profile, doc: dict[str, Any]) -> None:
+    from knobfleet.drift import write_atomic
+
+    write_atomic(results_path(host, profile), json.dumps(doc))
+
+
+def activate(profile: Profile, hv: HostVars, inventory: Path, on_event: Callable[[Event], None] | None) -> None:
+    """Apply ``profile`` on one host (no gate) and insist that it is live and verified."""
+    from knobfleet.apply import apply
+
+    rep = apply(profile, [hv], inventory, on_event=on_event)
+    if rep.exit_code != 0:
+        o = rep.hosts[0]
+        restored = ""
+        if o.restored is not None and o.restored.ok:
+            restored = f"; restored generation {o.restored.generation}"
+        raise ApplyFailed(f"{hv.host}: applying {profile.ref} failed: {o.message}{restored}")
+
+
+@dataclass(frozen=True)
+class BucketStat:
+    concurrency: int
+    mean: float
+    low: float | None
+    high: float | None
+    runs: list[float]
+
+
+def summarise_runs(docs: list[dict[str, Any]]) -> list[BucketStat]:
+    per: dict[int, list[float]] = {}
+    for doc in docs:
+        for c, v in throughput(doc).items():
+            per.setdefault(c, []).append(v)
+    out = []
+    for c, xs in sorted(per.items()):
+        m = statistics.mean(xs)
+        if len(xs) > 1:
+            half = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
+            out.append(BucketStat(c, m, m - half, m + half, xs))
+        else:
+            out.append(BucketStat(c, m, None, None, xs))
+    return out
+
+
+def bench(
+    profile: Profile | None,
+    hv: HostVars,
+    inventory: Path,
+    spec: BenchSpec,
+    repeats: int,
+    on_event: Callable[[Event], None] | None = None,
+) -> dict[str, Any]:
+    if profile is not None:
+        activate(profile, hv, inventory, on_event)
+    docs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    if profile is not None:
+        store_results(hv.host, profile, {"runs": docs})
+    buckets = summarise_runs(docs)
+    return {
+        "host": hv.host,
+        "profile": profile.ref if profile else None,
+        "repeats": repeats,
+        "buckets": [b.__dict__ for b in buckets],
+        "errors": sum(errors(d) for d in docs),
+        "runs": [[_line(b) for b in d.get("buckets") or []] for d in docs],
+    }
+
+
+def _line(b: dict[str, Any]) -> str:
+    from knobfleet.bench.client import summary_line
+
+    return summary_line(b)
+
+
+def consistency(
+    hv: HostVars, inventory: Path, spec: BenchSpec, on_event: Callable[[Event], None] | None
+) -> dict[str, Any]:
+    cons_spec = BenchSpec(
+        conc=(max(spec.conc[0] // 4, 4),),
+        max_tokens=min(spec.max_tokens, 64),
+        timeout_s=spec.timeout_s,
+        cons_prompts=spec.cons_prompts,
+        cons_repeats=spec.cons_repeats,
+    )
+    doc = run_bench([hv], inventory, cons_spec, consistency=True, on_event=on_event)[hv.host]
+    result: dict[str, Any] = doc["consistency"]
+    return result
+
+
+def ab(
+    a: Profile,
+    b: Profile,
+    hv: HostVars,
+    inventory: Path,
+    settings: Settings,
+    spec: BenchSpec,
+    report_dir: Path,
+    check_consistency: bool = True,
+    on_event: Callable[[Event], None] | None = None,
+) -> dict[str, Any]:
+    """Rounds of AB / BA on one host until the sequential rule stops; leaves the winner applied."""
+    if a.content_hash == b.content_hash:
+        raise KnobfleetError(f"ab: {a.ref} and {b.ref} are the same profile content; nothing to compare")
+    profiles = {"A": a, "B": b}
+    cons: dict[str, dict[str, Any] | None] = {"A": None, "B": None}
+    errs = {"A": 0, "B": 0}
+    runs: dict[str, dict[int, list[float]]] = {"A": {}, "B": {}}
+    per_bucket: dict[int, list[float]] = {c: [] for c in spec.conc}
+    live: str | None = None
+    started = time.monotonic()
+    decision = Decision("continue", "not started", 0)
+    for r in range(settings.max_rounds):
+        got: dict[str, dict[int, float]] = {}
+        for arm in order(r):
+            if live != arm:
+                activate(profiles[arm], hv, inventory, on_event)
+                live = arm
+            if check_consistency and cons[arm] is None:
+                cons[arm] = consistency(hv, inventory, spec, on_event)
+            doc = run_bench([hv], inventory, spec, on_event=on_event)[hv.host]
+            errs[arm] += errors(doc)
+            got[arm] = throughput(doc)
+            for c, v in got[arm].items():
+                runs[arm].setdefault(c, []).append(v)
+        for c in spec.conc:
+            if got["A"].get(c, 0) > 0 and got["B"].get(c, 0) > 0:
+                per_bucket[c].append(stats.log_ratio(got["A"][c], got["B"][c]))
+        b_cons_ok = cons["B"] is None or bool(cons["B"].get("passed"))
+        decision = decide(per_bucket, settings, errors=errs["B"], consistency_ok=b_cons_ok)
+        if decision.final:
+            break
+    if not decision.final:
+        decision.verdict = "inconclusive"
+    winner = "B" if decision.verdict == "promote" else "A"
+    if live != winner:
+        activate(profiles[winner], hv, inventory, on_event)
+    doc = _document(
+        a, b, hv.host, decision, settings, runs, cons, errs, profiles[winner].name, time.monotonic() - started
+    )
+    write_reports(doc, report_dir)
+    return doc
+
+
+def _document(
+    a: Profile,
+    b: Profile,
+    host: str,
+    d: Decision,
+    s: Settings,
+    runs: dict[str, dict[int, list[float]]],
+    cons: dict[str, dict[str, Any] | None],
+    errs: dict[str, int],
+    winner: str,
+    wall: float,
+) -> dict[str, Any]:
+    def r1(x: float | None) -> float | None:
+        return None if x is None else round(math.exp(x) - 1, 5)
+
+    buckets = []
+    for c, (iv, cls) in sorted(d.buckets.items()):
+        buckets.append(
+            {
+                "concurrency": c,
+                "weight": s.weights.get(c, 0.0),
+                "ratio": r1(iv.estimate),
+                "low": r1(iv.low),
+                "high": r1(iv.high),
+                "class": cls,
+                "a_mean": statistics.mean(runs["A"].get(c) or [0.0]),
+                "b_mean": statistics.mean(runs["B"].get(c) or [0.0]),
+                "runs": {"A": runs["A"].get(c, []), "B": runs["B"].get(c, [])},
+            }
+        )
+    g = d.gain
+    return {
+        "a": a.ref,
+        "b": b.ref,
+        "host": host,
+        "verdict": d.verdict,
+        "winner": winner,
+        "reason": d.reason,
+        "rounds": d.rounds,
+        "wall_s": round(wall, 1),
+        "weighted_gain": {
+            "estimate": r1(g.estimate) if g else None,
+            "low": r1(g.low) if g else None,
+            "high": r1(g.high) if g else None,
+        },
+        "buckets": buckets,
+        "consistency": {
+            k: ("skipped" if v is None else "pass" if v.get("passed") else "fail") for k, v in cons.items()
+        },
+        "errors": errs,
+        "settings": {
+            "weights": {str(k): v for k, v in s.weights.items()},
+            "min_effect": s.min_effect,
+            "max_regression": s.max_regression,
+            "max_rounds": s.max_rounds,
+            "min_rounds": s.min_rounds,
+            "alpha": s.alpha,
+        },
+    }
+
+
+def write_reports(doc: dict[str, Any], directory: Path) -> None:
+    from knobfleet.drift import write_atomic
+    from knobfleet.experiment import report
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomic(directory / "report.json", json.dumps(doc, indent=2))
+    safe = dict(doc)
+    safe["weighted_gain"] = {k: (v if v is not None else float("nan")) for k, v in doc["weighted_gain"].items()}
+    write_atomic(directory / "report.md", report.markdown(safe))
+    report.plot(doc, directory / "report.png")

@@ -1,0 +1,163 @@
+"""``bench`` and ``ab``: measure profiles on a host with the bench client."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from knobfleet.errors import EXIT_ERROR, EXIT_OK, KnobfleetError
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-def]
+    from knobfleet import app, paths
+
+    inventory = args.inventory or paths.default_inventory()
+    hosts = app.hosts(inventory, args.limit)
+    if len(hosts) != 1:
+        names = ", ".join(h.host for h in hosts[:5])
+        raise KnobfleetError(
+            f"{what}: --limit must select exactly one host (selected {len(hosts)}: {names}…); e.g. --limit lab1"
+        )
+    return hosts[0], inventory
+
+
+def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from knobfleet import app
+    from knobfleet.bench.run import BenchSpec
+
+    return BenchSpec(
+        conc=tuple(app.parse_int_list(args.conc, "--conc")),
+        n_mult=args.n_mult,
+        max_tokens=args.max_tokens,
+        timeout_s=args.timeout,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from knobfleet import ab, app, report
+    from knobfleet.progress import Progress
+
+    hv, inventory = _one_host(args, "bench")
+    profile = app.store().resolve(args.profile) if args.profile else None
+    if args.repeats < 1:
+        raise KnobfleetError(f"--repeats {args.repeats}: must be >= 1")
+    with Progress(enabled=not args.json) as progress:
+        doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress)
+    if args.json:
+        _out(report.to_json(doc))
+    else:
+        for i, lines in enumerate(doc["runs"], start=1):
+            _out(f"run {i}:")
+            for line in lines:
+                _out("  " + line)
+        rows = [
+            [
+                b["concurrency"],
+                f"{b['mean']:.1f}",
+                "-" if b["low"] is None else f"{b['low']:.1f} … {b['high']:.1f}",
+                len(b["runs"]),
+            ]
+            for b in doc["buckets"]
+        ]
+        _out(report.table(["concurrency", "agg tok/s (mean)", "95% interval", "runs"], rows, "rrrr"))
+        _out(f"{doc['host']}: {doc['profile'] or 'current profile'}; request errors: {doc['errors']}")
+    return EXIT_OK if doc["errors"] == 0 else EXIT_ERROR
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from knobfleet import ab, app, paths, report
+    from knobfleet.experiment.design import Settings
+    from knobfleet.progress import Progress
+
+    hv, inventory = _one_host(args, "ab")
+    st = app.store()
+    a, b = st.resolve(args.a), st.resolve(args.b)
+    weights = app.parse_weights(args.weights)
+    spec = _spec(args)
+    missing = sorted(set(spec.conc) - set(weights))
+    if missing:
+        raise KnobfleetError(
+            f"--weights {args.weights!r}: no weight for concurrency {missing}; give every --conc "
+            "bucket a weight (0 to ignore it)"
+        )
+    settings = Settings(
+        weights=weights,
+        min_effect=args.min_effect,
+        max_regression=args.max_regression,
+        max_rounds=args.max_rounds,
+        min_rounds=min(3, args.max_rounds),
+    )
+    report_dir = (
+        Path(args.report)
+        if args.report
+        else (paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{a.name}-vs-{b.name}")
+    )
+    with Progress(enabled=not args.json) as progress:
+        doc = ab.ab(
+            a,
+            b,
+            hv,
+            inventory,
+            settings,
+            spec,
+            report_dir,
+            check_consistency=not args.no_consistency,
+            on_event=progress,
+        )
+    if args.json:
+        _out(report.to_json(doc))
+    else:
+        verdict = {"promote": f"promote {b.name}", "keep": f"keep {a.name}", "inconclusive": "inconclusive"}
+        _out(f"verdict: {verdict[doc['verdict']]} — {doc['reason']}")
+        rows = [
+            [
+                x["concurrency"],
+                f"{x['a_mean']:.1f}",
+                f"{x['b_mean']:.1f}",
+                f"{x['ratio'] * 100:+.1f}%",
+                f"{x['low'] * 100:+.1f}% … {x['high'] * 100:+.1f}%",
+                x["class"],
+            ]
+            for x in doc["buckets"]
+        ]
+        _out(report.table(["conc", "A tok/s", "B tok/s", "B/A", "interval", "class"], rows, "rrrrrl"))
+        _out(
+            f"consistency: A {doc['consistency']['A']}, B {doc['consistency']['B']}; live now: {doc['winner']}; "
+            f"reports in {paths.display(report_dir)}/report.{{json,md,png}}"
+        )
+    return EXIT_OK
+
+
+def _bench_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-i", "--inventory", type=Path, default=None)
+    p.add_argument("--limit", "-l", default=None, help="exactly one host")
+    p.add_argument("--conc", default="48,64,80,96")
+    p.add_argument("--n-mult", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--timeout", type=int, default=1800, help="bound per bench run, seconds")
+    p.add_argument("--json", action="store_true")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="throughput sweep on one host (current profile, or apply PROFILE first)")
+    p.add_argument("profile", nargs="?")
+    _bench_opts(p)
+    p.add_argument("--repeats", type=int, default=1)
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("ab", help="interleaved A/B experiment with a statistical verdict")
+    p.add_argument("a")
+    p.add_argument("b")
+    _bench_opts(p)
+    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1")
+    p.add_argument("--max-rounds", type=int, default=15)
+    p.add_argument("--min-effect", type=float, default=0.01)
+    p.add_argument("--max-regression", type=float, default=0.03)
+    p.add_argument("--report", default=None, metavar="DIR")
+    p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")
+    p.set_defaults(func=cmd_ab)

@@ -1,0 +1,1 @@
+../../../python/knobfleet/bench/client.py
