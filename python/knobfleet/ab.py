@@ -229,6 +229,10 @@ def _document(
     }
 
 
+def _cons(result: dict[str, Any] | None) -> str:
+    return "skipped" if result is None else "pass" if result.get("passed") else "fail"
+
+
 def write_reports(doc: dict[str, Any], directory: Path) -> None:
     from knobfleet.drift import write_atomic
     from knobfleet.experiment import report

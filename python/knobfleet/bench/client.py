@@ -29,37 +29,11 @@ import time
 import urllib.parse
 from typing import Any
 
-WORDS = [
-    "explain",
-    "describe",
-    "compare",
-    "summarize",
-    "list",
-    "the",
-    "a",
-    "of",
-    "and",
-    "in",
-    "to",
-    "kernel",
-    "attention",
-    "cache",
-    "decode",
-    "batch",
-    "model",
-    "throughput",
-    "latency",
-    "memory",
-    "expert",
-    "router",
-    "wave",
-    "split",
-    "token",
-    "stream",
-    "graph",
-    "layer",
-    "tensor",
-]
+_WORDS = (
+    "explain describe compare summarize list the a of and in to kernel attention cache decode batch model "
+    "throughput latency memory expert router wave split token stream graph layer tensor"
+)
+WORDS = tuple(_WORDS.split())
 
 
 def prompt(seed: int, i: int, length: int = 24) -> str:
@@ -71,7 +45,7 @@ def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
     s = sorted(xs)
-    k = min(len(s) - 1, max(0, int(round(q / 100 * (len(s) - 1)))))
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
     return s[k]
 
 
