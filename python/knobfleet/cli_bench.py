@@ -47,6 +47,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     profile = app.store().resolve(args.profile) if args.profile else None
     if args.repeats < 1:
         raise KnobfleetError(f"--repeats {args.repeats}: must be >= 1")
+    if args.consistency:
+        with Progress(enabled=not args.json) as progress:
+            if profile is not None:
+                ab.activate(profile, hv, inventory, progress)
+            result = ab.consistency(hv, inventory, _spec(args), progress)
+        if args.json:
+            _out(report.to_json(result))
+        else:
+            _out(
+                f"consistency on {hv.host} ({profile.ref if profile else 'current profile'}): "
+                f"{'PASS' if result['passed'] else 'FAIL'} — {result['compared']} outputs at concurrency "
+                f"{result['concurrency']} compared with serial, {result['diverged']} diverged, "
+                f"{result['loops']} loops, {result['errors']} errors, finish reasons {result['finish_reasons']}"
+            )
+            for d in result["divergences"][:5]:
+                _out(
+                    f"  prompt {d['prompt']}: first divergent token {d['first_divergent_token']}"
+                    + (f", loops with period {d['loop_period']}" if d["loop_period"] else "")
+                )
+        return EXIT_OK if result["passed"] else EXIT_ERROR
     with Progress(enabled=not args.json) as progress:
         doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress)
     if args.json:
@@ -149,6 +169,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("profile", nargs="?")
     _bench_opts(p)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument(
+        "--consistency", action="store_true", help="run the output-consistency check instead (exit 1 on fail)"
+    )
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("ab", help="interleaved A/B experiment with a statistical verdict")
     p.add_argument("a")

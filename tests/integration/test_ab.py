@@ -1,0 +1,71 @@
+"""bench, consistency and ab on the real lab (stand-in engine at a small time scale)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.integration.conftest import Fleet
+
+SMALL = ["--conc", "16,32", "--n-mult", "2", "--max-tokens", "32"]
+
+
+def test_consistency_fails_multi_stream_overlap_and_passes_base(fleet: Fleet, tmp_path: Path) -> None:
+    for name in ("base", "default"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
+    (tmp_path / "overlap1.yaml").write_text(
+        "name: overlap1\nversion: 1\nextends: default\nenv:\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 1\n"
+    )
+    bad = fleet.knobfleet(
+        "bench", str(tmp_path / "overlap1.yaml"), "--consistency", "--limit", "lab2", "--conc", "32", "--json"
+    )
+    assert bad.returncode == 1, bad.stderr
+    result = json.loads(bad.stdout)
+    assert result["passed"] is False and result["diverged"] > 0
+    good = fleet.knobfleet("bench", "base", "--consistency", "--limit", "lab2", "--conc", "32", "--json")
+    assert good.returncode == 0, good.stdout[-800:] + good.stderr
+    assert json.loads(good.stdout)["passed"] is True
+
+
+def test_bench_reports_buckets_with_intervals(fleet: Fleet) -> None:
+    proc = fleet.knobfleet("bench", "ctas512", "--limit", "lab3", "--repeats", "2", "--json", *SMALL, check=True)
+    doc = json.loads(proc.stdout)
+    assert [b["concurrency"] for b in doc["buckets"]] == [16, 32] and doc["errors"] == 0
+    assert all(b["low"] <= b["mean"] <= b["high"] and len(b["runs"]) == 2 for b in doc["buckets"])
+
+
+def test_ab_produces_a_verdict_reports_and_a_verified_profile(fleet: Fleet, tmp_path: Path) -> None:
+    report = tmp_path / "exp"
+    proc = fleet.knobfleet(
+        "ab",
+        "default",
+        "ctas512",
+        "--limit",
+        "lab1",
+        *SMALL,
+        "--weights",
+        "16=0.5,32=0.5",
+        "--max-rounds",
+        "3",
+        "--report",
+        str(report),
+        "--json",
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] in ("promote", "keep", "inconclusive")
+    assert doc["winner"] == ("ctas512" if doc["verdict"] == "promote" else "default")
+    assert doc["reason"] and 1 <= doc["rounds"] <= 3
+    assert set(doc["weighted_gain"]) == {"estimate", "low", "high"}
+    assert {b["class"] for b in doc["buckets"]} <= {"better", "worse", "same", "inconclusive"}
+    assert doc["consistency"] == {"A": "pass", "B": "pass"}
+    for name in ("report.json", "report.md", "report.png"):
+        assert (report / name).stat().st_size > 0
+    assert (report / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "**Verdict:" in (report / "report.md").read_text()
+    verify = fleet.knobfleet("verify", "--limit", "lab1", "--json")
+    assert verify.returncode == 0
+    assert json.loads(verify.stdout)["hosts"][0]["profile"] == doc["winner"]
