@@ -53,6 +53,8 @@ class HostOutcome:
             "message": self.message,
             "changed_tasks": self.changed_tasks,
         }
+        if self.restored is not None:
+            out["restored"] = self.restored.as_json()
         if self.live is not None:
             out["live"] = {"ok": self.live.ok, "problems": self.live.problems, "seen": self.live.seen}
         if self.knob_changes or self.diffs:

@@ -55,11 +55,66 @@ def cmd_apply(args: argparse.Namespace) -> int:
             doc = exc.report  # an ApplyReport
             _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))
         raise
+    gates = _run_gate(args, profile, hosts, inventory, result) if getattr(args, "gate", False) else []
     if args.json:
-        _out(report.to_json(result.as_json()))
+        doc = result.as_json()
+        if gates:
+            doc["gate"] = [g.as_json() for g in gates]
+            doc["exit_code"] = result.exit_code if all(g.passed for g in gates) else 1
+        _out(report.to_json(doc))
     else:
         _out(report.apply_summary(result))
+        for g in gates:
+            _out(f"gate {g.host}: {'PASS' if g.passed else 'REJECT'} — {g.reason}")
+    if any(not g.passed for g in gates):
+        return 1
     return result.exit_code
+
+
+def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
+    """Benchmark gate after a successful apply; a rejected host is restored to its previous generation."""
+    from knobfleet import app
+    from knobfleet.bench.run import BenchSpec
+    from knobfleet.gate import gate_host
+    from knobfleet.transaction import RestoreFailed, RestoreTarget, restore
+
+    if args.check or result.exit_code != 0:
+        return []
+    base_name = args.baseline or profile.gate.baseline
+    if not base_name:
+        raise KnobfleetError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
+    baseline = app.store().resolve(base_name)
+    spec = BenchSpec(
+        conc=tuple(app.parse_int_list(args.gate_conc, "--gate-conc"))
+        if args.gate_conc
+        else tuple(profile.gate.concurrency),
+        n_mult=args.gate_n_mult,
+        max_tokens=args.gate_max_tokens,
+    )
+    by_name = {hv.host: hv for hv in hosts}
+    gates, targets = [], {}
+    for o in result.hosts:
+        if o.status not in ("applied", "unchanged"):
+            continue
+        g = gate_host(profile, baseline, by_name[o.host], inventory, spec, args.gate_repeats)
+        gates.append(g)
+        if not g.passed:
+            new_gen = o.generation is not None and o.generation != o.previous
+            targets[o.host] = RestoreTarget(o.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
+    if targets:
+        outcomes = restore(hosts, inventory, targets)
+        broken = [r for r in outcomes if not r.ok]
+        if broken:
+            raise RestoreFailed(
+                "\n".join(f"{r.host}: gate rejected the profile and the restore failed: {r.message}" for r in broken),
+                broken,
+            )
+        restored = {r.host: r for r in outcomes}
+        for o in result.hosts:
+            if o.host in restored:
+                o.status, o.restored = "failed", restored[o.host]
+                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == o.host)
+    return gates
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -91,6 +146,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument(
+        "--gate",
+        action="store_true",
+        help="after applying, run the consistency check and a benchmark against the baseline; "
+        "a rejected host goes back to its previous generation",
+    )
+    p.add_argument("--baseline", default=None, help="gate baseline profile (default: the profile's gate.baseline)")
+    p.add_argument("--gate-conc", default=None, help="gate buckets (default: the profile's gate.concurrency)")
+    p.add_argument("--gate-n-mult", type=int, default=4)
+    p.add_argument("--gate-max-tokens", type=int, default=256)
+    p.add_argument("--gate-repeats", type=int, default=2)
     p.add_argument(
         "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
     )

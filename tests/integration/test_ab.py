@@ -69,3 +69,25 @@ def test_ab_produces_a_verdict_reports_and_a_verified_profile(fleet: Fleet, tmp_
     verify = fleet.knobfleet("verify", "--limit", "lab1", "--json")
     assert verify.returncode == 0
     assert json.loads(verify.stdout)["hosts"][0]["profile"] == doc["winner"]
+
+
+def test_gate_rejects_an_inconsistent_profile_and_restores(fleet: Fleet, tmp_path: Path) -> None:
+    for name in ("base", "default"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
+    (tmp_path / "overlap1.yaml").write_text(
+        "name: overlap1\nversion: 1\nextends: default\nenv:\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 1\n"
+    )
+    fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes", check=True)
+    gate = ["--gate", "--baseline", "ctas512", "--gate-conc", "16,32", "--gate-n-mult", "2", "--gate-max-tokens", "32"]
+    proc = fleet.knobfleet("apply", str(tmp_path / "overlap1.yaml"), "--limit", "lab3", "--yes", *gate, "--json")
+    assert proc.returncode == 1, proc.stdout[-1500:] + proc.stderr[-1500:]
+    doc = json.loads(proc.stdout)
+    (g,) = doc["gate"]
+    assert not g["passed"] and g["consistency"] == "fail" and g["baseline_source"] in ("stored", "measured")
+    (h,) = doc["hosts"]
+    assert h["restored"]["ok"] and h["restored"]["profile"] == "ctas512"
+    verify = fleet.knobfleet("verify", "--limit", "lab3", "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["hosts"][0]["profile"] == "ctas512"
+    hist = json.loads(fleet.knobfleet("history", "--limit", "lab3", "--json", check=True).stdout)
+    last = hist["hosts"][0]["generations"][-1]
+    assert last["profile"] == "overlap1" and last["status"] == "failed" and last["reason"].startswith("gate: ")

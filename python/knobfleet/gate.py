@@ -1,0 +1,107 @@
+"""The benchmark gate of ``apply --gate``: after a successful apply, the new profile must pass the
+output-consistency check, serve without request errors, and lose no more than ``max_regression`` in any
+bucket against the baseline profile's results (stored ones, or measured now). A rejected host goes back
+to its previous generation through the transaction's restore path."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knobfleet.ab import activate, consistency, results_path, store_results
+from knobfleet.bench.run import BenchSpec, errors, run_bench, throughput
+from knobfleet.hostvars import HostVars
+from knobfleet.profiles.model import Profile
+from knobfleet.runner import Event
+
+
+@dataclass
+class GateResult:
+    host: str
+    passed: bool
+    reason: str
+    baseline: str
+    baseline_source: str  # stored | measured
+    ratios: dict[int, float] = field(default_factory=dict)
+    consistency: str = "skipped"
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _means(docs: list[dict[str, Any]]) -> dict[int, float]:
+    per: dict[int, list[float]] = {}
+    for d in docs:
+        for c, v in throughput(d).items():
+            per.setdefault(c, []).append(v)
+    return {c: statistics.mean(v) for c, v in per.items()}
+
+
+def baseline_runs(
+    baseline: Profile,
+    new: Profile,
+    hv: HostVars,
+    inventory: Path,
+    spec: BenchSpec,
+    repeats: int,
+    on_event: Callable[[Event], None] | None,
+) -> tuple[list[dict[str, Any]], str]:
+    path = results_path(hv.host, baseline)
+    if path.is_file():
+        runs: list[dict[str, Any]] = json.loads(path.read_text())["runs"]
+        if {c for d in runs for c in throughput(d)} >= set(spec.conc):
+            return runs, "stored"
+    activate(baseline, hv, inventory, on_event)
+    runs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    store_results(hv.host, baseline, {"runs": runs})
+    activate(new, hv, inventory, on_event)
+    return runs, "measured"
+
+
+def gate_host(
+    new: Profile,
+    baseline: Profile,
+    hv: HostVars,
+    inventory: Path,
+    spec: BenchSpec,
+    repeats: int,
+    on_event: Callable[[Event], None] | None = None,
+) -> GateResult:
+    base_runs, source = baseline_runs(baseline, new, hv, inventory, spec, repeats, on_event)
+    res = GateResult(hv.host, False, "", baseline.ref, source)
+    if new.gate.consistency:
+        cons = consistency(hv, inventory, spec, on_event)
+        res.consistency = "pass" if cons["passed"] else "fail"
+        if not cons["passed"]:
+            res.reason = (
+                f"consistency check failed: {cons['diverged']} of {cons['compared']} outputs under load "
+                f"differ from serial ({cons['loops']} loops)"
+            )
+            return res
+    new_runs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    store_results(hv.host, new, {"runs": new_runs})
+    n_err = sum(errors(d) for d in new_runs)
+    if n_err:
+        res.reason = f"{n_err} requests failed during the benchmark"
+        return res
+    old, cur = _means(base_runs), _means(new_runs)
+    res.ratios = {c: cur[c] / old[c] - 1 for c in cur if old.get(c)}
+    worst = min(res.ratios.items(), key=lambda kv: kv[1])
+    limit = new.gate.max_regression
+    if worst[1] < -limit:
+        res.reason = (
+            f"throughput at concurrency {worst[0]} is {worst[1]:+.1%} vs {baseline.ref} ({source} "
+            f"results), beyond the {limit:.0%} regression limit"
+        )
+        return res
+    res.passed = True
+    res.reason = (
+        "consistent, no request errors, every bucket within "
+        + f"{limit:.0%} of {baseline.ref} "
+        + ("(" + ", ".join(f"C{c} {r:+.1%}" for c, r in sorted(res.ratios.items())) + ")")
+    )
+    return res
