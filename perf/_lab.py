@@ -13,6 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
+from knobfleet.lab.hostfiles import LabHost  # noqa: E402
 from knobfleet.lab.nspawn import Lab  # noqa: E402
 
 KNOBFLEET = [sys.executable, "-m", "knobfleet"]
