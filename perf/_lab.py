@@ -31,10 +31,18 @@ def boot(n: int) -> tuple[Lab, Path]:
     return lab, lab.dir / "inventory"
 
 
+CPU: list[float] = []  # controller CPU seconds (user + sys of the command and its children) per run()
+
+
 def run(cmd: list[str], ok: tuple[int, ...] = (0,)) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return took
