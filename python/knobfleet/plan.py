@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from knobfleet.errors import KnobfleetError
 
 ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
-_EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str]]:
@@ -42,26 +39,95 @@ def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str
     return out + [rest[i : i + size] for i in range(0, len(rest), size)]
 
 
-def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
-    """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one)."""
+def shell_statements(text: str) -> list[list[str]]:
+    """Split shell text into statements (lists of words) the way bash reads simple scripts: single quotes are
+    literal, double quotes honour backslash before $ ` " \\ and newline, an unquoted backslash escapes the
+    next character (backslash-newline joins lines), # starts a comment at a word start, and newline or ;
+    ends a statement. Expansions ($VAR, $(...)) are kept as text, never run."""
+    statements: list[list[str]] = []
+    words: list[str] = []
+    word: list[str] = []
+    in_word, i, n = False, 0, len(text)
+
+    def end_word() -> None:
+        nonlocal word, in_word
+        if in_word:
+            words.append("".join(word))
+        word, in_word = [], False
+
+    def end_statement() -> None:
+        nonlocal words
+        end_word()
+        if words:
+            statements.append(words)
+        words = []
+
+    while i < n:
+        c = text[i]
+        if c == "'":
+            j = text.find("'", i + 1)
+            j = n if j < 0 else j
+            word.append(text[i + 1 : j])
+            in_word, i = True, j + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+                    if text[i + 1] != "\n":
+                        word.append(text[i + 1])
+                    i += 2
+                    continue
+                word.append(text[i])
+                i += 1
+            in_word, i = True, i + 1
+            continue
+        if c == "\\":
+            if i + 1 < n and text[i + 1] != "\n":
+                word.append(text[i + 1])
+                in_word = True
+            i += 2
+            continue
+        if c == "#" and not in_word:
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if c in "\n;":
+            end_statement()
+            i += 1
+            continue
+        if c in " \t":
+            end_word()
+            i += 1
+            continue
+        word.append(c)
+        in_word = True
+        i += 1
+    end_statement()
+    return statements
+
+
+def script_env_argv(text: str) -> tuple[dict[str, str], list[str]]:
+    """Exported env vars and the exec argv of a serve script."""
     env: dict[str, str] = {}
     argv: list[str] = []
-    joined = re.sub(r"\\\n", " ", text)
-    for line in joined.splitlines():
-        line = line.strip()
-        m = _EXPORT.match(line)
-        if m:
-            try:
-                parts = shlex.split(m.group(2))
-            except ValueError:
-                parts = [m.group(2)]
-            env[m.group(1)] = parts[0] if parts else ""
-        elif line.startswith("exec "):
-            try:
-                argv = shlex.split(line)[1:]
-            except ValueError:
-                argv = line.split()[1:]
+    for words in shell_statements(text):
+        if words[0] == "export":
+            for w in words[1:]:
+                name, sep, value = w.partition("=")
+                if sep and name.replace("_", "a").isalnum() and not name[0].isdigit():
+                    env[name] = value
+        elif words[0] == "exec":
+            argv = words[1:]
     return env, argv
+
+
+def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
+    """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one).
+
+    The same lexer is copied into roles/knob_serve/library/knob_generation.py (modules are standalone);
+    tests/unit/test_plan.py checks that the two copies agree."""
+    return script_env_argv(text)
 
 
 def _flags(argv: list[str]) -> dict[str, str]:

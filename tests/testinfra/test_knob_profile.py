@@ -11,13 +11,9 @@ env vars; the main process's command line is the generation's exec line. ``knobf
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from typing import Any
 
 import pytest
-
-EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def _vars(host: Any) -> dict[str, Any]:
@@ -49,15 +45,9 @@ def meta(host: Any, svc: dict[str, str]) -> dict[str, Any]:
 
 
 def _script_expectations(text: str) -> tuple[dict[str, str], list[str]]:
-    env: dict[str, str] = {}
-    argv: list[str] = []
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        m = EXPORT.match(line.strip())
-        if m:
-            env[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2) else ""
-        elif line.strip().startswith("exec "):
-            argv = shlex.split(line.strip())[1:]
-    return env, argv
+    from knobfleet.plan import parse_script
+
+    return parse_script(text)
 
 
 def _unit_pids(host: Any, service: str) -> list[int]:

@@ -96,3 +96,20 @@ def test_check_live_flags_engine_knobs_the_profile_does_not_set() -> None:
 def test_check_live_main_pid_missing() -> None:
     res = check_live({"K": "1"}, [], 99, [PROC], [])
     assert not res.ok and res.problems == ["main process 99 not found in the unit's cgroup"]
+
+
+def test_module_copy_of_the_script_lexer_agrees(repo) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "knob_generation", repo / "roles/knob_serve/library/knob_generation.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for text in (HAND, MANAGED, "export A='x\ny' B=\"q\\\"\"\nexec a 'b c' \\\n  d # comment\n"):
+        assert mod.script_expectations(text) == parse_script(text)
+    assert parse_script("export A='x\ny' B=\"q\\\"\"\nexec a 'b c' \\\n  d # comment\n") == (
+        {"A": "x\ny", "B": 'q"'},
+        ["a", "b c", "d"],
+    )

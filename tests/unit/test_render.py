@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from knobfleet.errors import RenderError
 from knobfleet.hostvars import HostVars
+from knobfleet.plan import parse_script
 from knobfleet.profiles.model import Profile
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
@@ -80,6 +81,10 @@ def test_rendered_script_gives_back_profile_byte_for_byte(
     assert r.env == {k: env[k] for k in sorted(env)}
     assert not (tmp_path / "PWNED").exists()
     assert r.script.count("\nexec ") == 1
+    # the parser verify and apply use to read scripts back gives the same env and argv
+    env_back, argv_back = parse_script(r.script)
+    assert argv_back == r.argv
+    assert env_back == r.env
 
 
 def test_shipped_ctas512_for_lab1(repo: Path) -> None:

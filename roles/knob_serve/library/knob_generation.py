@@ -40,8 +40,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
-import shlex
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
@@ -220,17 +218,83 @@ def begin(module, store, p):
 ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
 
 
+def shell_statements(text):
+    """Split shell text into statements (lists of words) the way bash reads simple scripts: single quotes are
+    literal, double quotes honour backslash before $ ` " \\ and newline, an unquoted backslash escapes the
+    next character (backslash-newline joins lines), # starts a comment at a word start, and newline or ;
+    ends a statement. Expansions ($VAR, $(...)) are kept as text, never run."""
+    statements, words = [], []
+    word, in_word, i, n = [], False, 0, len(text)
+
+    def end_word():
+        nonlocal word, in_word
+        if in_word:
+            words.append("".join(word))
+        word, in_word = [], False
+
+    def end_statement():
+        nonlocal words
+        end_word()
+        if words:
+            statements.append(words)
+        words = []
+
+    while i < n:
+        c = text[i]
+        if c == "'":
+            j = text.find("'", i + 1)
+            j = n if j < 0 else j
+            word.append(text[i + 1:j])
+            in_word, i = True, j + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+                    if text[i + 1] != "\n":
+                        word.append(text[i + 1])
+                    i += 2
+                    continue
+                word.append(text[i])
+                i += 1
+            in_word, i = True, i + 1
+            continue
+        if c == "\\":
+            if i + 1 < n and text[i + 1] != "\n":
+                word.append(text[i + 1])
+                in_word = True
+            i += 2
+            continue
+        if c == "#" and not in_word:
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if c in "\n;":
+            end_statement()
+            i += 1
+            continue
+        if c in " \t":
+            end_word()
+            i += 1
+            continue
+        word.append(c)
+        in_word = True
+        i += 1
+    end_statement()
+    return statements
+
+
 def script_expectations(text):
-    """Exports and exec argv of a knobfleet serve script (same rules as knobfleet.plan.parse_script)."""
+    """Exported env vars and the exec argv of a serve script."""
     env, argv = {}, []
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        line = line.strip()
-        m = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
-        if m:
-            parts = shlex.split(m.group(2)) if m.group(2) else [""]
-            env[m.group(1)] = parts[0] if parts else ""
-        elif line.startswith("exec "):
-            argv = shlex.split(line)[1:]
+    for words in shell_statements(text):
+        if words[0] == "export":
+            for w in words[1:]:
+                name, sep, value = w.partition("=")
+                if sep and name.replace("_", "a").isalnum() and not name[0].isdigit():
+                    env[name] = value
+        elif words[0] == "exec":
+            argv = words[1:]
     return env, argv
 
 
