@@ -41,14 +41,19 @@ unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: venv
-	$(BIN)/ruff check python tests
-	$(BIN)/ruff format --check python tests
+	$(BIN)/ruff check python tests perf
+	$(BIN)/ruff format --check python tests perf
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
 	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles
 
 perf: venv system-deps
+	$(BIN)/python perf/decision_quality.py
 	$(BIN)/python perf/lab_boot.py
+	$(BIN)/python perf/drift_vs_ssh.py --sizes 3,8,16 --repeats 5
+	$(BIN)/python perf/apply_overhead.py --hosts 3 --repeats 5
+	$(BIN)/python perf/no_change_apply.py --sizes 3,16 --repeats 3
+	$(BIN)/knobfleet lab down
 
 lab-down: venv
 	$(BIN)/knobfleet lab down

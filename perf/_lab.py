@@ -13,7 +13,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-from knobfleet.lab.hostfiles import LabHost  # noqa: E402
 from knobfleet.lab.nspawn import Lab  # noqa: E402
 
 KNOBFLEET = [sys.executable, "-m", "knobfleet"]
@@ -53,7 +52,7 @@ def interleave(paths: dict[str, Callable[[], float]], repeats: int) -> dict[str,
     names = list(paths)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             out[name].append(paths[name]())
     return out

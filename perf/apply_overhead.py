@@ -25,10 +25,10 @@ from pathlib import Path
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
 
 sys.path.insert(0, str(REPO / "python"))
-from knobfleet.inventory import load_hosts  # noqa: E402
-from knobfleet.profiles.store import ProfileStore  # noqa: E402
-from knobfleet.render import profile_vars, render_host  # noqa: E402
-from knobfleet.runner import dump_vars  # noqa: E402
+from knobfleet.inventory import load_hosts
+from knobfleet.profiles.store import ProfileStore
+from knobfleet.render import profile_vars, render_host
+from knobfleet.runner import dump_vars
 
 PROFILES = ("ctas768", "ctas512")
 
@@ -44,8 +44,9 @@ def main() -> None:
     rendered = {p: {hv.host: render_host(store.resolve(p), hv) for hv in hvs} for p in PROFILES}
     tmp = Path(tempfile.mkdtemp(prefix="kf-apply-"))
     for p in PROFILES:
-        (tmp / f"{p}.yml").write_text(dump_vars({"knob_serve_run_id": "perf"},
-                                                {"knob_serve_profile": profile_vars(store.resolve(p))}))
+        (tmp / f"{p}.yml").write_text(
+            dump_vars({"knob_serve_run_id": "perf"}, {"knob_serve_profile": profile_vars(store.resolve(p))})
+        )
     state = {"i": 0}
     engine: list[float] = []
 
@@ -57,16 +58,33 @@ def main() -> None:
         return run([*KNOBFLEET, "apply", next_profile(), "-i", str(inv), "--yes"])
 
     env = os.environ.copy()
-    env.update({"ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_PIPELINING": "True",
-                "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
-                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_GATHERING": "explicit",
-                "ANSIBLE_FORKS": str(args.hosts), "ANSIBLE_HOST_KEY_CHECKING": "True"})
+    env.update(
+        {
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"),
+            "ANSIBLE_GATHERING": "explicit",
+            "ANSIBLE_FORKS": str(args.hosts),
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+        }
+    )
 
     def plain() -> float:
         started = time.perf_counter()
-        subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-                        str(REPO / "playbooks" / "apply.yml"), "-e", f"@{tmp / (next_profile() + '.yml')}"],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "-i",
+                str(inv),
+                str(REPO / "playbooks" / "apply.yml"),
+                "-e",
+                f"@{tmp / (next_profile() + '.yml')}",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         return time.perf_counter() - started
 
     def ssh_script() -> float:
@@ -74,14 +92,29 @@ def main() -> None:
 
         def one(hv) -> float:  # type: ignore[no-untyped-def]
             r = rendered[prof][hv.host]
-            base = ["ssh", "-i", str(lab.key), "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "BatchMode=yes",
-                    "-o", "ControlMaster=auto", "-o", f"ControlPath={tmp}/ssh-%h", "-o", "ControlPersist=300",
-                    f"root@{hv.address}"]
+            base = [
+                "ssh",
+                "-i",
+                str(lab.key),
+                "-o",
+                f"UserKnownHostsFile={lab.known_hosts}",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ControlMaster=auto",
+                "-o",
+                f"ControlPath={tmp}/ssh-%h",
+                "-o",
+                "ControlPersist=300",
+                f"root@{hv.address}",
+            ]
             payload = r.script + "\0" + r.unit
-            cmd = (f"python3 -c \"import sys; s, u = sys.stdin.read().split(chr(0)); "
-                   f"open('{hv.script_path}.new', 'w').write(s); open('{hv.unit_path}.new', 'w').write(u)\" && "
-                   f"chmod 0755 {hv.script_path}.new && mv {hv.script_path}.new {hv.script_path} && "
-                   f"mv {hv.unit_path}.new {hv.unit_path} && systemctl daemon-reload")
+            cmd = (
+                f'python3 -c "import sys; s, u = sys.stdin.read().split(chr(0)); '
+                f"open('{hv.script_path}.new', 'w').write(s); open('{hv.unit_path}.new', 'w').write(u)\" && "
+                f"chmod 0755 {hv.script_path}.new && mv {hv.script_path}.new {hv.script_path} && "
+                f"mv {hv.unit_path}.new {hv.unit_path} && systemctl daemon-reload"
+            )
             subprocess.run([*base, cmd], input=payload, text=True, check=True, capture_output=True)
             t0 = time.perf_counter()
             subprocess.run([*base, f"systemctl restart {hv.unit_name}"], check=True, capture_output=True)
@@ -104,14 +137,23 @@ def main() -> None:
     plain()
     ssh_script()
     engine.clear()
-    times = interleave({"knobfleet apply": knobfleet, "ansible-playbook": plain, "ssh script": ssh_script},
-                       args.repeats)
+    times = interleave(
+        {"knobfleet apply": knobfleet, "ansible-playbook": plain, "ssh script": ssh_script}, args.repeats
+    )
     e = med(engine)
     rows = []
     base = {k: med(v) - e for k, v in times.items()}
     for name, xs in times.items():
-        rows.append([name, len(xs), f"{med(xs):.2f}", f"{base[name]:.2f}",
-                     f"{base[name] / base['ansible-playbook']:.2f}x", f"{base[name] / base['ssh script']:.2f}x"])
+        rows.append(
+            [
+                name,
+                len(xs),
+                f"{med(xs):.2f}",
+                f"{base[name]:.2f}",
+                f"{base[name] / base['ansible-playbook']:.2f}x",
+                f"{base[name] / base['ssh script']:.2f}x",
+            ]
+        )
     print(f"{args.hosts} hosts; engine restart + readiness (median of the ssh script's runs): {e:.2f}s")
     print(table(["path", "runs", "wall median s", "minus engine s", "vs ansible-playbook", "vs ssh script"], rows))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from knobfleet.experiment.design import Settings, decide, order  # noqa: E402
+from knobfleet.experiment.design import Settings, decide, order
 
 SIGMA = 0.065
 SIGMA_WHITE = 0.015
@@ -85,8 +85,10 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    print(f"noise: sd {SIGMA:.1%} per run (drift {SIGMA_DRIFT:.2%}, tau {TAU:g} runs; white {SIGMA_WHITE:.1%}); "
-          f"{args.trials} experiments per cell, seed {args.seed}")
+    print(
+        f"noise: sd {SIGMA:.1%} per run (drift {SIGMA_DRIFT:.2%}, tau {TAU:g} runs; white {SIGMA_WHITE:.1%}); "
+        f"{args.trials} experiments per cell, seed {args.seed}"
+    )
     header = f"{'procedure':<36} {'true effect':>11} {'correct':>8} {'switch':>7} {'mean runs':>9} {'p90 runs':>8}"
     print(header)
     print("-" * len(header))

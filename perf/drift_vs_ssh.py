@@ -30,9 +30,25 @@ REMOTE = (
 
 def ssh_script(lab, n: int, control_dir: str) -> float:
     def one(i: int) -> bytes:
-        argv = ["ssh", "-i", str(lab.key), "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o",
-                "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o",
-                f"ControlPath={control_dir}/%h", "-o", "ControlPersist=300", f"root@127.0.1.{i}", REMOTE]
+        argv = [
+            "ssh",
+            "-i",
+            str(lab.key),
+            "-o",
+            f"UserKnownHostsFile={lab.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={control_dir}/%h",
+            "-o",
+            "ControlPersist=300",
+            f"root@127.0.1.{i}",
+            REMOTE,
+        ]
         return subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout
 
     started = time.perf_counter()
@@ -56,9 +72,13 @@ def main() -> None:
         drift_cmd = [*KNOBFLEET, "drift", "--json", "-i", str(inv)]
         run(drift_cmd)  # warm both paths' connections
         ssh_script(lab, n, cdir)
-        times = interleave({"knobfleet drift": lambda: run(drift_cmd),
-                            "parallel ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir)},
-                           args.repeats)
+        times = interleave(
+            {
+                "knobfleet drift": lambda cmd=drift_cmd: run(cmd),
+                "parallel ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir),
+            },
+            args.repeats,
+        )
         kd, ps = med(times["knobfleet drift"]), med(times["parallel ssh"])
         rows.append([n, args.repeats, f"{kd:.3f}", f"{ps:.3f}", f"{kd / ps:.2f}x"])
         print(table(["hosts", "runs", "drift median s", "ssh median s", "ratio"], rows[-1:]), flush=True)

@@ -42,8 +42,10 @@ def main() -> None:
             ups.append(up)
             sshs.append(ssh)
         rows.append([n, args.repeats, f"{med(ups):.2f}", f"{med(sshs):.2f}", f"{med(sshs) / n:.3f}"])
-        print(table(["hosts", "runs", "lab up s (sshd listening)", "until ssh true works s", "s per host"],
-                    rows[-1:]), flush=True)
+        print(
+            table(["hosts", "runs", "lab up s (sshd listening)", "until ssh true works s", "s per host"], rows[-1:]),
+            flush=True,
+        )
     Lab().down()
     print("\nlab boot (median)")
     print(table(["hosts", "runs", "lab up s (sshd listening)", "until ssh true works s", "s per host"], rows))

@@ -17,7 +17,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
-    lab, inv = boot(max(sizes))
+    _lab, inv = boot(max(sizes))
     cmd = [*KNOBFLEET, "apply", "ctas512", "-i", str(inv), "--yes"]
     run(cmd)  # first apply: adopt and change everything
     times: dict[int, list[float]] = {n: [] for n in sizes}
@@ -28,8 +28,17 @@ def main() -> None:
             times[n].append(run([*cmd, "--limit", limit]))
             cpu[n].append(CPU[-1])
     first = sizes[0]
-    rows = [[n, len(times[n]), f"{med(times[n]):.2f}", f"{med(times[n]) / med(times[first]):.2f}x",
-             f"{med(cpu[n]):.2f}", f"{med(cpu[n]) / med(cpu[first]):.2f}x"] for n in sizes]
+    rows = [
+        [
+            n,
+            len(times[n]),
+            f"{med(times[n]):.2f}",
+            f"{med(times[n]) / med(times[first]):.2f}x",
+            f"{med(cpu[n]):.2f}",
+            f"{med(cpu[n]) / med(cpu[first]):.2f}x",
+        ]
+        for n in sizes
+    ]
     print("no-change apply (changed=0, no restart); lab hosts run on the controller's own cores")
     print(table(["hosts", "runs", "wall median s", f"wall vs {first}", "controller CPU s", f"CPU vs {first}"], rows))
 
