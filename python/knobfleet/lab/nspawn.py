@@ -25,52 +25,11 @@ from pathlib import Path
 from knobfleet import paths
 from knobfleet.errors import LabError
 from knobfleet.lab import hostfiles
+from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 
 BOOT_TIMEOUT_S = 90.0
 TMPFS_SIZE = "512m"
-CGROUP_PARENT = "knobfleet-lab"
-
-
-def cgroup_dirs(host: LabHost) -> list[Path]:
-    """This host's own cgroup in every writable hierarchy that systemd uses (v1 name=systemd, v2).
-
-    Each nspawn must sit in a cgroup of its own: started from a shared cgroup, every nspawn puts its
-    container in the same ``payload`` cgroup, and one container's systemd then stops the others."""
-    out: list[Path] = []
-    for base in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
-        if (base / "cgroup.procs").exists() and not (base == Path("/sys/fs/cgroup") and out):
-            out.append(base / CGROUP_PARENT / host.name)
-    return out
-
-
-def _join_cgroups(dirs: list[Path]) -> None:
-    """Runs in the child before exec: move itself into the host's cgroups."""
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "cgroup.procs").write_text("0")
-
-
-def _cgroup_pids(dirs: list[Path]) -> list[int]:
-    pids: set[int] = set()
-    for d in dirs:
-        if d.is_dir():
-            for procs in d.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    pids.update(int(x) for x in procs.read_text().split())
-    return sorted(pids)
-
-
-def _remove_cgroups(dirs: list[Path]) -> None:
-    for d in dirs:
-        if d.is_dir():
-            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-            with contextlib.suppress(OSError):
-                d.rmdir()
-            with contextlib.suppress(OSError):
-                d.parent.rmdir()  # knobfleet-lab/, once the last host is gone
 
 
 @dataclass(frozen=True)
@@ -283,7 +242,7 @@ class Lab:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=lambda: _join_cgroups(dirs),
+                preexec_fn=lambda: join_cgroups(dirs),
             )
         self.pid_file(host).write_text(f"{proc.pid}\n")
 
@@ -393,33 +352,14 @@ class Lab:
 
     def _cleanup(self, host: LabHost) -> None:
         hdir = self.host_dir(host)
-        _kill_leftovers(cgroup_dirs(host))
+        kill_leftovers(cgroup_dirs(host))
         for mnt in (hdir / "root", hdir):
             if _mounted(mnt) and subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
                 _run(["umount", "-l", str(mnt)])
         if hdir.exists() and not _mounted(hdir):
             shutil.rmtree(hdir, ignore_errors=True)
         self.pid_file(host).unlink(missing_ok=True)
-        _remove_cgroups(cgroup_dirs(host))
-
-
-def _kill_leftovers(dirs: list[Path]) -> None:
-    """Stop what is left in a host's cgroups (a container whose nspawn died): SIGRTMIN+3 to its
-    init for an orderly halt, then SIGKILL. Only processes in knobfleet's own lab cgroups are touched."""
-    pids = _cgroup_pids(dirs)
-    if not pids:
-        return
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
-                os.kill(pid, signal.SIGRTMIN + 3)
-    deadline = time.monotonic() + 10
-    while _cgroup_pids(dirs) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in _cgroup_pids(dirs):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    time.sleep(0.2)
+        remove_cgroups(cgroup_dirs(host))
 
 
 def _mounted(path: Path) -> bool:
