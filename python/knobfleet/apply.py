@@ -115,8 +115,8 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
         if "locked by" in out.message:
             out.lock = begin.get("lock") or out.lock
         commit = hr.results.get(TASK_COMMIT, {})
-        out.generation = commit.get("generation")
-        out.previous = commit.get("previous")
+        out.generation = commit.get("generation", begin.get("generation"))
+        out.previous = commit.get("previous", begin.get("generation"))
         out.committed = bool(commit.get("changed"))
         return out
     if check:

@@ -280,3 +280,103 @@ def test_random_operation_sequences_keep_record_and_live_state_in_agreement(flee
             res = fleet.knobfleet("verify", "--json", "--limit", h)
             assert res.returncode == 0, f"seed {seed} step {step} {op} on {host}: {res.stdout[-1500:]}"
     print(f"property run: seed {seed}, 14 steps, {time.monotonic() - started:.0f}s")
+
+
+def container_init(fleet: Fleet, host: str) -> int:
+    """PID (in this machine's namespace) of the lab host's systemd, the child of its nspawn."""
+    from knobfleet.lab.hostfiles import LabHost
+
+    nspawn = fleet.lab.pid(LabHost(int(host[3:])))
+    assert nspawn is not None
+    children = Path(f"/proc/{nspawn}/task/{nspawn}/children").read_text().split()
+    return int(children[0])
+
+
+def in_host(fleet: Fleet, host: str, command: str) -> subprocess.CompletedProcess[str]:
+    """Run a command inside a lab host without SSH (nsenter into its namespaces)."""
+    return subprocess.run(
+        ["nsenter", "-t", str(container_init(fleet, host)), "-m", "-u", "-i", "-p", "--", "/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def cut_ssh(fleet: Fleet, host: str) -> None:
+    """Stop the host's sshd and kill its remaining sshd sessions (ours, found by the host's cgroup)."""
+    from knobfleet.lab.cgroups import cgroup_dirs, cgroup_pids
+    from knobfleet.lab.hostfiles import LabHost
+
+    assert in_host(fleet, host, "systemctl stop ssh.service ssh.socket").returncode == 0
+    for pid in cgroup_pids(cgroup_dirs(LabHost(int(host[3:])))):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def test_ssh_cut_mid_rollout_stops_later_batches(fleet: Fleet) -> None:
+    before = {h: host_state(fleet, h) for h in fleet.hosts}
+    argv = [
+        sys.executable,
+        "-m",
+        "knobfleet",
+        "apply",
+        "ctas768",
+        "-i",
+        str(fleet.inventory),
+        "--serial",
+        "1",
+        "--yes",
+        "--json",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while host_state(fleet, "lab1")["current"] == before["lab1"]["current"]:  # lab1's batch is running
+        assert time.monotonic() < deadline and proc.poll() is None, "lab1 was never applied"
+        time.sleep(0.2)
+    cut_ssh(fleet, "lab2")  # SSH to lab2 goes away while the rollout is under way
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out + err
+    status = {h["host"]: h["status"] for h in json.loads(out)["hosts"]}
+    assert status == {"lab1": "applied", "lab2": "failed", "lab3": "not-run"}, status
+    lab2 = next(h for h in json.loads(out)["hosts"] if h["host"] == "lab2")
+    assert "unreachable" in lab2["message"]
+    # lab2 is wholly on its old generation: read it from the host side, not over SSH
+    root = fleet.lab.host_dir(__import__("knobfleet.lab.hostfiles", fromlist=["LabHost"]).LabHost(2)) / "root"
+    assert os.readlink(root / STATE.lstrip("/") / "current") == f"generations/{before['lab2']['current']:04d}"
+    assert not (root / STATE.lstrip("/") / "lock").exists()
+    assert host_state(fleet, "lab3")["current"] == before["lab3"]["current"]
+    assert in_host(fleet, "lab2", "systemctl start ssh.service").returncode == 0
+    time.sleep(0.5)
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    for host in fleet.hosts:
+        assert host_state(fleet, host)["ctas"] == "512"
+
+
+def test_generations_out_of_space_is_a_clear_error_and_changes_nothing(fleet: Fleet) -> None:
+    gens = f"{STATE}/generations"
+    before = host_state(fleet, "lab3")
+    # A tmpfs just big enough for the generations already there, holding a copy of them.
+    setup = (
+        f"cp -a {gens} /run/kf-gens && used=$(du -sk /run/kf-gens | cut -f1) && "
+        f"mount -t tmpfs -o size=$((used + 4))k kf-small {gens} && cp -a /run/kf-gens/. {gens}/ && "
+        "rm -r /run/kf-gens"
+    )
+    res = in_host(fleet, "lab3", setup)
+    assert res.returncode == 0, res.stderr
+    try:
+        proc = fleet.knobfleet("apply", "ctas768", "--limit", "lab3", "--yes")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert (
+            f"cannot store generation {max(before['gens']) + 1:04d} in {gens}: No space left on device" in proc.stdout
+        )
+        assert f"nothing was installed, generation {before['current']:04d} is still live" in proc.stdout
+        assert "nothing was changed on lab3" in proc.stdout
+        st = host_state(fleet, "lab3")
+        assert st["current"] == before["current"] and st["installed"] == before["installed"]
+        assert st["ctas"] == before["ctas"] and st["lock"] == "free"
+    finally:
+        assert in_host(fleet, "lab3", f"umount {gens}").returncode == 0
+    assert_wholly_on(fleet, "lab3", before["current"], before["ctas"])

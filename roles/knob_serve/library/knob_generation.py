@@ -377,8 +377,19 @@ def commit(module, store, p):
         "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
         "previous": current, "reason": "",
     }
-    store_generation(store, number, [(script_name, read(staged_script), SCRIPT_MODE),
-                                     (unit_name, read(staged_unit), UNIT_MODE)], meta)
+    try:
+        store_generation(store, number, [(script_name, read(staged_script), SCRIPT_MODE),
+                                         (unit_name, read(staged_unit), UNIT_MODE)], meta)
+    except OSError as exc:
+        leftover = os.path.join(store.gens, ".%04d.tmp" % number)
+        if os.path.isdir(leftover):
+            for name in os.listdir(leftover):
+                os.unlink(os.path.join(leftover, name))
+            os.rmdir(leftover)
+        module.fail_json(msg="cannot store generation %04d in %s: %s; free space there (or raise its quota) and "
+                         "apply again; nothing was installed, generation %s is still live"
+                         % (number, store.gens, exc.strerror, "none" if current is None else "%04d" % current),
+                         errno=exc.errno)
     for src, dest, mode in ((staged_script, p["script_path"], SCRIPT_MODE), (staged_unit, p["unit_path"], UNIT_MODE)):
         parent = os.path.dirname(dest)
         if not os.path.isdir(parent):
