@@ -33,8 +33,10 @@ demo: venv system-deps
 	$(BIN)/apply-profile ctas512 --yes
 
 
+# The integration tests boot their own lab on 127.0.1.1-3: a demo lab left running is stopped first.
 test: venv system-deps
 	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/knobfleet lab down
 	$(BIN)/python -m pytest -q tests/integration
 
 unit: venv
