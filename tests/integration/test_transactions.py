@@ -317,6 +317,7 @@ def cut_ssh(fleet: Fleet, host: str) -> None:
 
 
 def test_ssh_cut_mid_rollout_stops_later_batches(fleet: Fleet) -> None:
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)  # whatever earlier tests left, ctas768 is a change
     before = {h: host_state(fleet, h) for h in fleet.hosts}
     argv = [
         sys.executable,
@@ -357,6 +358,7 @@ def test_ssh_cut_mid_rollout_stops_later_batches(fleet: Fleet) -> None:
 
 def test_generations_out_of_space_is_a_clear_error_and_changes_nothing(fleet: Fleet) -> None:
     gens = f"{STATE}/generations"
+    fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes", check=True)
     before = host_state(fleet, "lab3")
     # A tmpfs just big enough for the generations already there, holding a copy of them.
     setup = (
