@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +236,3 @@ def rendered_json(r: Rendered) -> dict[str, Any]:
         "argv": r.argv,
     }
 
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, indent=2)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knobfleet import paths, plan
+from knobfleet import plan
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, LockHeld
 from knobfleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile
@@ -316,6 +316,3 @@ def _stale_hint(holder: dict[str, Any]) -> str:
         return f"; that applier (pid {pid}) no longer runs, so the lock is stale: re-run with --break-lock to break it"
     return "; wait for it to finish (or, if it was killed, re-run with --break-lock)"
 
-
-def state_hint() -> str:
-    return paths.display(paths.state_dir() / "runs")
