@@ -235,4 +235,3 @@ def rendered_json(r: Rendered) -> dict[str, Any]:
         "env": r.env,
         "argv": r.argv,
     }
-

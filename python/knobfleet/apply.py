@@ -231,6 +231,35 @@ def apply(
     return report
 
 
+def _restore_and_attach(
+    chosen: list[HostOutcome],
+    targets: dict[str, Any],
+    hosts: list[HostVars],
+    inventory: Path,
+    break_lock: bool,
+    on_event: Callable[[Event], None] | None,
+    report: Callable[[], ApplyReport],
+    what_failed: Callable[[str], str],
+) -> None:
+    """Restore ``targets``, attach each result to its outcome; if any restore fails, stop everything with
+    RestoreFailed and the manual steps (no further hosts are touched)."""
+    from knobfleet.transaction import RestoreFailed, manual_steps, restore
+
+    results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
+    for o in chosen:
+        o.restored = results.get(o.host)
+    broken = [r for r in results.values() if not r.ok]
+    if broken:
+        by_name = {hv.host: hv for hv in hosts}
+        lines = [
+            f"{r.host}: {what_failed(r.host)}, and restoring generation {targets[r.host].to} failed too: {r.message}"
+            for r in broken
+        ]
+        lines.append("No further hosts were touched. Restore by hand:")
+        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
+        raise RestoreFailed("\n".join(lines), broken, report())
+
+
 def _restore_failed(
     batch: list[HostOutcome],
     hosts: list[HostVars],
@@ -243,33 +272,26 @@ def _restore_failed(
     started: float,
 ) -> None:
     """The transaction's second half: every host whose new generation failed goes back to the previous one."""
-    from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
+    from knobfleet.transaction import RestoreTarget
 
-    targets: dict[str, RestoreTarget] = {}
-    for o in batch:
-        if o.status != "failed" or not o.committed:
-            continue
+    failed = [o for o in batch if o.status == "failed" and o.committed]
+    targets = {}
+    for o in failed:
         new_gen = o.generation is not None and o.generation != o.previous
         to = o.previous if new_gen else o.generation
         targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
-    if not targets:
-        return
-    results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
-    for o in batch:
-        if o.host in results:
-            o.restored = results[o.host]
-    broken = [r for r in results.values() if not r.ok]
-    if broken:
-        by_name = {hv.host: hv for hv in hosts}
-        report = ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0)
-        lines = [
-            f"{r.host}: apply failed ({next(o.message for o in batch if o.host == r.host)}) and the restore of "
-            f"generation {targets[r.host].to} failed too: {r.message}"
-            for r in broken
-        ]
-        lines.append("No further hosts were touched. Restore by hand:")
-        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
-        raise RestoreFailed("\n".join(lines), broken, report)
+    if targets:
+        messages = {o.host: o.message for o in failed}
+        _restore_and_attach(
+            failed,
+            targets,
+            hosts,
+            inventory,
+            break_lock,
+            on_event,
+            lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
+            lambda host: f"apply failed ({messages[host]})",
+        )
 
 
 def _roll_back_earlier(
@@ -283,7 +305,7 @@ def _roll_back_earlier(
     started: float,
 ) -> None:
     """--rollback-fleet: hosts of earlier, successful batches go back to their previous generation too."""
-    from knobfleet.transaction import RestoreFailed, RestoreTarget, manual_steps, restore
+    from knobfleet.transaction import RestoreTarget
 
     targets = {
         o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")
@@ -291,19 +313,20 @@ def _roll_back_earlier(
     }
     if not targets:
         return
-    results = {r.host: r for r in restore(hosts, inventory, targets, on_event=on_event)}
+    _restore_and_attach(
+        earlier,
+        targets,
+        hosts,
+        inventory,
+        False,
+        on_event,
+        lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
+        lambda host: "--rollback-fleet after a failed batch",
+    )
     for o in earlier:
-        o.restored = results.get(o.host)
         if o.restored is not None and o.restored.ok:
             o.status = "rolled-back"
             o.message = f"rolled back to generation {o.restored.generation:04d} (--rollback-fleet)"
-    broken = [r for r in results.values() if not r.ok]
-    if broken:
-        by_name = {hv.host: hv for hv in hosts}
-        report = ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0)
-        lines = [f"{r.host}: --rollback-fleet restore failed: {r.message}" for r in broken]
-        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
-        raise RestoreFailed("\n".join(lines), broken, report)
 
 
 def _stale_hint(holder: dict[str, Any]) -> str:
@@ -315,4 +338,3 @@ def _stale_hint(holder: dict[str, Any]) -> str:
     if host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
         return f"; that applier (pid {pid}) no longer runs, so the lock is stale: re-run with --break-lock to break it"
     return "; wait for it to finish (or, if it was killed, re-run with --break-lock)"
-
