@@ -13,15 +13,27 @@ def _out(text: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from knobfleet import app, drift, paths, report, verify
-    from knobfleet.progress import Progress
+    from knobfleet import drift, paths
 
     inventory = args.inventory or paths.default_inventory()
-    hosts = app.hosts(inventory, args.limit)
-    with Progress(enabled=not args.json) as progress:
-        verdicts = drift.check(
-            hosts, inventory, on_event=progress, save_probes=Path(args.save_probes) if args.save_probes else None
-        )
+    early, plan_key = drift.start_early(inventory, args.limit, args.via) if inventory.exists() else ({}, None)
+    try:
+        from knobfleet import app, report, verify
+        from knobfleet.progress import Progress
+
+        hosts = app.hosts(inventory, args.limit)
+        with Progress(enabled=not args.json) as progress:
+            verdicts = drift.check(
+                hosts,
+                inventory,
+                on_event=progress,
+                save_probes=Path(args.save_probes) if args.save_probes else None,
+                via=args.via,
+                early=early,
+                plan_key=plan_key,
+            )
+    finally:
+        drift.stop_unused(early)
     summary = verify.summary(verdicts)
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
@@ -72,6 +84,14 @@ def _opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
+    p.add_argument(
+        "--via",
+        choices=("auto", "ssh", "ansible"),
+        default="auto",
+        help="how to run the probe: ssh = the role's module over Ansible's SSH connections without "
+        "ansible-playbook (fast); ansible = playbooks/probe.yml; auto (default) = ssh when every host "
+        "allows it",
+    )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

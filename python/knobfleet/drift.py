@@ -1,19 +1,28 @@
-"""Use cases: verify / drift. One probe task per host through Ansible, then the pure ``verify``."""
+"""Use cases: verify / drift. One probe per host, then the pure ``verify``.
+
+The probe is the knob_probe role's module. It runs either through ``playbooks/probe.yml`` or, when every
+host is reachable over plain SSH exactly as Ansible would reach it, through the SSH fast path
+(transport.py): the same module function over the same multiplexed connections, without starting
+``ansible-playbook`` (~0.85 s of every run; docs/PERFORMANCE.md)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from knobfleet import paths, transport
 from knobfleet.errors import KnobfleetError
-from knobfleet.hostvars import HostVars
-from knobfleet.runner import Event, RunRequest, run_playbook
 from knobfleet.verify import Declared, HostVerdict, unreachable, verify_host
 
+if TYPE_CHECKING:  # kept light: the CLI imports this module to start probes before pydantic loads
+    from knobfleet.hostvars import HostVars
+    from knobfleet.runner import Event
+
 TASK_PROBE = "Probe the engine service (read-only)"
+PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
+VIA = ("auto", "ssh", "ansible")
 
 
 def _declared(hv: HostVars, cache: dict[str, Declared | str]) -> Declared | str | None:
@@ -42,10 +51,118 @@ def known_knobs() -> tuple[str, ...]:
     return tuple(names)
 
 
+def probe_args(hv: HostVars) -> dict[str, Any]:
+    """The knob_probe module's options for ``hv``: what roles/knob_probe/tasks/main.yml passes it."""
+    base = f"http://{hv.listen_host}:{hv.port}"
+    return {
+        "service": hv.service,
+        "script_path": hv.script_path,
+        "unit_path": hv.unit_path,
+        "state_dir": hv.service_state_dir,
+        "health_url": base + hv.readiness_path,
+        "info_url": base + "/get_server_info",
+        "http_timeout_s": 2.0,
+    }
+
+
+def choose_via(hosts: list[HostVars], via: str) -> str:
+    """'ssh' or 'ansible' for ``via`` in VIA; --via ssh on a host the fast path cannot reach is an error."""
+    if via == "ansible":
+        return "ansible"
+    reasons = [r for r in (transport.ineligible(hv) for hv in hosts) if r]
+    if not reasons:
+        return "ssh"
+    if via == "ssh":
+        more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        raise KnobfleetError(
+            f"--via ssh: {reasons[0]}{more} cannot be reached over plain SSH the way Ansible reaches it; "
+            "use --via auto (falls back to the playbook) or --via ansible"
+        )
+    return "ansible"
+
+
 def probe(
-    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
+    hosts: list[HostVars],
+    inventory: Path,
+    on_event: Callable[[Event], None] | None = None,
+    via: str = "auto",
+    early: transport.Started | None = None,
+    plan_key: str | None = None,
 ) -> dict[str, dict[str, Any] | str]:
-    """Each host's probe document, or the reason there is none (a string starting with 'unreachable')."""
+    """Each host's probe document, or the reason there is none (a string starting with 'unreachable').
+    ``early``: probes started speculatively by ``start_early`` (used only where they match)."""
+    if choose_via(hosts, via) == "ssh":
+        return _probe_ssh(hosts, inventory, on_event, early, plan_key)
+    stop_unused(early)
+    return _probe_ansible(hosts, inventory, on_event)
+
+
+def stop_unused(early: transport.Started | None) -> None:
+    """Stop speculative probes nobody collected (an error came first, or the playbook path was chosen)."""
+    for _argv, proc in (early or {}).values():
+        if proc.returncode is None and proc.poll() is None:
+            proc.kill()
+        if proc.stdout is not None and not proc.stdout.closed:
+            proc.communicate()
+
+
+def probe_source() -> bytes:
+    return (paths.roles_dir() / "knob_probe" / "library" / "knob_probe.py").read_bytes()
+
+
+def plan_key(inventory: Path, limit: str | None) -> str | None:
+    """The key under which the fast path saves this probe's ssh commands, when the inventory can be cached."""
+    from knobfleet.inventory import fingerprint
+
+    key = fingerprint(inventory, limit)
+    return f"probe:{key}" if key else None
+
+
+def _probe_ssh(
+    hosts: list[HostVars],
+    inventory: Path,
+    on_event: Callable[[Event], None] | None,
+    early: transport.Started | None,
+    key: str | None,
+) -> dict[str, dict[str, Any] | str]:
+    source = probe_source()
+    outcomes = transport.run_function(
+        hosts,
+        paths.control_dir(),
+        source,
+        "knob_probe",
+        "probe",
+        {hv.host: probe_args(hv) for hv in hosts},
+        timeout_s=PROBE_TIMEOUT_S,
+        plan_key=key,
+        started=early,
+    )
+    out: dict[str, dict[str, Any] | str] = {}
+    retry = []
+    for hv in hosts:
+        o = outcomes[hv.host]
+        if o.missing_python:
+            retry.append(hv)  # Ansible's interpreter discovery finds it
+        elif o.error or not isinstance(o.doc, dict):
+            out[hv.host] = o.error or "error: the probe returned no document"
+        else:
+            out[hv.host] = o.doc
+    if retry:
+        out.update(_probe_ansible(retry, inventory, on_event))
+    return out
+
+
+def start_early(inventory: Path, limit: str | None, via: str) -> tuple[transport.Started, str | None]:
+    """Start the fast-path probes saved by the last run over the same inventory, first thing (see transport)."""
+    key = None if via == "ansible" else plan_key(inventory, limit)
+    return (transport.start_planned(key, probe_source()) if key else {}), key
+
+
+def _probe_ansible(
+    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None
+) -> dict[str, dict[str, Any] | str]:
+    from knobfleet.runner import RunRequest, run_playbook
+
     result = run_playbook(
         RunRequest(
             playbook="probe.yml",
@@ -75,8 +192,11 @@ def check(
     inventory: Path,
     on_event: Callable[[Event], None] | None = None,
     save_probes: Path | None = None,
+    via: str = "auto",
+    early: transport.Started | None = None,
+    plan_key: str | None = None,
 ) -> list[HostVerdict]:
-    docs = probe(hosts, inventory, on_event)
+    docs = probe(hosts, inventory, on_event, via, early, plan_key)
     if save_probes is not None:
         import json
 
@@ -141,6 +261,8 @@ def prometheus(verdicts: list[HostVerdict]) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -13,6 +13,26 @@ from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
 SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 PREFIX = "knob_serve_"
+# How Ansible reaches a host: kept so the SSH fast path (transport.py) connects exactly as Ansible would.
+CONNECTION_VARS = (
+    "ansible_host",
+    "ansible_ssh_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_connection",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_ssh_args",
+    "ansible_ssh_executable",
+    "ansible_python_interpreter",
+    "ansible_become",
+)
+# Secrets are never copied; only whether one is set (the fast path cannot type a password).
+SECRET_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
 
 
 class HostVars(BaseModel):
@@ -40,6 +60,7 @@ class HostVars(BaseModel):
     timeout_start_s: int = Field(default=900, ge=1)
     timeout_stop_s: int = Field(default=60, ge=1)
     profile: str | None = Field(default=None, description="the profile this host is declared to run")
+    connection: dict[str, str] = Field(default_factory=dict, description="ansible_* connection vars, templated")
 
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod
@@ -93,6 +114,8 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     data: dict[str, Any] = {k[len(PREFIX) :]: v for k, v in variables.items() if k.startswith(PREFIX)}
     data["host"] = host
     data["address"] = str(variables.get("ansible_host", host))
+    data["connection"] = {k: str(variables[k]) for k in CONNECTION_VARS if variables.get(k) is not None}
+    data["connection"].update({k: "<set>" for k in SECRET_VARS if variables.get(k)})
     if "knob_profile" in variables:
         data["profile"] = variables["knob_profile"]
     for key in ("host_env", "host_args"):

@@ -68,3 +68,30 @@ def display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+# A unix socket path holds at most 107 bytes; ssh adds ".XXXXXXXXXXXXXXXX" while creating one and %C is
+# 40 hex digits, so the control folder itself must stay under ~48 bytes.
+_MAX_CONTROL_DIR = 48
+
+
+def control_dir() -> Path:
+    """Where ssh's ControlMaster sockets live, shared by Ansible and the SSH fast path: ``<state>/cp``, or a
+    short private folder under /tmp named after the state folder when that path would be too long."""
+    preferred = state_dir() / "cp"
+    if len(str(preferred)) <= _MAX_CONTROL_DIR:
+        path = preferred
+    else:
+        import hashlib
+
+        path = Path("/tmp") / f"knobfleet-cp-{os.getuid()}-{hashlib.sha1(str(preferred).encode()).hexdigest()[:8]}"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.lstat()
+    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or path.is_symlink():
+        from knobfleet.errors import RunError
+
+        raise RunError(
+            f"{path}: SSH control folder is not private (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}); "
+            f"remove it and re-run (knobfleet recreates it with mode 700)"
+        )
+    return path

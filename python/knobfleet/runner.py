@@ -20,6 +20,7 @@ import yaml
 
 from knobfleet import paths
 from knobfleet.errors import RunError
+from knobfleet.transport import SSH_ARGS
 
 Event = dict[str, Any]
 
@@ -118,14 +119,15 @@ def operator() -> str:
 
 def _env(forks: int) -> dict[str, str]:
     state = paths.state_dir()
-    cp = state / "cp"
-    cp.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cp = paths.control_dir()
     (state / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
     return {
         "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
         "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=15",
+        "ANSIBLE_SSH_ARGS": " ".join(SSH_ARGS),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
+        # ssh's own %C (a hash of host, port, user): the SSH fast path computes the same socket path.
+        "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",

@@ -1,0 +1,241 @@
+"""The SSH fast path: run one of the roles' own stdlib-only module functions on many hosts over the same
+multiplexed SSH connections Ansible uses, without starting ``ansible-playbook``.
+
+Why: a read-only probe is one module call per host, and ``ansible-playbook`` spends ~0.85 s starting,
+re-reading the inventory and running its strategy around it (docs/PERFORMANCE.md). Here the module's
+source is piped to ``python3 -I -c BOOT`` on each host, ``BOOT`` execs it and prints one JSON document.
+
+Connection parity with Ansible: the argv is built from the same ``ansible_*`` inventory vars and the same
+SSH options knobfleet gives Ansible (runner.ssh_env), and ``ControlPath`` is ``<state>/cp/%C`` for both,
+so a drift right after an apply reuses the apply's connections and vice versa. Hosts the fast path
+cannot reach exactly as Ansible would (another connection plugin, a password, become) are reported by
+``ineligible`` and the caller uses the playbook instead.
+
+Speculative start: the argv of every host is saved under ``<state>/cache/fastpath`` keyed by the inventory
+fingerprint and the module's source; the next command with the same key starts those ssh processes first
+thing, before the slow imports, and later keeps each only if the argv computed from the validated host
+vars is identical (else it is stopped and started again). Reads only, so a wrong guess costs nothing.
+
+``ssh_argv`` and ``remote_command`` are pure; ``run_function`` and ``start_planned`` run the processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # this module stays light: the CLI imports it before pydantic to start probes early
+    from knobfleet.hostvars import HostVars
+
+# Kept equal to runner.ssh_env(): the options Ansible's ssh plugin gets from knobfleet.
+SSH_ARGS = ("-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15")
+CONNECT_TIMEOUT_S = 15
+DEFAULT_PYTHON = "/usr/bin/python3"
+
+
+def ineligible(hv: HostVars) -> str | None:
+    """Why ``hv`` cannot be reached over plain SSH exactly as Ansible would, or None."""
+    c = hv.connection
+    conn = c.get("ansible_connection", "ssh")
+    if conn not in ("ssh", "smart", "ansible.builtin.ssh"):
+        return f"{hv.host}: ansible_connection={conn}"
+    if any(v == "<set>" for k, v in c.items() if "pass" in k):
+        return f"{hv.host}: password authentication"
+    if c.get("ansible_become", "").lower() in ("true", "yes", "1"):
+        return f"{hv.host}: ansible_become"
+    return None
+
+
+def _python(hv: HostVars) -> str:
+    interp = hv.connection.get("ansible_python_interpreter", "")
+    return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+
+
+def ssh_argv(hv: HostVars, control_dir: Path) -> list[str]:
+    """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command)."""
+    c = hv.connection
+    argv = [c.get("ansible_ssh_executable", "ssh")]
+    argv += shlex.split(c["ansible_ssh_args"]) if "ansible_ssh_args" in c else list(SSH_ARGS)
+    argv += [
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "KbdInteractiveAuthentication=no",
+        "-o",
+        "PasswordAuthentication=no",
+    ]
+    port = c.get("ansible_port") or c.get("ansible_ssh_port")
+    if port:
+        argv += ["-o", f"Port={port}"]
+    key = c.get("ansible_ssh_private_key_file") or c.get("ansible_private_key_file")
+    if key:
+        argv += ["-o", f'IdentityFile="{os.path.expanduser(key)}"']
+    user = c.get("ansible_user") or c.get("ansible_ssh_user")
+    if user:
+        argv += ["-o", f"User={user}"]
+    argv += ["-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", f"ControlPath={control_dir}/%C"]
+    for key_ in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        argv += shlex.split(c.get(key_, ""))
+    argv.append(c.get("ansible_host") or c.get("ansible_ssh_host") or hv.address or hv.host)
+    return argv
+
+
+BOOT = (
+    "import json,sys,types\n"
+    "m=types.ModuleType({name!r})\n"
+    "exec(compile(sys.stdin.buffer.read(),{name!r},'exec'),m.__dict__)\n"
+    "sys.stdout.write(json.dumps(m.{func}(json.loads({args!r}))))\n"
+)
+
+
+def remote_command(hv: HostVars, module_name: str, func: str, args: dict[str, Any]) -> str:
+    """The shell command for the host: isolated python3 running ``func(args)`` of the module on stdin."""
+    boot = BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))
+    return f"{shlex.quote(_python(hv))} -I -c {shlex.quote(boot)}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One host's answer: ``doc`` when the function ran, else ``error`` starting 'unreachable: ' or 'error: '."""
+
+    host: str
+    doc: Any = None
+    error: str = ""
+    missing_python: bool = False
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def interpret(host: str, rc: int, stdout: bytes, stderr: bytes, python: str) -> Outcome:
+    """Pure: what one ssh process's exit status and output mean."""
+    err = _last_line(stderr.decode("utf-8", "replace"))
+    if rc == 255:
+        return Outcome(host, error=f"unreachable: {err or 'ssh exited 255'}")
+    if rc == 127:
+        return Outcome(host, error=f"error: {python} not found on the host", missing_python=True)
+    if rc != 0:
+        return Outcome(host, error=f"error: the module failed on the host (exit {rc}): {err or 'no message'}")
+    try:
+        return Outcome(host, doc=json.loads(stdout))
+    except ValueError:
+        return Outcome(host, error=f"error: the module printed no JSON document: {stdout[:200]!r}")
+
+
+Started = dict[str, tuple[list[str], "subprocess.Popen[bytes]"]]
+
+
+def _launch(argv: list[str], source: bytes) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(source)  # a module is far smaller than a pipe's buffer: this never blocks
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # ssh already exited; its status says why
+    proc.stdin = None  # written and closed: communicate() must not touch it again
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.communicate()
+
+
+def _plan_file(plan_key: str, source: bytes, control_dir: Path) -> Path:
+    from knobfleet import paths
+
+    digest = hashlib.sha256(f"{plan_key}\0{control_dir}\0".encode() + source).hexdigest()
+    return paths.state_dir() / "cache" / "fastpath" / f"{digest}.json"
+
+
+def start_planned(plan_key: str, source: bytes) -> Started:
+    """Start the ssh processes saved for ``plan_key`` by an earlier run (nothing when none are saved)."""
+    from knobfleet import paths
+
+    try:
+        plan = json.loads(_plan_file(plan_key, source, paths.control_dir()).read_text(encoding="utf-8"))
+        pairs = [(str(p["host"]), [str(a) for a in p["argv"]]) for p in plan]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {host: (argv, _launch(argv, source)) for host, argv in pairs}
+
+
+def _save_plan(path: Path, argvs: dict[str, list[str]]) -> None:
+    body = json.dumps([{"host": h, "argv": a} for h, a in argvs.items()])
+    try:
+        if path.exists() and path.read_text(encoding="utf-8") == body:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only costs the head start next time
+
+
+def run_function(
+    hosts: Sequence[HostVars],
+    control_dir: Path,
+    source: bytes,
+    module_name: str,
+    func: str,
+    args: dict[str, dict[str, Any]],
+    timeout_s: float = 60.0,
+    plan_key: str | None = None,
+    started: Started | None = None,
+) -> dict[str, Outcome]:
+    """Run ``func(args[host])`` from the module ``source`` on every host in parallel, each bounded by
+    ``timeout_s``. Processes in ``started`` whose argv is exactly the one computed here are used as they are."""
+    control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    started = dict(started or {})
+    argvs = {
+        hv.host: [*ssh_argv(hv, control_dir), remote_command(hv, module_name, func, args[hv.host])] for hv in hosts
+    }
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for host, argv in argvs.items():
+        early = started.pop(host, None)
+        if early is not None and early[0] == argv:
+            procs[host] = early[1]
+        else:
+            if early is not None:
+                _stop(early[1])
+            try:
+                procs[host] = _launch(argv, source)
+            except OSError as exc:
+                procs.pop(host, None)
+                argvs[host] = [f"cannot run {argv[0]}: {exc.strerror}"]
+    for _argv, proc in started.values():  # started for hosts no longer asked for
+        _stop(proc)
+    if plan_key is not None:
+        _save_plan(_plan_file(plan_key, source, control_dir), {h: a for h, a in argvs.items() if h in procs})
+    by_name = {hv.host: hv for hv in hosts}
+
+    def collect(host: str) -> Outcome:
+        if host not in procs:
+            return Outcome(host, error=f"error: {argvs[host][0]}")
+        proc = procs[host]
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            return Outcome(host, error=f"error: no answer within {timeout_s:g} s; the ssh process was stopped")
+        return interpret(host, proc.returncode, out, err, _python(by_name[host]))
+
+    if not hosts:
+        return {}
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
+        return {o.host: o for o in pool.map(collect, [hv.host for hv in hosts])}
