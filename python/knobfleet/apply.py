@@ -148,6 +148,76 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
     return out
 
 
+IN_SYNC = "already in sync: checked with one probe, no Ansible run"
+
+
+def sync_problems(doc: dict[str, Any], rendered: Rendered, profile: Profile, knobs: tuple[str, ...]) -> list[str]:
+    """Pure: why applying ``profile`` would still do something on the host ``doc`` describes (empty: nothing).
+
+    Stricter than the role's own no-change test: installed files byte-equal to what the role renders now,
+    the current generation from this exact profile, enabled and running, no lock, and no finding at all
+    from ``verify`` (live env/argv, drop-ins, daemon-reload, health…). Anything else goes through Ansible."""
+    from knobfleet.verify import Declared, verify_host
+
+    problems = []
+    files = doc.get("files") or {}
+    for name, sha in (("script", rendered.script_sha256), ("unit", rendered.unit_sha256)):
+        if (files.get(name) or {}).get("sha256") != sha:
+            problems.append(f"{name} differs from the rendered one")
+    props = doc.get("unit_props") or {}
+    if props.get("UnitFileState") != "enabled":
+        problems.append(f"unit is {props.get('UnitFileState') or 'not installed'}, not enabled")
+    gens = doc.get("generations") or {}
+    if gens.get("lock"):
+        problems.append("host lock is held")
+    verdict = verify_host(rendered.host, doc, Declared(profile.name, profile.version, profile.content_hash), knobs)
+    if verdict.status != "in_sync" or verdict.findings:
+        problems += [f.kind for f in verdict.findings] or [verdict.status]
+    if verdict.hash != profile.content_hash:
+        problems.append("current generation is another profile")
+    try:
+        main_pid: int | None = int(props.get("MainPID", "0")) or None
+    except ValueError:
+        main_pid = None
+    live = plan.check_live(rendered.env, rendered.argv, main_pid, doc.get("processes") or [], list(WATCH))
+    problems += live.problems[:1]
+    return problems
+
+
+def _in_sync_outcomes(
+    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path, check: bool
+) -> dict[str, HostOutcome]:
+    """Hosts with nothing to do, found by one fast-path probe per host (empty when the fast path cannot
+    reach every host as Ansible would: then Ansible's own no-change run decides)."""
+    from knobfleet import drift
+
+    if not hosts or drift.choose_via(hosts, "auto") != "ssh":
+        return {}
+    docs = drift.probe(hosts, inventory, via="ssh")
+    knobs = drift.known_knobs()
+    out = {}
+    for hv in hosts:
+        doc = docs[hv.host]
+        if not isinstance(doc, dict) or sync_problems(doc, rendered[hv.host], profile, knobs):
+            continue
+        props = doc.get("unit_props") or {}
+        current = (doc.get("generations") or {}).get("current")
+        main_pid = int(props.get("MainPID", "0"))
+        out[hv.host] = HostOutcome(
+            hv.host,
+            "in-sync" if check else "unchanged",
+            0,
+            generation=current,
+            previous=current,
+            main_pid=main_pid,
+            message="no change" if check else IN_SYNC,
+            live=plan.check_live(
+                rendered[hv.host].env, rendered[hv.host].argv, main_pid, doc.get("processes") or [], list(WATCH)
+            ),
+        )
+    return out
+
+
 def apply(
     profile: Profile,
     hosts: list[HostVars],
@@ -161,15 +231,19 @@ def apply(
     on_event: Callable[[Event], None] | None = None,
     overrides: dict[str, Any] | None = None,
     rollback_fleet: bool = False,
+    via: str = "auto",
 ) -> ApplyReport:
-    """Render for every host first (a bad input changes nothing anywhere), then roll out in batches,
-    stopping at the first batch whose failures exceed ``max_fail_percent``."""
+    """Render for every host first (a bad input changes nothing anywhere), skip the hosts a fast probe
+    shows already in sync (``via="auto"``), then roll out the rest in batches, stopping at the first
+    batch whose failures exceed ``max_fail_percent``."""
+    started = time.monotonic()
     rendered = {hv.host: render_host(profile, hv) for hv in hosts}
     by_name = {hv.host: hv for hv in hosts}
-    groups = plan.batches([hv.host for hv in hosts], serial, canary)
-    outcomes: list[HostOutcome] = []
+    plan.batches([hv.host for hv in hosts], serial, canary)  # a bad --serial fails before anything runs
+    skipped = {} if via == "ansible" else _in_sync_outcomes(profile, hosts, rendered, inventory, check)
+    groups = plan.batches([hv.host for hv in hosts if hv.host not in skipped], serial, canary)
+    outcomes: list[HostOutcome] = list(skipped.values())
     run_ids: list[str] = []
-    started = time.monotonic()
     ansible_s = 0.0
     failed_total = 0
     stopped = False
@@ -218,6 +292,8 @@ def apply(
             if rollback_fleet and not check:
                 earlier = [o for o in outcomes if o.batch < n and o.status == "applied" and o.previous is not None]
                 _roll_back_earlier(earlier, hosts, inventory, on_event, outcomes, profile, run_ids, started)
+    order = {hv.host: i for i, hv in enumerate(hosts)}
+    outcomes.sort(key=lambda o: order.get(o.host, len(order)))
     report = ApplyReport(profile, check, run_ids, outcomes, time.monotonic() - started, ansible_s)
     locks = [o for o in outcomes if o.lock and o.status == "failed"]
     if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not check:

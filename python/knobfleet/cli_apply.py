@@ -49,6 +49,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 on_event=progress,
                 overrides=overrides,
                 rollback_fleet=getattr(args, "rollback_fleet", False),
+                via=args.via,
             )
     except (LockHeld, RestoreFailed) as exc:
         if exc.report is not None:
@@ -128,6 +129,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", help="profile name (profiles/NAME.yaml) or path")
     p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
     p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
+    p.add_argument(
+        "--via",
+        choices=("auto", "ansible"),
+        default="auto",
+        help="auto (default): first probe every host over SSH and leave hosts already in sync alone; "
+        "ansible: run the playbook on every host",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
 

@@ -88,16 +88,34 @@ def test_installed_files_are_byte_identical_to_render(fleet: Fleet) -> None:
 def test_second_apply_changes_nothing(fleet: Fleet) -> None:
     before = {h: (main_pid(fleet, h), tree_hash(fleet, h)) for h in fleet.hosts}
     starts = {h: start_time(fleet, h, before[h][0]) for h in fleet.hosts}
-    proc = fleet.knobfleet("apply", "ctas512", "--yes", "--json", check=True)
+    # default: one fast probe per host finds all three in sync, and no playbook runs at all
+    fast = json.loads(fleet.knobfleet("apply", "ctas512", "--yes", "--json", check=True).stdout)
+    assert [h["status"] for h in fast["hosts"]] == ["unchanged"] * 3 and fast["run_ids"] == []
+    assert all(h["message"].startswith("already in sync") and h["live"]["ok"] for h in fast["hosts"])
+    # --via ansible: the role's own idempotent run agrees (changed=0 in Ansible's stats)
+    proc = fleet.knobfleet("apply", "ctas512", "--yes", "--json", "--via", "ansible", check=True)
     report = json.loads(proc.stdout)
-    assert [h["status"] for h in report["hosts"]] == ["unchanged"] * 3
-    assert all(not h["restarted"] for h in report["hosts"])
+    assert [h["status"] for h in report["hosts"]] == ["unchanged"] * 3 and len(report["run_ids"]) == 1
+    assert [h["changed_tasks"] for h in report["hosts"]] == [0, 0, 0]
+    for doc in (fast, report):
+        assert all(not h["restarted"] for h in doc["hosts"])
+        assert [h["generation"] for h in doc["hosts"]] == [1, 1, 1]
+        assert [h["main_pid"] for h in doc["hosts"]] == [before[h][0] for h in fleet.hosts]
     for host in fleet.hosts:
         pid = main_pid(fleet, host)
         assert pid == before[host][0] and start_time(fleet, host, pid) == starts[host]
         assert fleet.ssh(host, f"ls {STATE}/generations").stdout.split() == ["0000", "0001"]
-    # changed=0 in Ansible's own stats for that run
-    assert [h["changed_tasks"] for h in report["hosts"]] == [0, 0, 0]
+
+
+def test_only_hosts_that_need_it_go_through_ansible(fleet: Fleet) -> None:
+    before = main_pid(fleet, "lab1")
+    fleet.ssh("lab2", "sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' /root/serve_dsv4_decode.sh")
+    report = json.loads(fleet.knobfleet("apply", "ctas512", "--yes", "--json", check=True).stdout)
+    by = {h["host"]: h for h in report["hosts"]}
+    assert len(report["run_ids"]) == 1  # one playbook run, for lab2 alone
+    assert by["lab1"]["message"].startswith("already in sync") and by["lab3"]["status"] == "unchanged"
+    assert by["lab2"]["status"] == "applied" and by["lab2"]["restarted"] and by["lab2"]["live"]["ok"]
+    assert main_pid(fleet, "lab1") == before
 
 
 def test_check_diff_touches_nothing(fleet: Fleet) -> None:

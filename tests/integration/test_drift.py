@@ -154,3 +154,23 @@ def test_verify_with_testinfra(fleet: Fleet) -> None:
     assert proc.returncode == 2 and json.loads(proc.stdout)["testinfra"]["passed"] is False
     fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab2", check=True)
     print(f"verify --testinfra round trip: {time.monotonic() - started:.1f}s")
+
+
+def test_fast_path_and_playbook_observe_the_same_state(fleet: Fleet) -> None:
+    """The SSH fast path runs the role's probe module itself: its documents equal the playbook's."""
+    from knobfleet import drift as drift_uc
+    from knobfleet.inventory import load_hosts
+
+    hosts = load_hosts(fleet.inventory)
+    fast = drift_uc.probe(hosts, fleet.inventory, via="ssh")
+    slow = drift_uc.probe(hosts, fleet.inventory, via="ansible")
+    for name in fleet.hosts:
+        a, b = fast[name], slow[name]
+        assert isinstance(a, dict) and isinstance(b, dict), (a, b)
+        for doc in (a, b):
+            doc.pop("time"), doc.pop("probe_s")
+        assert a == b
+    # and from the command line, both ways give the same verdicts
+    code_fast, rep_fast = drift(fleet, "--via", "ssh")
+    code_slow, rep_slow = drift(fleet, "--via", "ansible")
+    assert (code_fast, rep_fast) == (code_slow, rep_slow)

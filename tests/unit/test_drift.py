@@ -1,0 +1,81 @@
+"""drift's choice of transport and the probe module's stdlib-only entry point."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from knobfleet import drift, transport
+from knobfleet.errors import KnobfleetError
+from knobfleet.hostvars import HostVars
+
+
+def test_probe_args_are_the_roles_task_options(repo: Path) -> None:
+    (task,) = yaml.safe_load((repo / "roles" / "knob_probe" / "tasks" / "main.yml").read_text())
+    hv = HostVars(host="h", listen_host="127.0.1.4", port=30001, service="eng")
+    args = drift.probe_args(hv)
+    assert set(task["knob_probe"]) | {"http_timeout_s"} == set(args)
+    assert args["unit_path"] == "/etc/systemd/system/eng.service"
+    assert args["state_dir"] == "/var/lib/knobfleet/eng"
+    assert args["health_url"] == "http://127.0.1.4:30001/health_generate"
+    assert args["info_url"] == "http://127.0.1.4:30001/get_server_info"
+
+
+@pytest.mark.parametrize(
+    ("via", "conns", "expected"),
+    [
+        ("auto", [{}, {}], "ssh"),
+        ("auto", [{}, {"ansible_connection": "local"}], "ansible"),
+        ("ansible", [{}, {}], "ansible"),
+        ("ssh", [{}, {}], "ssh"),
+    ],
+)
+def test_choose_via(via: str, conns: list[dict[str, str]], expected: str) -> None:
+    hosts = [HostVars(host=f"h{i}", connection=c) for i, c in enumerate(conns)]
+    assert drift.choose_via(hosts, via) == expected
+
+
+def test_via_ssh_refuses_hosts_it_cannot_reach_like_ansible() -> None:
+    hosts = [HostVars(host="h1", connection={"ansible_become": "yes"}), HostVars(host="h2", connection={})]
+    hosts.append(HostVars(host="h3", connection={"ansible_password": "<set>"}))
+    with pytest.raises(KnobfleetError) as exc:
+        drift.choose_via(hosts, "ssh")
+    assert str(exc.value) == (
+        "--via ssh: h1: ansible_become (and 1 more) cannot be reached over plain SSH the way Ansible reaches it; "
+        "use --via auto (falls back to the playbook) or --via ansible"
+    )
+
+
+def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
+    """The fast path's python3 -I has no ansible on its path: the module's probe() must not need it."""
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text('#!/bin/bash\nexec bash -c "${@: -1}"\n')
+    ssh.chmod(ssh.stat().st_mode | stat.S_IXUSR)
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/bash\nexec true\n")
+    hv = HostVars(
+        host="h1",
+        script_path=str(script),
+        unit_dir=str(tmp_path),
+        state_root=str(tmp_path / "state"),
+        service="knobfleet-unit-test-absent",
+        listen_host="127.0.0.1",
+        port=9,
+        connection={
+            "ansible_ssh_executable": str(ssh),
+            "ansible_python_interpreter": os.path.realpath(sys.executable),
+        },
+    )
+    out = transport.run_function(
+        [hv], tmp_path / "cp", drift.probe_source(), "knob_probe", "probe", {"h1": drift.probe_args(hv)}
+    )["h1"]
+    assert out.error == ""
+    doc = out.doc
+    assert doc["files"]["script"]["exists"] and doc["files"]["script"]["mode"] == "0644"
+    assert doc["files"]["unit"] == {"path": f"{tmp_path}/knobfleet-unit-test-absent.service", "exists": False}
+    assert doc["generations"]["exists"] is False and doc["processes"] == [] and doc["health"] is None

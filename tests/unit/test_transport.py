@@ -1,0 +1,187 @@
+"""The SSH fast path: argv parity with Ansible's ssh plugin, quoting, outcomes, speculative starts.
+
+Processes are real: a stand-in ``ansible_ssh_executable`` runs the remote command with the local bash,
+so everything but the network is exercised (the lab tests cover the network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from knobfleet import paths, transport
+from knobfleet.hostvars import HostVars
+
+CP = Path("/run/kf-cp")
+
+
+def hv(host: str = "h1", **conn: str) -> HostVars:
+    return HostVars(host=host, address=conn.get("ansible_host", host), connection=conn)
+
+
+@pytest.mark.parametrize(
+    ("conn", "expected_tail"),
+    [
+        ({}, ["-o", "ConnectTimeout=15", "-o", f"ControlPath={CP}/%C", "h1"]),
+        (
+            {"ansible_host": "127.0.1.7", "ansible_port": "2222", "ansible_user": "ops"},
+            ["-o", "Port=2222", "-o", "User=ops", "-o", "ConnectTimeout=15", "-o", f"ControlPath={CP}/%C", "127.0.1.7"],
+        ),
+        (
+            {"ansible_ssh_private_key_file": "/k/id", "ansible_ssh_common_args": "-o 'ProxyJump=a b' -o X=1"},
+            [
+                "-o",
+                'IdentityFile="/k/id"',
+                "-o",
+                "ConnectTimeout=15",
+                "-o",
+                f"ControlPath={CP}/%C",
+                "-o",
+                "ProxyJump=a b",
+                "-o",
+                "X=1",
+                "h1",
+            ],
+        ),
+        (
+            {"ansible_ssh_user": "legacy", "ansible_ssh_port": "22", "ansible_ssh_extra_args": "-4"},
+            ["-o", "Port=22", "-o", "User=legacy", "-o", "ConnectTimeout=15", "-o", f"ControlPath={CP}/%C", "-4", "h1"],
+        ),
+    ],
+)
+def test_ssh_argv_mirrors_ansible(conn: dict[str, str], expected_tail: list[str]) -> None:
+    argv = transport.ssh_argv(hv(**conn), CP)
+    assert argv[0] == "ssh"
+    assert argv[1:7] == list(transport.SSH_ARGS)
+    assert argv[9:11] == ["-o", "BatchMode=yes"]  # never a password prompt
+    assert argv[-len(expected_tail) :] == expected_tail
+
+
+def test_ssh_argv_overrides() -> None:
+    argv = transport.ssh_argv(
+        hv(ansible_ssh_executable="/opt/ssh", ansible_ssh_args="-o ControlMaster=no", ansible_private_key_file="~/k"),
+        CP,
+    )
+    assert argv[:3] == ["/opt/ssh", "-o", "ControlMaster=no"]
+    assert f'IdentityFile="{os.path.expanduser("~/k")}"' in argv
+
+
+@pytest.mark.parametrize(
+    ("conn", "reason"),
+    [
+        ({}, None),
+        ({"ansible_connection": "ssh"}, None),
+        ({"ansible_connection": "local"}, "h1: ansible_connection=local"),
+        ({"ansible_connection": "community.docker.docker"}, "h1: ansible_connection=community.docker.docker"),
+        ({"ansible_password": "<set>"}, "h1: password authentication"),
+        ({"ansible_become": "True"}, "h1: ansible_become"),
+        ({"ansible_become": "false"}, None),
+    ],
+)
+def test_ineligible(conn: dict[str, str], reason: str | None) -> None:
+    assert transport.ineligible(hv(**conn)) == reason
+
+
+@pytest.mark.parametrize(
+    ("rc", "out", "err", "expected"),
+    [
+        (255, b"", b"debug\nssh: connect to host 127.0.1.9 port 22: Connection refused\n", "unreachable: ssh: connect"),
+        (255, b"", b"", "unreachable: ssh exited 255"),
+        (127, b"", b"bash: /usr/bin/python3: No such file", "error: /usr/bin/python3 not found on the host"),
+        (1, b"", b"Traceback\nKeyError: 'x'\n", "error: the module failed on the host (exit 1): KeyError: 'x'"),
+        (0, b"<html>", b"", "error: the module printed no JSON document: b'<html>'"),
+    ],
+)
+def test_interpret_failures(rc: int, out: bytes, err: bytes, expected: str) -> None:
+    o = transport.interpret("h1", rc, out, err, "/usr/bin/python3")
+    assert o.doc is None and o.error.startswith(expected)
+    assert o.missing_python == (rc == 127)
+
+
+def test_interpret_document() -> None:
+    assert transport.interpret("h1", 0, b'{"a": [1]}', b"", "python3").doc == {"a": [1]}
+
+
+MODULE = b"""
+import os
+def echo(args):
+    return {"args": args, "pid": os.getpid()}
+def boom(args):
+    raise RuntimeError("probe exploded")
+"""
+
+
+@pytest.fixture
+def fake_ssh(tmp_path: Path) -> Path:
+    """An ``ssh`` that ignores its options and runs the remote command with the local bash."""
+    exe = tmp_path / "fake-ssh"
+    exe.write_text('#!/bin/bash\nexec bash -c "${@: -1}"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def local_hosts(fake_ssh: Path, n: int = 3) -> list[HostVars]:
+    py = os.path.realpath(sys.executable)
+    return [hv(f"h{i}", ansible_ssh_executable=str(fake_ssh), ansible_python_interpreter=py) for i in range(1, n + 1)]
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.dictionaries(TEXT, st.one_of(TEXT, st.integers(), st.booleans(), st.none()), max_size=5))
+def test_arguments_survive_the_remote_shell(fake_ssh: Path, tmp_path: Path, args: dict[str, Any]) -> None:
+    (h,) = local_hosts(fake_ssh, 1)
+    out = transport.run_function([h], tmp_path / "cp", MODULE, "m", "echo", {"h1": args})
+    assert out["h1"].error == "" and out["h1"].doc["args"] == args
+
+
+def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -> None:
+    h1, h2 = local_hosts(fake_ssh, 2)
+    h2 = hv("h2", ansible_ssh_executable=str(fake_ssh), ansible_python_interpreter="/nonexistent/python3")
+    out = transport.run_function([h1, h2], tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}})
+    assert out["h1"].error == "error: the module failed on the host (exit 1): RuntimeError: probe exploded"
+    assert out["h2"].missing_python
+
+
+def test_timeout_stops_the_process(tmp_path: Path, fake_ssh: Path) -> None:
+    (h,) = local_hosts(fake_ssh, 1)
+    slow = b"import time\ndef wait(a):\n    time.sleep(30)\n"
+    out = transport.run_function([h], tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5)
+    assert out["h1"].error == "error: no answer within 0.5 s; the ssh process was stopped"
+
+
+def test_speculative_start_is_used_only_when_the_argv_matches(
+    fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    hosts = local_hosts(fake_ssh)
+    args = {h.host: {"n": i} for i, h in enumerate(hosts)}
+    cp = paths.control_dir()
+    assert transport.start_planned("k", MODULE) == {}  # nothing saved yet
+    first = transport.run_function(hosts, cp, MODULE, "m", "echo", args, plan_key="k")
+    started = transport.start_planned("k", MODULE)
+    assert sorted(started) == ["h1", "h2", "h3"]
+    early_pids = {h: p.pid for h, (_argv, p) in started.items()}
+    # h2's vars changed since the plan was saved: its early process is stopped and a new one started.
+    args["h2"] = {"n": "changed"}
+    second = transport.run_function(hosts, cp, MODULE, "m", "echo", args, plan_key="k", started=started)
+    assert [second[h].doc["args"] for h in ("h1", "h2", "h3")] == [{"n": 0}, {"n": "changed"}, {"n": 2}]
+    assert started["h1"][1].returncode == 0 and started["h2"][1].returncode == -9  # killed, by its own PID
+    # bash execs python, so the document's pid is the early process's own pid where it was used
+    assert second["h1"].doc["pid"] == early_pids["h1"] and second["h2"].doc["pid"] != early_pids["h2"]
+    assert first["h1"].doc["pid"] != second["h1"].doc["pid"]
+    # a different module source never reuses the plan
+    assert transport.start_planned("k", MODULE + b"\n") == {}
+    saved = json.loads(next((tmp_path / "state" / "cache" / "fastpath").glob("*.json")).read_text())
+    assert [p["host"] for p in saved] == ["h1", "h2", "h3"]
+    rest = transport.start_planned("k", MODULE)
+    transport.run_function(hosts[:1], cp, MODULE, "m", "echo", args, started=rest)
+    assert all(p.returncode is not None for _a, p in rest.values())  # unused ones stopped, none left running
