@@ -100,7 +100,7 @@ def test_second_apply_changes_nothing(fleet: Fleet) -> None:
     for doc in (fast, report):
         assert all(not h["restarted"] for h in doc["hosts"])
         assert [h["generation"] for h in doc["hosts"]] == [1, 1, 1]
-        assert [h["main_pid"] for h in doc["hosts"]] == [before[h][0] for h in fleet.hosts]
+        assert [h["main_pid"] for h in doc["hosts"]] == [int(before[h][0]) for h in fleet.hosts]
     for host in fleet.hosts:
         pid = main_pid(fleet, host)
         assert pid == before[host][0] and start_time(fleet, host, pid) == starts[host]
