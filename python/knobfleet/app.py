@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knobfleet import paths, waves
 from knobfleet.errors import KnobfleetError, ProfileError
 
 __all__ = ["KnobfleetError"]
+if TYPE_CHECKING:  # jinja2 (render) costs ~50 ms to import; drift and verify never render
+    from knobfleet.render import Rendered
 from knobfleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile, ProfileDoc
 from knobfleet.profiles.store import ProfileStore
-from knobfleet.render import Rendered, render_host
 
 
 def store() -> ProfileStore:
@@ -56,6 +57,8 @@ def hosts(inventory: Path | None, limit: str | None) -> list[HostVars]:
 
 def render(profile_name: str, inventory: Path | None, host: str | None) -> list[Rendered]:
     profile = store().resolve(profile_name)
+    from knobfleet.render import render_host
+
     return [render_host(profile, hv) for hv in hosts(inventory, host)]
 
 
