@@ -18,6 +18,7 @@ from knobfleet.runner import Event, RunRequest, controller_id, new_run_id, opera
 TASK_COMMIT = "Store a new generation and install it atomically when anything changed"
 TASK_READY = "Wait for readiness (health 200, main process stable)"
 TASK_BEGIN = "Take the host lock and adopt pre-knobfleet files as generation 0"
+TASK_STAGE = "Stage the rendered serve script and unit, validating what changed"
 WATCH = ("SGLANG_SM120_MMA_TARGET_CTAS", "SGLANG_SM120_MMA_BLOCK_H")
 
 
@@ -120,13 +121,9 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
         out.committed = bool(commit.get("changed"))
         return out
     if check:
-        script_diffs = [d for d in hr.diffs if d.get("task") == "Render the serve script"]
-        where = {"Render the serve script": hv.script_path, "Render the systemd unit": hv.unit_path}
-        out.diffs = [
-            {"path": where.get(d["task"], d["task"]), "diff": _diff_text(d, where.get(d["task"], ""))}
-            for d in hr.diffs
-            if d.get("task") in where
-        ]
+        staged = [d for d in hr.diffs if d.get("task") == TASK_STAGE]
+        script_diffs = [d for d in staged if d.get("before_header") == hv.script_path]
+        out.diffs = [{"path": d["before_header"], "diff": _diff_text(d, str(d["before_header"]))} for d in staged]
         for d in script_diffs:
             out.knob_changes = [str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))]
         out.status = "pending" if hr.diffs or hr.changed else "in-sync"

@@ -18,6 +18,7 @@ from knobfleet.render import render_host
 from tests.integration.conftest import Fleet
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
+UNIT = "/etc/systemd/system/sglang-dsv4-decode.service"
 
 
 def main_pid(fleet: Fleet, host: str) -> str:
@@ -129,6 +130,30 @@ def test_check_diff_touches_nothing(fleet: Fleet) -> None:
         assert (main_pid(fleet, host), tree_hash(fleet, host)) == before[host]
     plan = fleet.knobfleet("plan", "ctas512")
     assert plan.returncode == 0 and "3 in-sync" in plan.stdout
+
+
+def test_a_staged_file_the_host_rejects_is_never_installed(fleet: Fleet) -> None:
+    """The stage step validates on the host (bash -n here, made to fail by a `bash` earlier in PATH):
+    the apply fails naming the validator, and nothing but the staging copy changes."""
+    host = "lab3"
+    pid = main_pid(fleet, host)
+    installed = f"sha256sum /root/serve_dsv4_decode.sh {UNIT}; ls {STATE}/generations; readlink {STATE}/current"
+    before = fleet.ssh(host, installed).stdout
+    fake = "printf '#!/bin/sh\\necho \"line 9: syntax error near unexpected token\" >&2\\nexit 2\\n'"
+    fleet.ssh(host, f"{fake} > /usr/local/bin/bash && chmod 755 /usr/local/bin/bash")
+    try:
+        proc = fleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", "--json")
+    finally:
+        fleet.ssh(host, "rm -f /usr/local/bin/bash")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (h,) = json.loads(proc.stdout)["hosts"]
+    assert h["status"] == "failed" and h.get("restored") is None
+    assert h["message"] == (
+        "Stage the rendered serve script and unit, validating what changed: "
+        "bash -n rejected the staged script: line 9: syntax error near unexpected token"
+    )
+    assert fleet.ssh(host, installed).stdout == before and main_pid(fleet, host) == pid
+    assert fleet.ssh(host, f"test -e {STATE}/lock", check=False).returncode == 1  # released
 
 
 def test_template_injection_is_written_literally(fleet: Fleet, tmp_path: Path) -> None:

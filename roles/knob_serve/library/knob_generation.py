@@ -10,6 +10,10 @@ short_description: Lock, adopt, store and install knobfleet generations of a ser
 description:
   - C(begin) takes the per-service lock (failing fast with the holder's name) and, the first time,
     stores the existing script and unit as generation 0 (status adopted).
+  - C(stage) writes the rendered script and unit (passed in as text) to the staging directory when they
+    differ from what is staged, and validates what it wrote (C(bash -n); C(systemd-analyze verify) under
+    the unit's real name). In check mode it writes nothing and compares with the installed files; with
+    --diff it returns both diffs.
   - C(commit) compares the staged files with the installed ones; when they differ it stores a new
     generation (files + meta.json), installs both files atomically (temp file in the same directory,
     then rename; root-owned, fixed modes), switches C(current) and appends to the ledger.
@@ -18,10 +22,12 @@ description:
   - C(restore) installs generation N (default the previous good one) again after checking its stored
     files against meta.json; refuses, changing nothing, when they are missing or altered.
 options:
-  action: {type: str, required: true, choices: [begin, commit, mark, release, restore]}
+  action: {type: str, required: true, choices: [begin, stage, commit, mark, release, restore]}
   state_dir: {type: path, required: true}
   script_path: {type: path}
   unit_path: {type: path}
+  script_content: {type: str}
+  unit_content: {type: str}
   run_id: {type: str, required: true}
   operator: {type: str, default: unknown}
   controller: {type: str, default: ""}
@@ -161,6 +167,55 @@ def lock_holder(store):
         return None
     except ValueError:
         return {"run_id": "?", "operator": "?", "since": "?", "controller": "?", "corrupt": True}
+
+
+def validate_staged(module, kind, path, script_path):
+    """Fail the task when a freshly staged file does not validate; nothing is installed then."""
+    if kind == "script":
+        argv = ["bash", "-n", path]
+    else:
+        argv = ["systemd-analyze", "verify", "--man=no", path]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if proc.returncode == 0:
+        return
+    # The serve script is installed after validation: "not executable" about that path alone is expected
+    # when the script is missing on the host (it is about to be installed). Any other complaint fails.
+    expected = "Command %s is not executable" % script_path
+    lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+    if kind == "script":
+        module.fail_json(msg="bash -n rejected the staged script: %s" % (lines or ["exit %d" % proc.returncode])[0],
+                         rc=proc.returncode, stderr=proc.stderr)
+    problems = [ln for ln in lines if expected not in ln]
+    if problems:
+        module.fail_json(msg="systemd-analyze verify rejected the staged unit: %s" % problems[0],
+                         rc=proc.returncode, stderr=proc.stderr)
+
+
+def stage(module, store, p):
+    unit_name = os.path.basename(p["unit_path"])
+    items = (("script", p["script_content"], os.path.join(store.staging, "serve.sh"), p["script_path"], SCRIPT_MODE),
+             ("unit", p["unit_content"], os.path.join(store.staging, unit_name), p["unit_path"], UNIT_MODE))
+    result = {"changed": False, "staged": []}
+    diffs = []
+    for kind, content, staged, installed, mode in items:
+        data = content.encode("utf-8")
+        against = installed if module.check_mode else staged
+        try:
+            old = read(against)
+        except FileNotFoundError:
+            old = None
+        if old == data:
+            continue  # staged files that did not change were validated when they were written
+        result["changed"] = True
+        result["staged"].append(kind)
+        diffs.append({"before_header": installed, "after_header": installed,
+                      "before": "" if old is None else old.decode("utf-8", "replace"), "after": content})
+        if not module.check_mode:
+            write_atomic(staged, data, mode)
+            validate_staged(module, kind, staged, p["script_path"])
+    if module._diff and diffs:
+        result["diff"] = diffs
+    return result
 
 
 def begin(module, store, p):
@@ -343,7 +398,7 @@ def commit(module, store, p):
     staged_unit = os.path.join(store.staging, unit_name)
     want = {"script": sha256(staged_script), "unit": sha256(staged_unit)}
     if None in want.values():
-        module.fail_json(msg="staged files missing in %s; the template tasks must run first" % store.staging)
+        module.fail_json(msg="staged files missing in %s; the stage action must run first" % store.staging)
     have = {"script": sha256(p["script_path"]), "unit": sha256(p["unit_path"])}
     current = store.current()
     profile = p["profile"] or {}
@@ -535,10 +590,12 @@ def release(module, store, p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["begin", "commit", "mark", "release", "restore"]),
+            action=dict(type="str", required=True, choices=["begin", "stage", "commit", "mark", "release", "restore"]),
             state_dir=dict(type="path", required=True),
             script_path=dict(type="path"),
             unit_path=dict(type="path"),
+            script_content=dict(type="str"),
+            unit_content=dict(type="str"),
             run_id=dict(type="str", required=True),
             operator=dict(type="str", default="unknown"),
             controller=dict(type="str", default=""),
@@ -552,13 +609,15 @@ def main():
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
         ),
         required_if=[("action", "begin", ["script_path", "unit_path"]),
+                     ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
                      ("action", "commit", ["script_path", "unit_path", "profile"]),
                      ("action", "mark", ["generation", "status"])],
         supports_check_mode=True,
     )
     p = module.params
     store = Store(p["state_dir"])
-    handlers = {"begin": begin, "commit": commit, "mark": mark, "release": release, "restore": restore}
+    handlers = {"begin": begin, "stage": stage, "commit": commit, "mark": mark, "release": release,
+                "restore": restore}
     try:
         result = handlers[p["action"]](module, store, p)
     except OSError as exc:
