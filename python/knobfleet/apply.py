@@ -16,7 +16,7 @@ from knobfleet.render import Rendered, profile_vars, render_host
 from knobfleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
 
 TASK_COMMIT = "Store a new generation and install it atomically when anything changed"
-TASK_READY = "Wait for readiness (health 200, main process stable)"
+TASK_READY = "Restart if the generation changed and wait for readiness (health 200, main process stable)"
 TASK_BEGIN = "Take the host lock and adopt pre-knobfleet files as generation 0"
 TASK_STAGE = "Stage the rendered serve script and unit, validating what changed"
 WATCH = ("SGLANG_SM120_MMA_TARGET_CTAS", "SGLANG_SM120_MMA_BLOCK_H")
@@ -128,7 +128,13 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
             out.knob_changes = [str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))]
         out.status = "pending" if hr.diffs or hr.changed else "in-sync"
         out.restarted = bool(hr.diffs)
-        out.message = "changes pending; would restart the engine" if out.diffs else "no change"
+        would = [v for v in hr.results.get(TASK_READY, {}).get("would") or [] if v != "daemon-reload"]
+        if out.diffs:
+            out.message = "changes pending; would restart the engine"
+        elif would:
+            out.message = f"files in sync; would {' and '.join(would)} the engine (not running or not enabled)"
+        else:
+            out.message = "no change"
         out.generation = begin.get("generation")
         return out
     commit = hr.results.get(TASK_COMMIT, {})
@@ -138,6 +144,8 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
     out.committed = bool(commit.get("changed"))
     out.status = "applied" if commit.get("changed") else "unchanged"
     out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
+    if "start" in (ready.get("done") or []):
+        out.message = "the engine was not running: started it"
     out.live = plan.check_live(rendered.env, rendered.argv, out.main_pid, ready.get("processes") or [], list(WATCH))
     if not out.live.ok:
         out.status = "failed"

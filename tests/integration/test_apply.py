@@ -132,6 +132,16 @@ def test_check_diff_touches_nothing(fleet: Fleet) -> None:
     assert plan.returncode == 0 and "3 in-sync" in plan.stdout
 
 
+def test_a_stopped_engine_is_planned_and_started_without_a_new_generation(fleet: Fleet) -> None:
+    fleet.ssh("lab1", "systemctl stop sglang-dsv4-decode")
+    plan = fleet.knobfleet("plan", "ctas512", "--limit", "lab1")
+    assert plan.returncode == 2 and "files in sync; would start the engine" in plan.stdout, plan.stdout
+    (h,) = json.loads(fleet.knobfleet("apply", "ctas512", "--limit", "lab1", "--yes", "--json").stdout)["hosts"]
+    assert (h["status"], h["message"], h["restarted"]) == ("unchanged", "the engine was not running: started it", False)
+    assert h["live"]["ok"] and h["generation"] == h["previous"]
+    assert fleet.knobfleet("drift", "--limit", "lab1").returncode == 0
+
+
 def test_a_staged_file_the_host_rejects_is_never_installed(fleet: Fleet) -> None:
     """The stage step validates on the host (bash -n here, made to fail by a `bash` earlier in PATH):
     the apply fails naming the validator, and nothing but the staging copy changes."""

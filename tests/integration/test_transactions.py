@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from knobfleet.apply import TASK_READY
 from tests.conftest import REPO
 from tests.integration.conftest import Fleet
 
@@ -106,7 +107,7 @@ def test_failed_start_restores_previous_generation(
     before = host_state(fleet, "lab1")
     proc = fleet.knobfleet("apply", str(fault_profiles / f"{profile}.yaml"), "--limit", "lab1", "--yes", *extra)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"error: lab1: Wait for readiness (health 200, main process stable): {why}" in proc.stdout
+    assert f"error: lab1: {TASK_READY}: {why}" in proc.stdout
     assert "restored: lab1 is back on generation 0001 (ctas512@1), restarted, ready and verified" in proc.stdout
     st = assert_wholly_on(fleet, "lab1", 1, "512")  # the previous profile's knob is live again
     failed_gen = max(st["gens"])

@@ -366,7 +366,7 @@ def live_drift(unit_name, script_text):
         return "unit changed on disk without daemon-reload"
     pid = int(props.get("MainPID") or 0)
     if props.get("ActiveState") != "active" or pid == 0:
-        return None  # not running: "Make sure the engine is enabled and running" starts it
+        return None  # not running: the readiness task starts it
     try:
         with open("/proc/%d/environ" % pid, "rb") as fh:
             raw = fh.read()

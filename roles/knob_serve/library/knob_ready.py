@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 # -*- coding: utf-8 -*-
-"""Ansible module: wait until a systemd-managed engine is ready, failing fast when it dies."""
+"""Ansible module: (re)start a systemd-managed engine if asked and wait until it is ready, failing fast
+when it dies."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: knob_ready
-short_description: Wait for an engine's health URL, failing fast on exit or restart
+short_description: (Re)start an engine if asked, then wait for its health URL, failing fast on exit or restart
 description:
+  - First, in this order and only where asked, runs C(systemctl daemon-reload), enables the unit,
+    restarts it (C(restart)) or starts it when it is not active (C(start)). One module call instead of
+    a systemd task, a restart handler and a wait. In check mode reports what it would change.
   - Polls the health URL until it answers 200 within C(timeout_s).
   - Fails at once when the unit's main process exits, the unit fails, or systemd restarts it.
   - With C(grace_s), keeps watching after readiness that the same main process stays up.
@@ -18,6 +22,10 @@ options:
   timeout_s: {type: int, default: 600}
   grace_s: {type: int, default: 0}
   since_restart: {type: bool, default: false}
+  daemon_reload: {type: bool, default: false}
+  enable: {type: bool, default: false}
+  restart: {type: bool, default: false}
+  start: {type: bool, default: false}
 author: knobfleet
 """
 
@@ -82,16 +90,43 @@ def process(pid):
     return {"pid": pid, "comm": comm, "env": env, "cmdline": cmdline}
 
 
+def systemctl(module, *args):
+    rc, out, err = module.run_command(["systemctl"] + list(args))
+    if rc != 0:
+        module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()),
+                         journal=journal(module, args[-1]) if args[0] in ("restart", "start") else [])
+    return out.strip()
+
+
+def bring_up(module, p):
+    """daemon-reload / enable / restart / start as asked; returns what was done (empty: nothing)."""
+    service, done = p["service"], []
+    enabled = module.run_command(["systemctl", "is-enabled", service])[1].strip()
+    active = module.run_command(["systemctl", "is-active", service])[1].strip()
+    wants = [("daemon-reload", p["daemon_reload"]), ("enable", p["enable"] and enabled != "enabled"),
+             ("restart", p["restart"]), ("start", p["start"] and not p["restart"] and active != "active")]
+    for verb, wanted in wants:
+        if wanted:
+            done.append(verb)
+            if not module.check_mode:
+                systemctl(module, *([verb] if verb == "daemon-reload" else [verb, service]))
+    return done
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(service=dict(type="str", required=True), url=dict(type="str", required=True),
                            timeout_s=dict(type="int", default=600), grace_s=dict(type="int", default=0),
-                           since_restart=dict(type="bool", default=False)),
+                           since_restart=dict(type="bool", default=False),
+                           daemon_reload=dict(type="bool", default=False), enable=dict(type="bool", default=False),
+                           restart=dict(type="bool", default=False), start=dict(type="bool", default=False)),
         supports_check_mode=True,
     )
     p = module.params
+    done = bring_up(module, p)
+    changed = any(verb != "daemon-reload" for verb in done)
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True)
+        module.exit_json(changed=changed, would=done)
     started = time.monotonic()
     first = show(module, p["service"])
     pid0, restarts0 = first.get("MainPID", "0"), int(first.get("NRestarts", "0") or 0)
@@ -129,7 +164,7 @@ def main():
         time.sleep(0.25)
     state = check_alive("right after becoming ready")
     procs = [x for x in (process(pid) for pid in cgroup_pids(state.get("ControlGroup", ""))) if x]
-    module.exit_json(changed=False, ready_s=round(ready_s, 3), main_pid=int(state["MainPID"]),
+    module.exit_json(changed=changed, done=done, ready_s=round(ready_s, 3), main_pid=int(state["MainPID"]),
                      n_restarts=int(state.get("NRestarts", "0") or 0), processes=procs)
 
 
