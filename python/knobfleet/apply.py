@@ -190,15 +190,23 @@ def sync_problems(doc: dict[str, Any], rendered: Rendered, profile: Profile, kno
 
 
 def _in_sync_outcomes(
-    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path, check: bool
+    profile: Profile,
+    hosts: list[HostVars],
+    rendered: dict[str, Rendered],
+    inventory: Path,
+    check: bool,
+    early: Any = None,
+    plan_key: str | None = None,
 ) -> dict[str, HostOutcome]:
     """Hosts with nothing to do, found by one fast-path probe per host (empty when the fast path cannot
-    reach every host as Ansible would: then Ansible's own no-change run decides)."""
+    reach every host as Ansible would: then Ansible's own no-change run decides). ``early``/``plan_key``:
+    probes the CLI started speculatively (drift.start_early)."""
     from knobfleet import drift
 
     if not hosts or drift.choose_via(hosts, "auto") != "ssh":
+        drift.stop_unused(early)
         return {}
-    docs = drift.probe(hosts, inventory, via="ssh")
+    docs = drift.probe(hosts, inventory, via="ssh", early=early, plan_key=plan_key)
     knobs = drift.known_knobs()
     out = {}
     for hv in hosts:
@@ -237,6 +245,8 @@ def apply(
     overrides: dict[str, Any] | None = None,
     rollback_fleet: bool = False,
     via: str = "auto",
+    early: Any = None,
+    plan_key: str | None = None,
 ) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), skip the hosts a fast probe
     shows already in sync (``via="auto"``), then roll out the rest in batches, stopping at the first
@@ -245,7 +255,7 @@ def apply(
     rendered = {hv.host: render_host(profile, hv) for hv in hosts}
     by_name = {hv.host: hv for hv in hosts}
     plan.batches([hv.host for hv in hosts], serial, canary)  # a bad --serial fails before anything runs
-    skipped = {} if via == "ansible" else _in_sync_outcomes(profile, hosts, rendered, inventory, check)
+    skipped = {} if via == "ansible" else _in_sync_outcomes(profile, hosts, rendered, inventory, check, early, plan_key)
     groups = plan.batches([hv.host for hv in hosts if hv.host not in skipped], serial, canary)
     outcomes: list[HostOutcome] = list(skipped.values())
     run_ids: list[str] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from knobfleet.errors import KnobfleetError, LockHeld
 
@@ -21,13 +23,24 @@ def _confirm(n_hosts: int, profile: str, args: argparse.Namespace) -> None:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet import app, paths, report
+    from knobfleet import drift, paths
+
+    inventory = args.inventory or paths.default_inventory()
+    # The in-sync pre-check's probes start now (read-only), while the rest of the command loads.
+    early, plan_key = drift.start_early(inventory, args.limit, args.via) if inventory.exists() else ({}, None)
+    try:
+        return _apply(args, inventory, early, plan_key)
+    finally:
+        drift.stop_unused(early)
+
+
+def _apply(args: argparse.Namespace, inventory: Path, early: Any, plan_key: str | None) -> int:
+    from knobfleet import app, report
     from knobfleet import apply as apply_uc
     from knobfleet.progress import Progress
     from knobfleet.transaction import RestoreFailed
 
     profile = app.store().resolve(args.profile)
-    inventory = args.inventory or paths.default_inventory()
     hosts = app.hosts(inventory, args.limit)
     _confirm(len(hosts), profile.ref, args)
     overrides: dict[str, int] = {}
@@ -50,6 +63,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 overrides=overrides,
                 rollback_fleet=getattr(args, "rollback_fleet", False),
                 via=args.via,
+                early=early,
+                plan_key=plan_key,
             )
     except (LockHeld, RestoreFailed) as exc:
         if exc.report is not None:
@@ -124,8 +139,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    from pathlib import Path
-
     p.add_argument("profile", help="profile name (profiles/NAME.yaml) or path")
     p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
     p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
