@@ -156,6 +156,15 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
 IN_SYNC = "already in sync: checked with one probe, no Ansible run"
 
 
+def live_from_probe(doc: dict[str, Any], rendered: Rendered) -> plan.LiveCheck:
+    """Pure: the live check of a probe document's engine processes against what was rendered."""
+    try:
+        main_pid: int | None = int((doc.get("unit_props") or {}).get("MainPID", "0")) or None
+    except ValueError:
+        main_pid = None
+    return plan.check_live(rendered.env, rendered.argv, main_pid, doc.get("processes") or [], list(WATCH))
+
+
 def sync_problems(doc: dict[str, Any], rendered: Rendered, profile: Profile, knobs: tuple[str, ...]) -> list[str]:
     """Pure: why applying ``profile`` would still do something on the host ``doc`` describes (empty: nothing).
 
@@ -180,12 +189,7 @@ def sync_problems(doc: dict[str, Any], rendered: Rendered, profile: Profile, kno
         problems += [f.kind for f in verdict.findings] or [verdict.status]
     if verdict.hash != profile.content_hash:
         problems.append("current generation is another profile")
-    try:
-        main_pid: int | None = int(props.get("MainPID", "0")) or None
-    except ValueError:
-        main_pid = None
-    live = plan.check_live(rendered.env, rendered.argv, main_pid, doc.get("processes") or [], list(WATCH))
-    problems += live.problems[:1]
+    problems += live_from_probe(doc, rendered).problems[:1]
     return problems
 
 
@@ -213,20 +217,17 @@ def _in_sync_outcomes(
         doc = docs[hv.host]
         if not isinstance(doc, dict) or sync_problems(doc, rendered[hv.host], profile, knobs):
             continue
-        props = doc.get("unit_props") or {}
         current = (doc.get("generations") or {}).get("current")
-        main_pid = int(props.get("MainPID", "0"))
+        live = live_from_probe(doc, rendered[hv.host])
         out[hv.host] = HostOutcome(
             hv.host,
             "in-sync" if check else "unchanged",
             0,
             generation=current,
             previous=current,
-            main_pid=main_pid,
+            main_pid=live.main_pid,
             message="no change" if check else IN_SYNC,
-            live=plan.check_live(
-                rendered[hv.host].env, rendered[hv.host].argv, main_pid, doc.get("processes") or [], list(WATCH)
-            ),
+            live=live,
         )
     return out
 

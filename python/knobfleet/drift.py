@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # kept light: the CLI imports this module to start probes bef
 
 TASK_PROBE = "Probe the engine service (read-only)"
 PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
-VIA = ("auto", "ssh", "ansible")
 
 
 def _declared(hv: HostVars, cache: dict[str, Declared | str]) -> Declared | str | None:
@@ -66,7 +65,8 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
 
 
 def choose_via(hosts: list[HostVars], via: str) -> str:
-    """'ssh' or 'ansible' for ``via`` in VIA; --via ssh on a host the fast path cannot reach is an error."""
+    """'ssh' or 'ansible' for ``via`` (auto, ssh or ansible); --via ssh on a host the fast path cannot
+    reach is an error."""
     if via == "ansible":
         return "ansible"
     reasons = [r for r in (transport.ineligible(hv) for hv in hosts) if r]

@@ -169,7 +169,13 @@ def start_planned(plan_key: str, source: bytes) -> Started:
         pairs = [(str(p["host"]), [str(a) for a in p["argv"]]) for p in plan]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    return {host: (argv, _launch(argv, source)) for host, argv in pairs}
+    started: Started = {}
+    for host, argv in pairs:
+        try:
+            started[host] = (argv, _launch(argv, source))
+        except OSError:
+            continue  # run_function starts it again and reports why it cannot
+    return started
 
 
 def _save_plan(path: Path, argvs: dict[str, list[str]]) -> None:
@@ -204,6 +210,7 @@ def run_function(
         hv.host: [*ssh_argv(hv, control_dir), remote_command(hv, module_name, func, args[hv.host])] for hv in hosts
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
+    failed: dict[str, Outcome] = {}
     for host, argv in argvs.items():
         early = started.pop(host, None)
         if early is not None and early[0] == argv:
@@ -214,8 +221,7 @@ def run_function(
             try:
                 procs[host] = _launch(argv, source)
             except OSError as exc:
-                procs.pop(host, None)
-                argvs[host] = [f"cannot run {argv[0]}: {exc.strerror}"]
+                failed[host] = Outcome(host, error=f"error: cannot run {argv[0]}: {exc.strerror}")
     for _argv, proc in started.values():  # started for hosts no longer asked for
         _stop(proc)
     if plan_key is not None:
@@ -223,8 +229,8 @@ def run_function(
     by_name = {hv.host: hv for hv in hosts}
 
     def collect(host: str) -> Outcome:
-        if host not in procs:
-            return Outcome(host, error=f"error: {argvs[host][0]}")
+        if host in failed:
+            return failed[host]
         proc = procs[host]
         try:
             out, err = proc.communicate(timeout=timeout_s)

@@ -185,3 +185,11 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     rest = transport.start_planned("k", MODULE)
     transport.run_function(hosts[:1], cp, MODULE, "m", "echo", args, started=rest)
     assert all(p.returncode is not None for _a, p in rest.values())  # unused ones stopped, none left running
+
+
+def test_a_missing_ssh_executable_is_reported_per_host(tmp_path: Path, fake_ssh: Path) -> None:
+    good = local_hosts(fake_ssh, 1)[0]
+    bad = hv("h2", ansible_ssh_executable=str(tmp_path / "no-such-ssh"))
+    out = transport.run_function([good, bad], tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}})
+    assert out["h1"].doc["args"] == {}
+    assert out["h2"].error == f"error: cannot run {tmp_path}/no-such-ssh: No such file or directory"
