@@ -1,0 +1,1 @@
+"""Engine adapters built from catalog data (how the model is passed, readiness, info endpoint, env prefixes)."""
