@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from knobfleet.errors import InventoryError
+
+if TYPE_CHECKING:
+    from knobfleet.engines.adapter import Engine
 from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
 
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
@@ -47,11 +50,12 @@ class HostVars(BaseModel):
     unit_dir: str = "/etc/systemd/system"
     state_root: str = "/var/lib/knobfleet"
     user: str = "root"
-    launcher: tuple[str, ...] = ("/usr/bin/python3", "-m", "sglang.launch_server")
+    engine: str | None = Field(default=None, description="the engine this host runs (inventory var knob_engine)")
+    launcher: tuple[str, ...] | None = Field(default=None, description="None: the engine's launcher")
     model_path: str = "/models/DeepSeek-V4"
     listen_host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
-    readiness_path: str = "/health_generate"
+    readiness_path: str | None = Field(default=None, description="None: the engine's readiness path")
     readiness_timeout_s: int = Field(default=600, ge=1)
     readiness_grace_s: int = Field(default=0, ge=0)
     host_env: dict[str, str] = Field(default_factory=dict)
@@ -67,6 +71,22 @@ class HostVars(BaseModel):
     def _safe_path(cls, value: str) -> str:
         if not SAFE_PATH_RE.match(value):
             raise ValueError("must be an absolute path of letters, digits and ._/@+- only")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str | None) -> str | None:
+        from knobfleet.profiles.model import ENGINE_NAME_RE
+
+        if value is not None and not ENGINE_NAME_RE.fullmatch(value):
+            raise ValueError("must be an engine name with a catalog (e.g. the name of profiles/catalogs/NAME.yaml)")
+        return value
+
+    @field_validator("readiness_path")
+    @classmethod
+    def _readiness(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value):
+            raise ValueError("must be a URL path such as /health (letters, digits and ._~/- only)")
         return value
 
     @field_validator("service")
@@ -105,8 +125,18 @@ class HostVars(BaseModel):
         return f"{self.state_root}/{self.service}"
 
     @property
+    def base_url(self) -> str:
+        return f"http://{self.listen_host}:{self.port}"
+
+    def adapter(self, name: str | None = None) -> Engine:
+        """The engine adapter for this host: ``name`` (a profile's engine), else the host's, else the default."""
+        from knobfleet.engines.adapter import engine
+
+        return engine(name or self.engine)
+
+    @property
     def health_url(self) -> str:
-        return f"http://{self.listen_host}:{self.port}{self.readiness_path}"
+        return self.base_url + (self.readiness_path or self.adapter().readiness_path)
 
 
 def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> HostVars:
@@ -118,6 +148,8 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     data["connection"].update({k: "<set>" for k in SECRET_VARS if variables.get(k)})
     if "knob_profile" in variables:
         data["profile"] = variables["knob_profile"]
+    if "knob_engine" in variables:
+        data["engine"] = variables["knob_engine"]
     for key in ("host_env", "host_args"):
         if isinstance(data.get(key), dict):
             data[key] = {

@@ -25,7 +25,6 @@ from knobfleet.profiles.model import Profile, arg_tokens
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
 UNIT_TEMPLATE = "unit.service.j2"
-HOST_FLAGS = ("model-path", "host", "port")
 
 
 @dataclass(frozen=True)
@@ -94,14 +93,21 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
 
 
 def check_conflicts(profile: Profile, hv: HostVars) -> None:
-    """A key set by both the host vars and the profile is an error naming both places."""
+    """A key set by both the host vars and the profile is an error naming both places; so is a profile for
+    another engine than the host declares."""
+    if hv.engine is not None and hv.engine != profile.engine:
+        raise RenderError(
+            f"profile {profile.name} is for engine {profile.engine}, but host {hv.host} runs {hv.engine} "
+            "(inventory var knob_engine); apply a profile of that engine, or change knob_engine"
+        )
+    reserved = hv.adapter(profile.engine).reserved_flags
     problems = []
     for name in sorted(set(profile.env) & set(hv.host_env)):
         problems.append(
             f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
             f"knob_serve_host_env; remove it from one of them"
         )
-    for flag in sorted(set(profile.args) & (set(hv.host_args) | set(HOST_FLAGS))):
+    for flag in sorted(set(profile.args) & (set(hv.host_args) | set(reserved))):
         source = "knob_serve_host_args" if flag in hv.host_args else f"knob_serve_{flag.replace('-', '_')}"
         problems.append(
             f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
@@ -118,7 +124,8 @@ def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
         "knob_serve_service": hv.service,
         "knob_serve_script_path": hv.script_path,
         "knob_serve_user": hv.user,
-        "knob_serve_launcher": list(hv.launcher),
+        "knob_serve_launcher": list(hv.launcher or ()),
+        "knob_serve_engine": hv.adapter(profile.engine).role_vars(),
         "knob_serve_model_path": hv.model_path,
         "knob_serve_listen_host": hv.listen_host,
         "knob_serve_port": hv.port,
@@ -136,7 +143,7 @@ def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
 
 
 def expected_argv(profile: Profile, hv: HostVars) -> list[str]:
-    argv = [*hv.launcher, f"--model-path={hv.model_path}", f"--host={hv.listen_host}", f"--port={hv.port}"]
+    argv = hv.adapter(profile.engine).head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
     merged: dict[str, Any] = {**hv.host_args, **profile.args}
     for flag in sorted(merged):
         argv.extend(arg_tokens(flag, merged[flag]))

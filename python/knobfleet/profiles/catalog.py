@@ -42,6 +42,30 @@ def catalog_for(engine: str, directory: Path | None = None) -> Catalog:
     return load_catalog(path)
 
 
+def engine_names(directory: Path | None = None) -> list[str]:
+    """Every engine with a catalog file (``<engine>.yaml``; overlays and generated files aside)."""
+    base = directory or paths.catalogs_dir()
+    return sorted(p.stem for p in base.glob("*.yaml") if "." not in p.stem)
+
+
+@cache
+def default_engine(directory: Path | None = None) -> str:
+    """The engine of profiles and hosts that name none: the catalog marked ``serve.default: true``."""
+    names = engine_names(directory)
+    marked = [n for n in names if catalog_for(n, directory).serve.default]
+    if len(marked) == 1:
+        return marked[0]
+    if len(names) == 1:
+        return names[0]
+    where = paths.display(directory or paths.catalogs_dir())
+    raise ProfileError(
+        [
+            f"{where}: {len(marked)} catalogs are marked serve.default: true; mark exactly one "
+            "(or name the engine in every profile)"
+        ]
+    )
+
+
 def did_you_mean(name: str, candidates: list[str]) -> str:
     match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
     return f"; did you mean {match[0]}?" if match else ""

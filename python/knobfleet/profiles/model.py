@@ -20,9 +20,12 @@ SCHEMA_VERSION = 1
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 Scalar = str | bool | int | float
 ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME_RE.pattern)]
+# Any engine with a catalog file (profiles/catalogs/<engine>.yaml); the store checks that it exists.
+EngineName = Annotated[str, StringConstraints(pattern=ENGINE_NAME_RE.pattern)]
 
 
 class _Strict(BaseModel):
@@ -59,7 +62,7 @@ class ProfileDoc(_Strict):
     version: StrictInt = Field(ge=1)
     extends: ProfileName | None = None
     description: str = ""
-    engine: Literal["sglang", "vllm"] | None = None
+    engine: EngineName | None = None
     env: dict[str, Scalar | None] = Field(default_factory=dict)
     args: dict[str, Scalar | None] = Field(default_factory=dict)
     allow_unknown: tuple[str, ...] = ()
@@ -90,7 +93,7 @@ class Profile(_Strict):
     schema_version: Literal[1] = 1
     name: str
     version: int
-    engine: Literal["sglang", "vllm"]
+    engine: EngineName
     description: str = ""
     env: dict[str, Scalar]
     args: dict[str, Scalar]
@@ -138,10 +141,28 @@ class Knob(_Strict):
     description: str = ""
 
 
+class Serve(_Strict):
+    """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
+
+    default: bool = Field(default=False, description="the engine of profiles and hosts that name none")
+    launcher: tuple[str, ...] = Field(description="argv before the engine's own arguments")
+    fixed_args: tuple[str, ...] = Field(
+        description="arguments every launch carries, with {model}, {host} and {port} filled in from host vars"
+    )
+    readiness_path: str = Field(pattern=r"^/[A-Za-z0-9._~/-]*$")
+    info_path: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._~/-]*$")
+    info_env: tuple[str | int, ...] | None = Field(
+        default=None, description="where in the info endpoint's JSON the engine reports its env vars"
+    )
+    ignore_env: tuple[str, ...] = Field(default=(), description="env vars the engine sets itself in its processes")
+    show: dict[str, str] = Field(default_factory=dict, description="knob -> short label shown in summaries")
+
+
 class Catalog(_Strict):
     schema_version: Literal[1] = 1
-    engine: Literal["sglang", "vllm"]
+    engine: EngineName
     env_prefixes: tuple[str, ...]
+    serve: Serve
     knobs: dict[str, Knob]
 
     @field_validator("knobs")

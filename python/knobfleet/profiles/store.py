@@ -88,7 +88,7 @@ class ProfileStore:
         """Resolve ``extends``, validate every value against the catalog, check the lock."""
         chain = self._chain(name_or_path)
         merged = _Merged()
-        engine = "sglang"
+        engine: str | None = None
         gate: Gate | None = None
         fingerprint: Fingerprint | None = None
         allow: list[str] = []
@@ -105,6 +105,8 @@ class ProfileStore:
             fingerprint = doc.fingerprint or fingerprint
             allow.extend(a.removeprefix("--") for a in doc.allow_unknown if a not in allow)
         leaf_path, leaf = chain[-1]
+        if engine is None:
+            engine = catalogs.default_engine(self.catalog_dir)
         cat = catalogs.catalog_for(engine, self.catalog_dir)
         problems: list[str] = []
         for key, (value, origin) in merged.env.items():

@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: knob_generation
 short_description: Lock, adopt, store and install knobfleet generations of a service
 description:
-  - C(begin) takes the per-service lock (failing fast with the holder's name) and, the first time,
+  - C(begin) refuses the host, changing nothing, when a foreign drop-in is present and C(foreign_dropins)
+    is C(fail); takes the per-service lock (failing fast with the holder's name) and, the first time,
     stores the existing script and unit as generation 0 (status adopted).
   - C(stage) writes the rendered script and unit (passed in as text) to the staging directory when they
     differ from what is staged, and validates what it wrote (C(bash -n); C(systemd-analyze verify) under
@@ -39,7 +40,17 @@ options:
   keep: {type: int, default: 10}
   leave_status: {type: str, default: rolled-back}
   event: {type: str, default: rollback}
+  engine: {type: dict, description: The engine part of the live-state rule (knobfleet passes it).}
+  foreign_dropins: {type: str, default: ignore, choices: [fail, remove, ignore]}
+  health_url: {type: str, default: ""}
+  info_url: {type: str, default: ""}
 author: knobfleet
+"""
+
+RETURN = r"""
+step: {description: The action that ran; knobfleet keys results by it., returned: always, type: str}
+generation: {description: The current generation after the action., returned: success, type: int}
+previous: {description: The generation that was current before., returned: success, type: int}
 """
 
 import datetime
@@ -49,6 +60,8 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.knob_live import actions, evaluate, expected_from_files, refusal
+from ansible.module_utils.knob_observe import dropins, observe
 
 SCRIPT_MODE = 0o755
 UNIT_MODE = 0o644
@@ -218,8 +231,49 @@ def stage(module, store, p):
     return result
 
 
+def foreign_dropins(p):
+    """Drop-ins of the unit on disk (loaded or not) that knobfleet did not write."""
+    unit = os.path.basename(p["unit_path"])
+    return [d["path"] for d in dropins(unit) if d.get("exists")]
+
+
+def check_dropins(module, p):
+    """Refuse the host before anything changes when a foreign drop-in is present under policy fail; under
+    remove, only drop-ins in the admin's directory can be moved away."""
+    found = foreign_dropins(p)
+    if not found or p["foreign_dropins"] == "ignore":
+        return found
+    if p["foreign_dropins"] == "fail":
+        module.fail_json(msg=refusal([{"kind": "dropin_present", "path": found[0]}]), refused=True,
+                         dropins=found)
+    admin = os.path.join(os.path.dirname(p["unit_path"]), os.path.basename(p["unit_path"]) + ".d")
+    other = [d for d in found if os.path.dirname(d) != admin]
+    if other:
+        module.fail_json(msg="drop-in %s is not in %s, so knobfleet will not remove it; remove or mask it by "
+                             "hand" % (other[0], admin), refused=True, dropins=found)
+    return found
+
+
+def mark_interrupted(store, p, holder):
+    """A broken lock's apply never finished: its 'installing' generations become 'interrupted'."""
+    marked = []
+    for n in store.numbers():
+        try:
+            meta = store.meta(n)
+        except (OSError, ValueError):
+            continue
+        if meta.get("status") == "installing" and meta.get("run_id") != p["run_id"]:
+            meta.update(status="interrupted", updated=now(),
+                        reason="apply interrupted (lock of run %s broken by %s)" % (holder.get("run_id"), p["operator"]))
+            store.write_meta(n, meta)
+            marked.append(n)
+    return marked
+
+
 def begin(module, store, p):
     result = {"changed": False, "adopted": False}
+    if p["foreign_dropins"] != "ignore":
+        result["dropins"] = check_dropins(module, p)
     holder = lock_holder(store)
     if module.check_mode:
         result["lock"] = holder
@@ -237,8 +291,9 @@ def begin(module, store, p):
                                            holder.get("controller")),
                 lock=holder, lock_held=True)
         os.unlink(store.lock)
+        result["interrupted"] = mark_interrupted(store, p, holder)
         store.append_ledger({"time": now(), "event": "lock-broken", "holder": holder, "run_id": p["run_id"],
-                             "operator": p["operator"]})
+                             "operator": p["operator"], "interrupted": result["interrupted"]})
         result["broke_lock"] = holder
     if not holder or holder.get("run_id") != p["run_id"]:
         entry = {"run_id": p["run_id"], "operator": p["operator"], "since": now(), "controller": p["controller"]}
@@ -270,125 +325,18 @@ def begin(module, store, p):
     return result
 
 
-ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
-
-
-def shell_statements(text):
-    """Split shell text into statements (lists of words) the way bash reads simple scripts: single quotes are
-    literal, double quotes honour backslash before $ ` " \\ and newline, an unquoted backslash escapes the
-    next character (backslash-newline joins lines), # starts a comment at a word start, and newline or ;
-    ends a statement. Expansions ($VAR, $(...)) are kept as text, never run."""
-    statements, words = [], []
-    word, in_word, i, n = [], False, 0, len(text)
-
-    def end_word():
-        nonlocal word, in_word
-        if in_word:
-            words.append("".join(word))
-        word, in_word = [], False
-
-    def end_statement():
-        nonlocal words
-        end_word()
-        if words:
-            statements.append(words)
-        words = []
-
-    while i < n:
-        c = text[i]
-        if c == "'":
-            j = text.find("'", i + 1)
-            j = n if j < 0 else j
-            word.append(text[i + 1:j])
-            in_word, i = True, j + 1
-            continue
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
-                    if text[i + 1] != "\n":
-                        word.append(text[i + 1])
-                    i += 2
-                    continue
-                word.append(text[i])
-                i += 1
-            in_word, i = True, i + 1
-            continue
-        if c == "\\":
-            if i + 1 < n and text[i + 1] != "\n":
-                word.append(text[i + 1])
-                in_word = True
-            i += 2
-            continue
-        if c == "#" and not in_word:
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c in "\n;":
-            end_statement()
-            i += 1
-            continue
-        if c in " \t":
-            end_word()
-            i += 1
-            continue
-        word.append(c)
-        in_word = True
-        i += 1
-    end_statement()
-    return statements
-
-
-def script_expectations(text):
-    """Exported env vars and the exec argv of a serve script."""
-    env, argv = {}, []
-    for words in shell_statements(text):
-        if words[0] == "export":
-            for w in words[1:]:
-                name, sep, value = w.partition("=")
-                if sep and name.replace("_", "a").isalnum() and not name[0].isdigit():
-                    env[name] = value
-        elif words[0] == "exec":
-            argv = words[1:]
-    return env, argv
-
-
-def live_drift(unit_name, script_text):
-    """Why the running engine does not match the installed script, or None: env of the main process,
-    its command line, engine-prefixed env vars the script does not set, or a pending daemon-reload."""
-    try:
-        out = subprocess.run(["systemctl", "show", unit_name, "--property=MainPID,NeedDaemonReload,ActiveState"],
-                             capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    if props.get("NeedDaemonReload") == "yes":
-        return "unit changed on disk without daemon-reload"
-    pid = int(props.get("MainPID") or 0)
-    if props.get("ActiveState") != "active" or pid == 0:
-        return None  # not running: the readiness task starts it
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            raw = fh.read()
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            cmdline = [c.decode("utf-8", "replace") for c in fh.read().split(b"\0")[:-1]]
-    except OSError:
-        return None
-    live = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            live[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "replace")
-    env, argv = script_expectations(script_text)
-    for name, value in sorted(env.items()):
-        if live.get(name) != value:
-            return "live %s=%r, script sets %r" % (name, live.get(name), value)
-    extra = sorted(k for k in live if k.startswith(ENGINE_PREFIXES) and k not in env)
-    if extra:
-        return "live process has %s, which the script does not set" % ", ".join(extra)
-    if argv and cmdline != argv:
-        return "live command line differs from the script's exec line"
-    return None
+def live_actions(p, script, unit):
+    """What the live-state rule (module_utils knob_live) says the running engine needs when its files are
+    already right: [] (nothing), or e.g. ["daemon-reload", "restart"], and the finding kinds behind it."""
+    doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
+                   "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
+                   "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0})
+    expected = expected_from_files(p["script_path"], script.decode("utf-8", "replace"), p["unit_path"],
+                                   unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest())
+    findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
+    # The health check belongs to the readiness step (which starts a stopped engine): not a reason to restart.
+    findings = [f for f in findings if f["kind"] not in ("not_ready", "service_inactive", "dropin_present")]
+    return actions(findings, p["foreign_dropins"], True), sorted({f["kind"] for f in findings})
 
 
 def commit(module, store, p):
@@ -409,13 +357,15 @@ def commit(module, store, p):
         except (OSError, ValueError):
             current_hash = None
     files_differ = want != have
+    remove = foreign_dropins(p) if p["foreign_dropins"] == "remove" else []
     result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
-              "script_sha256": want["script"], "unit_sha256": want["unit"]}
-    if not files_differ and current_hash == profile.get("hash"):
-        why = live_drift(unit_name, read(p["script_path"]).decode("utf-8", "replace"))
-        if why:
+              "script_sha256": want["script"], "unit_sha256": want["unit"], "dropins_removed": remove}
+    if not files_differ and current_hash == profile.get("hash") and not remove:
+        acts, kinds = live_actions(p, read(staged_script), read(staged_unit))
+        if acts:
             # Files are right but the running engine is not: restart it (no new generation).
-            result.update(changed=True, restart_reason=why)
+            why = "live state differs from the installed files (%s)" % ", ".join(kinds)
+            result.update(changed=True, restart_reason=why, actions=acts)
             if not module.check_mode:
                 store.append_ledger({"time": now(), "event": "restart", "generation": current, "reason": why,
                                      "run_id": p["run_id"], "operator": p["operator"]})
@@ -430,7 +380,8 @@ def commit(module, store, p):
         "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name},
                   "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name}},
         "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
-        "previous": current, "reason": "",
+        "previous": current, "reason": "", "engine": (p["engine"] or {}).get("name"),
+        "ready_url": p["health_url"] or "", "dropins_removed": remove,
     }
     try:
         store_generation(store, number, [(script_name, read(staged_script), SCRIPT_MODE),
@@ -445,6 +396,12 @@ def commit(module, store, p):
                          "apply again; nothing was installed, generation %s is still live"
                          % (number, store.gens, exc.strerror, "none" if current is None else "%04d" % current),
                          errno=exc.errno)
+    if remove:
+        backup = os.path.join(store.gen_dir(number), "dropins")
+        os.makedirs(backup, 0o700)
+        for path in remove:
+            write_atomic(os.path.join(backup, os.path.basename(path)), read(path), 0o644)
+            os.unlink(path)
     for src, dest, mode in ((staged_script, p["script_path"], SCRIPT_MODE), (staged_unit, p["unit_path"], UNIT_MODE)):
         parent = os.path.dirname(dest)
         if not os.path.isdir(parent):
@@ -561,6 +518,9 @@ def restore(module, store, p):
         return {"changed": target != current, "generation": target, "previous": current}
     for src, dest, mode in plan:
         write_atomic(dest, read(src), mode)
+    put_back = []
+    if current is not None and target < current:
+        put_back = restore_dropins(store, current)
     store.switch_current(target)
     if current is not None and current != target and p["leave_status"]:
         try:
@@ -576,7 +536,26 @@ def restore(module, store, p):
                          "profile": meta.get("profile"), "version": meta.get("version"), "hash": meta.get("hash"),
                          "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]})
     return {"changed": True, "generation": target, "previous": current, "profile": meta.get("profile"),
-            "version": meta.get("version"), "hash": meta.get("hash")}
+            "version": meta.get("version"), "hash": meta.get("hash"), "ready_url": meta.get("ready_url") or "",
+            "dropins_restored": put_back}
+
+
+def restore_dropins(store, leaving):
+    """Drop-ins that generation ``leaving`` moved away (policy remove) go back where they were."""
+    try:
+        meta = store.meta(leaving)
+    except (OSError, ValueError):
+        return []
+    out = []
+    for path in meta.get("dropins_removed") or []:
+        src = os.path.join(store.gen_dir(leaving), "dropins", os.path.basename(path))
+        if os.path.isfile(src) and not os.path.lexists(path):
+            parent = os.path.dirname(path)
+            if not os.path.isdir(parent):
+                os.makedirs(parent, 0o755)
+            write_atomic(path, read(src), 0o644)
+            out.append(path)
+    return out
 
 
 def release(module, store, p):
@@ -607,6 +586,10 @@ def main():
             keep=dict(type="int", default=10),
             leave_status=dict(type="str", default="rolled-back", choices=["failed", "rolled-back", ""]),
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
+            engine=dict(type="dict"),
+            foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
+            health_url=dict(type="str", default=""),
+            info_url=dict(type="str", default=""),
         ),
         required_if=[("action", "begin", ["script_path", "unit_path"]),
                      ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
@@ -615,6 +598,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    fail = module.fail_json
+    module.fail_json = lambda **kw: fail(step=p["action"], **kw)  # every result names its step
     store = Store(p["state_dir"])
     handlers = {"begin": begin, "stage": stage, "commit": commit, "mark": mark, "release": release,
                 "restore": restore}
@@ -623,7 +608,7 @@ def main():
     except OSError as exc:
         module.fail_json(msg="%s: %s (%s)" % (p["action"], exc.strerror, exc.filename or p["state_dir"]),
                          errno=exc.errno)
-    module.exit_json(**result)
+    module.exit_json(step=p["action"], **result)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ description:
   - Polls the health URL until it answers 200 within C(timeout_s).
   - Fails at once when the unit's main process exits, the unit fails, or systemd restarts it.
   - With C(grace_s), keeps watching after readiness that the same main process stays up.
-  - Returns the main PID and the environ and cmdline of every process in the unit's cgroup.
+  - Returns the main PID and, when the service's paths are given, the probe document of the ready engine
+    (module_utils knob_observe), which knobfleet checks with its live-state rule.
 options:
   service: {type: str, required: true}
   url: {type: str, required: true}
@@ -26,15 +27,27 @@ options:
   enable: {type: bool, default: false}
   restart: {type: bool, default: false}
   start: {type: bool, default: false}
+  script_path: {type: path}
+  unit_path: {type: path}
+  state_dir: {type: path}
+  info_url: {type: str, default: ""}
 author: knobfleet
 """
 
-import os
+RETURN = r"""
+step: {description: Always C(ready); knobfleet keys results by it., returned: always, type: str}
+done: {description: What was done (daemon-reload, enable, restart, start)., returned: success, type: list}
+ready_s: {description: Seconds until the health URL answered 200., returned: success, type: float}
+main_pid: {description: The engine's main PID once ready., returned: success, type: int}
+probe: {description: The probe document of the ready engine (when paths were given)., returned: success, type: dict}
+"""
+
 import time
 import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.knob_observe import observe, parse_props
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
 
@@ -42,9 +55,8 @@ PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "Exe
 def show(module, service):
     rc, out, err = module.run_command(["systemctl", "show", service, "--property=" + ",".join(PROPS)])
     if rc != 0:
-        module.fail_json(msg="systemctl show %s failed: %s" % (service, err.strip()))
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return props
+        module.fail_json(step="ready", msg="systemctl show %s failed: %s" % (service, err.strip()))
+    return parse_props(out)
 
 
 def journal(module, service, lines=15):
@@ -62,38 +74,10 @@ def health(url):
         return None
 
 
-def cgroup_pids(cgroup):
-    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"):
-        path = base + cgroup + "/cgroup.procs"
-        if cgroup and os.path.exists(path):
-            with open(path) as fh:
-                return sorted(int(x) for x in fh.read().split())
-    return []
-
-
-def process(pid):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            env_raw = fh.read()
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            cmd_raw = fh.read()
-        with open("/proc/%d/comm" % pid) as fh:
-            comm = fh.read().strip()
-    except OSError:
-        return None
-    env = {}
-    for item in env_raw.split(b"\0"):
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            env[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "replace")
-    cmdline = [c.decode("utf-8", "replace") for c in cmd_raw.split(b"\0")[:-1]]
-    return {"pid": pid, "comm": comm, "env": env, "cmdline": cmdline}
-
-
 def systemctl(module, *args):
     rc, out, err = module.run_command(["systemctl"] + list(args))
     if rc != 0:
-        module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()),
+        module.fail_json(step="ready", msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()),
                          journal=journal(module, args[-1]) if args[0] in ("restart", "start") else [])
     return out.strip()
 
@@ -119,14 +103,16 @@ def main():
                            timeout_s=dict(type="int", default=600), grace_s=dict(type="int", default=0),
                            since_restart=dict(type="bool", default=False),
                            daemon_reload=dict(type="bool", default=False), enable=dict(type="bool", default=False),
-                           restart=dict(type="bool", default=False), start=dict(type="bool", default=False)),
+                           restart=dict(type="bool", default=False), start=dict(type="bool", default=False),
+                           script_path=dict(type="path"), unit_path=dict(type="path"), state_dir=dict(type="path"),
+                           info_url=dict(type="str", default="")),
         supports_check_mode=True,
     )
     p = module.params
     done = bring_up(module, p)
     changed = any(verb != "daemon-reload" for verb in done)
     if module.check_mode:
-        module.exit_json(changed=changed, would=done)
+        module.exit_json(changed=changed, step="ready", would=done)
     started = time.monotonic()
     first = show(module, p["service"])
     pid0, restarts0 = first.get("MainPID", "0"), int(first.get("NRestarts", "0") or 0)
@@ -136,11 +122,11 @@ def main():
         now = show(module, p["service"])
         restarts = int(now.get("NRestarts", "0") or 0)
         if now.get("ActiveState") in ("failed", "inactive") or now.get("MainPID", "0") == "0":
-            module.fail_json(msg="engine exited %s (unit %s, exit status %s)" % (
+            module.fail_json(step="ready", msg="engine exited %s (unit %s, exit status %s)" % (
                 phase, now.get("ActiveState"), now.get("ExecMainStatus")), journal=journal(module, p["service"]),
                 state=now, waited_s=round(time.monotonic() - started, 2))
         if restarts > restarts0 or (pid0 != "0" and now.get("MainPID") != pid0):
-            module.fail_json(msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)" % (
+            module.fail_json(step="ready", msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)" % (
                 phase, pid0, now.get("MainPID"), restarts0, restarts), journal=journal(module, p["service"]),
                 state=now, waited_s=round(time.monotonic() - started, 2))
         return now
@@ -152,7 +138,7 @@ def main():
         if status == 200:
             break
         if time.monotonic() > deadline:
-            module.fail_json(msg="not ready after %ds: %s answered %s" % (p["timeout_s"], p["url"], status or
+            module.fail_json(step="ready", msg="not ready after %ds: %s answered %s" % (p["timeout_s"], p["url"], status or
                                                                          "nothing (connection refused)"),
                              journal=journal(module, p["service"]), state=state,
                              waited_s=round(time.monotonic() - started, 2))
@@ -163,9 +149,13 @@ def main():
         state = check_alive("within %ds after becoming ready" % p["grace_s"])
         time.sleep(0.25)
     state = check_alive("right after becoming ready")
-    procs = [x for x in (process(pid) for pid in cgroup_pids(state.get("ControlGroup", ""))) if x]
-    module.exit_json(changed=changed, done=done, ready_s=round(ready_s, 3), main_pid=int(state["MainPID"]),
-                     n_restarts=int(state.get("NRestarts", "0") or 0), processes=procs)
+    result = dict(changed=changed, step="ready", done=done, ready_s=round(ready_s, 3),
+                  main_pid=int(state["MainPID"]), n_restarts=int(state.get("NRestarts", "0") or 0))
+    if p["script_path"] and p["unit_path"] and p["state_dir"]:
+        result["probe"] = observe({"service": p["service"].rsplit(".service", 1)[0],
+                                   "script_path": p["script_path"], "unit_path": p["unit_path"],
+                                   "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"]})
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

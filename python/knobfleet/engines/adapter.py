@@ -1,0 +1,93 @@
+"""An engine as data: everything knobfleet needs to know about SGLang, vLLM or any other engine comes from
+its catalog file (``profiles/catalogs/<engine>.yaml``, section ``serve`` plus its knobs). Adding an engine is
+adding that file; no code names an engine.
+
+Pure apart from reading the catalog (cached)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    launcher: tuple[str, ...]
+    fixed_args: tuple[str, ...]
+    readiness_path: str
+    info_path: str | None
+    info_env: tuple[str | int, ...] | None
+    env_prefixes: tuple[str, ...]
+    ignore_env: tuple[str, ...]
+    show: dict[str, str]
+    known_env: tuple[str, ...]
+
+    def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
+        """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
+        fill = {"{model}": model, "{host}": host, "{port}": str(port)}
+        out = list(launcher or self.launcher)
+        for token in self.fixed_args:
+            for key, value in fill.items():
+                token = token.replace(key, value)
+            out.append(token)
+        return out
+
+    @property
+    def reserved_flags(self) -> tuple[str, ...]:
+        """Flags the launch line already sets from host vars: a profile may not set them."""
+        return tuple(t[2:].split("=", 1)[0] for t in self.fixed_args if t.startswith("--"))
+
+    def rules(self, with_known: bool = True) -> dict[str, Any]:
+        """The engine part of the live-state rule (module_utils/knob_live.py)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "env_prefixes": list(self.env_prefixes),
+            "ignore_env": list(self.ignore_env),
+            "info_env": list(self.info_env) if self.info_env else None,
+        }
+        if with_known:
+            out["known_env"] = list(self.known_env)
+        return out
+
+    def role_vars(self) -> dict[str, Any]:
+        """``knob_serve_engine``: what the knob_serve role reads about the engine."""
+        return {
+            **self.rules(with_known=False),
+            "launcher": list(self.launcher),
+            "fixed_args": list(self.fixed_args),
+            "reserved_flags": list(self.reserved_flags),
+            "readiness_path": self.readiness_path,
+            "info_path": self.info_path or "",
+        }
+
+    def short(self, knob: str) -> str:
+        return self.show.get(knob, knob)
+
+
+@cache
+def engine(name: str | None = None) -> Engine:
+    """The adapter of ``name`` (the default engine when None), built from its catalog."""
+    from knobfleet.profiles.catalog import catalog_for, default_engine
+
+    cat = catalog_for(name or default_engine())
+    s = cat.serve
+    return Engine(
+        name=cat.engine,
+        launcher=s.launcher,
+        fixed_args=s.fixed_args,
+        readiness_path=s.readiness_path,
+        info_path=s.info_path,
+        info_env=s.info_env,
+        env_prefixes=cat.env_prefixes,
+        ignore_env=s.ignore_env,
+        show=dict(s.show),
+        known_env=tuple(sorted(cat.env_knobs())),
+    )
+
+
+def names() -> list[str]:
+    from knobfleet.profiles.catalog import engine_names
+
+    return engine_names()

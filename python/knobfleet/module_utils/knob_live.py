@@ -1,0 +1,568 @@
+"""The one live-state rule: (expected state, probe document) -> findings, each with a severity and the action
+that repairs it; and (findings, policy) -> the actions an apply takes.
+
+``plan``, ``apply`` (its pre-check on the controller, its decision on the host and its post-check), the
+verify after a restore, ``drift``, ``verify`` and the shipped testinfra checks all call ``evaluate``.
+Pure and standard library only: the controller imports this file as ``knobfleet.module_utils.knob_live``,
+the roles' modules as ``ansible.module_utils.knob_live``. It also holds the one reader of serve scripts
+(a small shell lexer), so the expected env and argv are read from a script the same way everywhere.
+
+Expected state (``expected``): ``{"generation", "profile": {name, version, hash}, "files": {"script"|"unit":
+{path, sha256, content}}, "env", "argv"}`` — built from a host's current generation (drift) or from what
+the controller rendered (plan/apply). Engine rules (``engine``), from the engine's catalog:
+``{"env_prefixes": [...], "ignore_env": [...], "info_env": [key, index, ...] | None}``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import Enum
+from typing import Any, NamedTuple
+
+STALE_TOLERANCE_S = 1.0
+
+
+class Kind(str, Enum):
+    FILE_CHANGED = "file_changed"
+    FILE_MISSING = "file_missing"
+    DROPIN_PRESENT = "dropin_present"
+    DAEMON_RELOAD_NEEDED = "daemon_reload_needed"
+    STALE_PROCESS = "stale_process"
+    ENV_MISMATCH = "env_mismatch"
+    ENV_MISSING = "env_missing"
+    ENV_UNEXPECTED = "env_unexpected"
+    ARGV_MISMATCH = "argv_mismatch"
+    SERVICE_INACTIVE = "service_inactive"
+    PROFILE_MISMATCH = "profile_mismatch"
+    UNMANAGED = "unmanaged"
+    NOT_READY = "not_ready"
+    INTERRUPTED_APPLY = "interrupted_apply"
+
+
+class Action(str, Enum):
+    INSTALL = "install"  # store a new generation and install its files
+    REMOVE_DROPIN = "remove-dropin"  # move a foreign drop-in into the new generation's backup
+    DAEMON_RELOAD = "daemon-reload"
+    RESTART = "restart"
+    START = "start"
+    REFUSE = "refuse"  # change nothing on this host and say why
+    NONE = "none"  # reported; apply of the profile repairs nothing here
+
+
+class Rule(NamedTuple):
+    severity: str  # error | warning
+    action: Action
+    restore_ok: bool  # a restored generation still verifies with this finding (it predates the change)
+    meaning: str
+
+
+RULES: dict[Kind, Rule] = {
+    Kind.FILE_CHANGED: Rule("error", Action.INSTALL, False, "a managed file differs from the generation"),
+    Kind.FILE_MISSING: Rule("error", Action.INSTALL, False, "a managed file is gone"),
+    Kind.DROPIN_PRESENT: Rule("warning", Action.REFUSE, True, "a drop-in knobfleet did not write changes the unit"),
+    Kind.DAEMON_RELOAD_NEEDED: Rule("warning", Action.DAEMON_RELOAD, False, "systemd runs an older unit file"),
+    Kind.STALE_PROCESS: Rule("error", Action.RESTART, False, "the engine started before its files changed"),
+    Kind.ENV_MISMATCH: Rule("error", Action.RESTART, False, "a live env var differs from the profile"),
+    Kind.ENV_MISSING: Rule("error", Action.RESTART, False, "a profile env var is not live"),
+    Kind.ENV_UNEXPECTED: Rule("warning", Action.RESTART, True, "an engine env var is live but not in the profile"),
+    Kind.ARGV_MISMATCH: Rule("error", Action.RESTART, False, "the live command line differs from the profile"),
+    Kind.SERVICE_INACTIVE: Rule("error", Action.START, False, "the engine is not running"),
+    Kind.PROFILE_MISMATCH: Rule("warning", Action.NONE, True, "the host runs another profile than declared"),
+    Kind.UNMANAGED: Rule("warning", Action.INSTALL, False, "knobfleet never applied a generation here"),
+    Kind.NOT_READY: Rule("error", Action.RESTART, False, "the engine runs but does not answer its health check"),
+    Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
+}
+DROPIN_POLICIES = ("fail", "remove")
+
+
+# --- reading serve scripts -------------------------------------------------------------------------------
+
+
+def shell_statements(text: str) -> list[list[str]]:
+    """Split shell text into statements (lists of words) the way bash reads simple scripts: single quotes are
+    literal, double quotes honour backslash before $ ` " \\ and newline, an unquoted backslash escapes the
+    next character (backslash-newline joins lines), # starts a comment at a word start, and newline or ;
+    ends a statement. Expansions ($VAR, $(...)) are kept as text, never run."""
+    statements: list[list[str]] = []
+    words: list[str] = []
+    word: list[str] = []
+    in_word, i, n = False, 0, len(text)
+
+    def end_word() -> None:
+        nonlocal word, in_word
+        if in_word:
+            words.append("".join(word))
+        word, in_word = [], False
+
+    def end_statement() -> None:
+        nonlocal words
+        end_word()
+        if words:
+            statements.append(words)
+        words = []
+
+    while i < n:
+        c = text[i]
+        if c == "'":
+            j = text.find("'", i + 1)
+            j = n if j < 0 else j
+            word.append(text[i + 1 : j])
+            in_word, i = True, j + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+                    if text[i + 1] != "\n":
+                        word.append(text[i + 1])
+                    i += 2
+                    continue
+                word.append(text[i])
+                i += 1
+            in_word, i = True, i + 1
+            continue
+        if c == "\\":
+            if i + 1 < n and text[i + 1] != "\n":
+                word.append(text[i + 1])
+                in_word = True
+            i += 2
+            continue
+        if c == "#" and not in_word:
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if c in "\n;":
+            end_statement()
+            i += 1
+            continue
+        if c in " \t":
+            end_word()
+            i += 1
+            continue
+        word.append(c)
+        in_word = True
+        i += 1
+    end_statement()
+    return statements
+
+
+def script_env_argv(text: str) -> tuple[dict[str, str], list[str]]:
+    """Exported env vars and the exec argv of a serve script (knobfleet's or a simple hand-written one)."""
+    env: dict[str, str] = {}
+    argv: list[str] = []
+    for words in shell_statements(text):
+        if words[0] == "export":
+            for w in words[1:]:
+                name, sep, value = w.partition("=")
+                if sep and name and name.replace("_", "a").isalnum() and name.isascii() and not name[0].isdigit():
+                    env[name] = value
+        elif words[0] == "exec":
+            argv = words[1:]
+    return env, argv
+
+
+# --- expected state ----------------------------------------------------------------------------------------
+
+
+def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """What the host's current generation says should be live: (expected, None); (None, None) when knobfleet
+    never applied anything here; (None, why) when the generation cannot be read."""
+    gens = doc.get("generations") or {}
+    current = gens.get("current")
+    if current is None:
+        return None, None
+    entries = {e.get("generation"): e for e in gens.get("list") or [] if isinstance(e, dict)}
+    meta = (entries.get(current) or {}).get("meta")
+    if not isinstance(meta, dict):
+        why = "; ".join(gens.get("errors") or ["not found"])
+        return None, "generation %04d: meta.json missing or unreadable (%s)" % (current, why)
+    stored = gens.get("current_files") or {}
+    files: dict[str, Any] = {}
+    for key in ("script", "unit"):
+        want = (meta.get("files") or {}).get(key)
+        if isinstance(want, dict) and want.get("path"):
+            copy = stored.get(want.get("name", "")) or {}
+            files[key] = {"path": want["path"], "sha256": want.get("sha256"), "content": copy.get("content")}
+    script = (files.get("script") or {}).get("content") or ""
+    env, argv = script_env_argv(script) if script else ({}, [])
+    profile = {k: meta.get(k) for k in ("profile", "version", "hash")}
+    return {
+        "generation": current,
+        "profile": {"name": profile["profile"], "version": profile["version"], "hash": profile["hash"]},
+        "files": files,
+        "env": env,
+        "argv": argv,
+        "script_known": bool(script),
+    }, None
+
+
+def expected_from_files(script_path: str, script: str, unit_path: str, unit: str, sha: Any) -> dict[str, Any]:
+    """What should be live once ``script`` and ``unit`` are installed (``sha``: a sha256 function)."""
+    env, argv = script_env_argv(script)
+    return {
+        "generation": None,
+        "profile": None,
+        "files": {
+            "script": {"path": script_path, "sha256": sha(script.encode("utf-8")), "content": script},
+            "unit": {"path": unit_path, "sha256": sha(unit.encode("utf-8")), "content": unit},
+        },
+        "env": env,
+        "argv": argv,
+        "script_known": True,
+    }
+
+
+# --- the rule ----------------------------------------------------------------------------------------------
+
+
+def finding(kind: Kind, message: str, **fields: Any) -> dict[str, Any]:
+    rule = RULES[kind]
+    out: dict[str, Any] = {"kind": kind.value, "severity": rule.severity, "action": rule.action.value}
+    out["message"] = message
+    out.update({k: v for k, v in fields.items() if v is not None})
+    return out
+
+
+def _diff(expected: str, actual: str, path: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            expected.splitlines(True), actual.splitlines(True), "%s (expected)" % path, "%s (on host)" % path
+        )
+    )
+
+
+def main_pid(doc: dict[str, Any]) -> int:
+    try:
+        return int((doc.get("unit_props") or {}).get("MainPID") or 0)
+    except ValueError:
+        return 0
+
+
+def _service(doc: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    props = doc.get("unit_props") or {}
+    active = props.get("ActiveState")
+    if active != "active":
+        out.append(
+            finding(
+                Kind.SERVICE_INACTIVE,
+                "%s is %s/%s" % (doc.get("unit"), active, props.get("SubState")),
+                expected="active",
+                actual=active,
+            )
+        )
+    elif doc.get("health") != 200:
+        out.append(
+            finding(
+                Kind.NOT_READY,
+                "%s answered %s" % (doc.get("health_url"), doc.get("health") or "nothing"),
+                expected=200,
+                actual=doc.get("health"),
+            )
+        )
+    if props.get("NeedDaemonReload") == "yes":
+        out.append(
+            finding(
+                Kind.DAEMON_RELOAD_NEEDED,
+                "unit file changed on disk but systemd was not reloaded",
+                path=props.get("FragmentPath"),
+            )
+        )
+    for path in (props.get("DropInPaths") or "").split():
+        out.append(finding(Kind.DROPIN_PRESENT, "drop-in %s changes the unit" % path, path=path))
+
+
+def _files(doc: dict[str, Any], expected: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    files = doc.get("files") or {}
+    where = "generation %04d" % expected["generation"] if expected.get("generation") is not None else "the profile"
+    for key in ("script", "unit"):
+        want = (expected.get("files") or {}).get(key)
+        have = files.get(key) or {}
+        if not want:
+            continue
+        if not have.get("exists"):
+            out.append(finding(Kind.FILE_MISSING, "%s is missing" % want["path"], path=want["path"]))
+        elif have.get("error") or have.get("sha256") != want.get("sha256"):
+            out.append(
+                finding(
+                    Kind.FILE_CHANGED,
+                    "%s differs from %s%s"
+                    % (want["path"], where, " (%s)" % have["error"] if have.get("error") else ""),
+                    path=want["path"],
+                    expected=want.get("sha256"),
+                    actual=have.get("sha256"),
+                    diff=_diff(want.get("content") or "", have.get("content") or "", want["path"])
+                    if want.get("content") is not None and have.get("content") is not None
+                    else None,
+                )
+            )
+
+
+def _stale(doc: dict[str, Any], main: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    files = doc.get("files") or {}
+    for key in ("script", "unit"):
+        have = files.get(key) or {}
+        if have.get("exists") and have.get("mtime", 0) > main["start_epoch"] + STALE_TOLERANCE_S:
+            out.append(
+                finding(
+                    Kind.STALE_PROCESS,
+                    "pid %d started before %s was last changed; it runs the old contents until restarted"
+                    % (main["pid"], have["path"]),
+                    path=have["path"],
+                    pid=main["pid"],
+                )
+            )
+
+
+def _renamed(proc: dict[str, Any], main: int, expected: dict[str, str]) -> bool:
+    """A worker that renamed itself (setproctitle overwrites environ and argv on Linux): its environ shows
+    none of the profile's variables and its cmdline is one title word. Checked through the main process."""
+    if proc["pid"] == main or not expected:
+        return False
+    env = proc.get("env") or {}
+    cmd = proc.get("cmdline") or []
+    return not any(name in env for name in expected) and len(cmd) <= 1
+
+
+def _env(
+    procs: list[dict[str, Any]], main: int, expected: dict[str, str], engine: dict[str, Any], out: list[dict[str, Any]]
+) -> None:
+    prefixes = tuple(engine.get("env_prefixes") or ())
+    ignore = set(engine.get("ignore_env") or ())
+    known = set(engine.get("known_env") or ())
+    for proc in procs:
+        if _renamed(proc, main, expected):
+            continue
+        env = proc.get("env") or {}
+        pid, comm = proc["pid"], proc.get("comm", "")
+        for name, value in sorted(expected.items()):
+            if name not in env:
+                out.append(
+                    finding(
+                        Kind.ENV_MISSING,
+                        "pid %d (%s): %s is not set" % (pid, comm, name),
+                        pid=pid,
+                        name=name,
+                        expected=value,
+                    )
+                )
+            elif env[name] != value:
+                out.append(
+                    finding(
+                        Kind.ENV_MISMATCH,
+                        "pid %d (%s): %s=%s, expected %s" % (pid, comm, name, env[name], value),
+                        pid=pid,
+                        name=name,
+                        expected=value,
+                        actual=env[name],
+                        source="proc",
+                    )
+                )
+        for name in sorted(env):
+            if prefixes and name.startswith(prefixes) and name not in expected and name not in ignore:
+                if name in known:
+                    hint = "; a known knob the profile does not set"
+                else:
+                    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+                    hint = "; did you mean %s?" % close[0] if close else "; not a knob the engine's catalog knows"
+                out.append(
+                    finding(
+                        Kind.ENV_UNEXPECTED,
+                        "pid %d (%s): %s=%s is set but not in the profile%s" % (pid, comm, name, env[name], hint),
+                        pid=pid,
+                        name=name,
+                        actual=env[name],
+                    )
+                )
+
+
+def _engine_env(doc: dict[str, Any], main: dict[str, Any], engine: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    """The engine's own report of its env (where its info endpoint has one) against /proc of its main process."""
+    path = engine.get("info_env")
+    reported: Any = doc.get("server_info")
+    if not path or not isinstance(reported, dict):
+        return
+    for step in path:
+        if isinstance(step, int) and isinstance(reported, list) and -len(reported) <= step < len(reported):
+            reported = reported[step]
+        elif isinstance(step, str) and isinstance(reported, dict):
+            reported = reported.get(step)
+        else:
+            return
+    if not isinstance(reported, dict):
+        return
+    live = main.get("env") or {}
+    for name, value in sorted(reported.items()):
+        if live.get(name) != value:
+            out.append(
+                finding(
+                    Kind.ENV_MISMATCH,
+                    "engine reports %s=%s but /proc/%d/environ has %r" % (name, value, main["pid"], live.get(name)),
+                    pid=main["pid"],
+                    name=name,
+                    expected=live.get(name),
+                    actual=value,
+                    source="engine",
+                )
+            )
+
+
+def _interrupted(doc: dict[str, Any], run_id: str | None, out: list[dict[str, Any]]) -> None:
+    gens = doc.get("generations") or {}
+    lock = gens.get("lock")
+    if (isinstance(lock, dict) and lock.get("run_id") != run_id) or (lock is not None and not isinstance(lock, dict)):
+        holder = lock if isinstance(lock, dict) else {}
+        if holder.get("corrupt"):
+            text = "the host lock is unreadable (%s)" % holder["corrupt"]
+        else:
+            text = "lock held by %s (run %s) since %s from %s" % (
+                holder.get("operator"),
+                holder.get("run_id"),
+                holder.get("since"),
+                holder.get("controller"),
+            )
+        out.append(
+            finding(
+                Kind.INTERRUPTED_APPLY,
+                "%s: an apply is running, or was killed; if it is gone, re-run apply with --break-lock" % text,
+                name="lock",
+                actual=holder.get("run_id") or holder.get("corrupt"),
+            )
+        )
+    for entry in gens.get("list") or []:
+        meta = entry.get("meta") if isinstance(entry, dict) else None
+        if isinstance(meta, dict) and meta.get("status") == "installing" and meta.get("run_id") != run_id:
+            out.append(
+                finding(
+                    Kind.INTERRUPTED_APPLY,
+                    "generation %04d was left 'installing' by run %s; the next apply with --break-lock marks it "
+                    "interrupted" % (entry["generation"], meta.get("run_id")),
+                    name="generation",
+                    actual=entry["generation"],
+                )
+            )
+
+
+def evaluate(
+    doc: dict[str, Any],
+    expected: dict[str, Any] | None,
+    engine: dict[str, Any] | None = None,
+    declared: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Every difference between ``expected`` and what ``doc`` observed, in a stable order. ``expected`` None:
+    the host has no knobfleet generation (one ``unmanaged`` finding). ``declared``: the profile the inventory
+    says the host runs. ``run_id``: the applier's own run (its lock and its 'installing' generation are not
+    findings while it works)."""
+    engine = engine or {}
+    out: list[dict[str, Any]] = []
+    _service(doc, out)
+    if expected is None:
+        present = [f["path"] for f in (doc.get("files") or {}).values() if f.get("exists")]
+        out.append(
+            finding(
+                Kind.UNMANAGED,
+                "files present but never applied by knobfleet: " + ", ".join(present)
+                if present
+                else "no knobfleet generation and no serve files on this host",
+                path=present[0] if present else None,
+            )
+        )
+        _interrupted(doc, run_id, out)
+        return out
+    _files(doc, expected, out)
+    procs: list[dict[str, Any]] = doc.get("processes") or []
+    pid = main_pid(doc)
+    main = next((p for p in procs if p.get("pid") == pid), None)
+    if main is not None:
+        _stale(doc, main, out)
+    if expected.get("script_known") and procs:
+        _env(procs, pid, expected.get("env") or {}, engine, out)
+        argv = expected.get("argv") or []
+        if main is not None and argv and main.get("cmdline") != argv:
+            where = "generation %04d" % expected["generation"] if expected.get("generation") is not None else "profile"
+            out.append(
+                finding(
+                    Kind.ARGV_MISMATCH,
+                    "pid %d: command line differs from the %s's exec line" % (pid, where),
+                    pid=pid,
+                    expected=argv,
+                    actual=main.get("cmdline"),
+                )
+            )
+        if main is not None:
+            _engine_env(doc, main, engine, out)
+    have = expected.get("profile") or {}
+    if (
+        declared is not None
+        and have
+        and (have.get("name"), have.get("version"), have.get("hash"))
+        != (
+            declared.get("name"),
+            declared.get("version"),
+            declared.get("hash"),
+        )
+    ):
+        out.append(
+            finding(
+                Kind.PROFILE_MISMATCH,
+                "runs %s@%s, inventory declares %s@%s"
+                % (have.get("name"), have.get("version"), declared.get("name"), declared.get("version")),
+                name="knob_profile",
+                expected="%s@%s %s" % (declared.get("name"), declared.get("version"), declared.get("hash")),
+                actual="%s@%s %s" % (have.get("name"), have.get("version"), have.get("hash")),
+            )
+        )
+    _interrupted(doc, run_id, out)
+    return out
+
+
+# --- what apply does about them ----------------------------------------------------------------------------
+
+ORDER = (Action.INSTALL, Action.REMOVE_DROPIN, Action.DAEMON_RELOAD, Action.RESTART, Action.START)
+
+
+def actions(findings: list[dict[str, Any]], dropin_policy: str = "fail", break_lock: bool = False) -> list[str]:
+    """The actions that repair ``findings``, in the order apply performs them; ``["refuse"]`` when the host must
+    be left alone (a foreign drop-in under policy ``fail``, an interrupted apply without ``break_lock``).
+    Empty: the host is in sync and apply does nothing."""
+    wanted: set[Action] = set()
+    for f in findings:
+        kind = Kind(f["kind"])
+        act = RULES[kind].action
+        if kind is Kind.DROPIN_PRESENT:
+            act = Action.REMOVE_DROPIN if dropin_policy == "remove" else Action.REFUSE
+        elif kind is Kind.INTERRUPTED_APPLY and break_lock:
+            continue
+        if act is Action.REFUSE:
+            return [Action.REFUSE.value]
+        if act is not Action.NONE:
+            wanted.add(act)
+    if wanted & {Action.INSTALL, Action.REMOVE_DROPIN}:
+        wanted |= {Action.DAEMON_RELOAD, Action.RESTART}
+    if Action.DAEMON_RELOAD in wanted:
+        wanted.add(Action.RESTART)
+    running = not any(f["kind"] == Kind.SERVICE_INACTIVE.value for f in findings)
+    if Action.RESTART in wanted and not running:
+        wanted.discard(Action.RESTART)
+        wanted.add(Action.START)
+    if Action.START in wanted and Action.RESTART in wanted:
+        wanted.discard(Action.START)
+    return [a.value for a in ORDER if a in wanted]
+
+
+def refusal(findings: list[dict[str, Any]], dropin_policy: str = "fail", break_lock: bool = False) -> str | None:
+    """The one-line reason a host is refused (None when it is not)."""
+    for f in findings:
+        if f["kind"] == Kind.DROPIN_PRESENT.value and dropin_policy != "remove":
+            return (
+                "foreign drop-in %s changes the unit; remove it, or set knob_serve_foreign_dropins: remove "
+                "(--foreign-dropins remove) to move it into the new generation's backup" % f.get("path")
+            )
+        if f["kind"] == Kind.INTERRUPTED_APPLY.value and not break_lock:
+            return str(f["message"])
+    return None
+
+
+def restore_ok(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings that make a restored generation fail its verification (the rest predate the change)."""
+    return [f for f in findings if not RULES[Kind(f["kind"])].restore_ok]

@@ -1,0 +1,294 @@
+"""Readers of a host's state for one knobfleet-managed service: files, unit properties, the processes of
+the unit's cgroup, generations, lock, ledger, health and the engine's info endpoint. Standard library only;
+``observe`` returns the probe document (schema_version 1) that the live-state rule (knob_live) reads."""
+
+from __future__ import annotations
+
+import glob
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+MAX_CONTENT = 64 * 1024  # text of a managed file kept in the document (scripts and units are far smaller)
+MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
+MAX_PROC = 1024 * 1024
+PROPS = (
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "NRestarts",
+    "ExecMainStartTimestamp",
+    "ExecMainStartTimestampMonotonic",
+    "NeedDaemonReload",
+    "FragmentPath",
+    "DropInPaths",
+    "ControlGroup",
+    "UnitFileState",
+    "Result",
+    "ExecMainStatus",
+)
+DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
+
+
+def read_bounded(path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
+    """Up to ``limit`` bytes of the regular file at ``path`` (never through a final symlink), whether it was
+    cut, and its stat. Raises OSError for anything that is not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(21, "not a regular file", path)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        return data[:limit], len(data) > limit, st
+    finally:
+        os.close(fd)
+
+
+def file_info(path: str) -> dict[str, Any]:
+    try:
+        data, cut, st = read_bounded(path)
+    except FileNotFoundError:
+        return {"path": path, "exists": False}
+    except OSError as exc:
+        kind = "symlink" if os.path.islink(path) else "special file"
+        return {"path": path, "exists": True, "error": "%s: %s" % (kind, exc.strerror or exc)}
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    info: dict[str, Any] = {
+        "path": path,
+        "exists": True,
+        "sha256": hashlib.sha256(data).hexdigest() if not cut else None,
+        "mode": "%04o" % (st.st_mode & 0o7777),
+        "owner": owner,
+        "group": group,
+        "mtime": st.st_mtime,
+        "size": st.st_size,
+    }
+    if cut:
+        info["truncated"] = True
+    elif len(data) <= MAX_CONTENT:
+        info["content"] = data.decode("utf-8", "replace")
+    else:
+        info["content_omitted"] = True
+    return info
+
+
+def parse_props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def unit_props(unit: str) -> dict[str, str]:
+    try:
+        out = subprocess.run(
+            ["systemctl", "show", unit, "--property=" + ",".join(PROPS)], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    return parse_props(out)
+
+
+def boot_time() -> int:
+    with open("/proc/stat") as fh:
+        for line in fh:
+            if line.startswith("btime "):
+                return int(line.split()[1])
+    return 0
+
+
+def cgroup_pids(cgroup: str) -> list[int]:
+    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"):
+        path = base + cgroup + "/cgroup.procs"
+        if cgroup and os.path.exists(path):
+            with open(path) as fh:
+                return sorted(int(x) for x in fh.read().split())
+    return []
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "replace")
+    return env
+
+
+def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
+    """One process: environ, cmdline, comm, parent and start time (None when it is gone)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            env_raw = fh.read(MAX_PROC)
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            cmd_raw = fh.read(MAX_PROC)
+        with open("/proc/%d/stat" % pid) as fh:
+            stat_line = fh.read()
+    except OSError:
+        return None
+    rest = stat_line[stat_line.rindex(")") + 2 :].split()
+    comm = stat_line[stat_line.index("(") + 1 : stat_line.rindex(")")]
+    start_ticks = int(rest[19])
+    return {
+        "pid": pid,
+        "ppid": int(rest[1]),
+        "comm": comm,
+        "env": parse_environ(env_raw),
+        "cmdline": [c.decode("utf-8", "replace") for c in cmd_raw.split(b"\0")[:-1]],
+        "start_ticks": start_ticks,
+        "start_epoch": btime + start_ticks / float(hz),
+    }
+
+
+def unit_processes(cgroup: str) -> list[dict[str, Any]]:
+    btime, hz = boot_time(), os.sysconf("SC_CLK_TCK")
+    return [x for x in (process(pid, btime, hz) for pid in cgroup_pids(cgroup)) if x]
+
+
+def read_json(path: str, limit: int = MAX_READ) -> Any:
+    data, cut, _st = read_bounded(path, limit)
+    if cut:
+        raise ValueError("larger than %d bytes" % limit)
+    return json.loads(data.decode("utf-8"))
+
+
+def generations(state_dir: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "exists": os.path.isdir(state_dir),
+        "current": None,
+        "list": [],
+        "errors": [],
+        "lock": None,
+    }
+    gens = os.path.join(state_dir, "generations")
+    try:
+        out["current"] = int(os.path.basename(os.readlink(os.path.join(state_dir, "current"))))
+    except (OSError, ValueError):
+        pass
+    if os.path.isdir(gens):
+        for name in sorted(os.listdir(gens)):
+            if not name.isdigit():
+                continue
+            entry: dict[str, Any] = {"generation": int(name), "files": sorted(os.listdir(os.path.join(gens, name)))}
+            meta_path = os.path.join(gens, name, "meta.json")
+            try:
+                meta = read_json(meta_path)
+                if not isinstance(meta, dict):
+                    raise ValueError("not a JSON object")
+                entry["meta"] = meta
+            except (OSError, ValueError) as exc:
+                out["errors"].append("%s: %s" % (meta_path, exc))
+            out["list"].append(entry)
+    cur = out["current"]
+    if cur is not None:
+        cur_dir = os.path.join(gens, "%04d" % cur)
+        out["current_files"] = {}
+        if os.path.isdir(cur_dir):
+            for name in os.listdir(cur_dir):
+                if name != "meta.json" and not os.path.isdir(os.path.join(cur_dir, name)):
+                    out["current_files"][name] = file_info(os.path.join(cur_dir, name))
+    out["ledger"] = ledger_tail(os.path.join(state_dir, "ledger.jsonl"))
+    try:
+        lock = read_json(os.path.join(state_dir, "lock"), 64 * 1024)
+        out["lock"] = lock if isinstance(lock, dict) else {"corrupt": "not a JSON object"}
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        out["lock"] = {"corrupt": str(exc)}
+    return out
+
+
+def ledger_tail(path: str, max_bytes: int = 128 * 1024) -> list[dict[str, Any]]:
+    """The newest ledger entries (bounded), oldest first; unreadable lines are reported, not hidden."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read(max_bytes)
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        if line.strip():
+            try:
+                entry = json.loads(line)
+                out.append(entry if isinstance(entry, dict) else {"event": "unreadable", "raw": str(entry)[:200]})
+            except ValueError:
+                out.append({"event": "unreadable", "raw": line[:200].decode("utf-8", "replace")})
+    return out
+
+
+def http_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
+    if not url:
+        return None, None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None, None
+
+
+def dropins(unit: str) -> list[dict[str, Any]]:
+    out = []
+    for base in DROPIN_DIRS:
+        for path in sorted(glob.glob("%s/%s.d/*.conf" % (base, unit))):
+            out.append(file_info(path))
+    return out
+
+
+def observe(p: dict[str, Any]) -> dict[str, Any]:
+    """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
+    info_url, http_timeout_s). Read-only and bounded in time."""
+    started = time.time()
+    unit = p["service"] + ".service"
+    props = unit_props(unit)
+    procs = unit_processes(props.get("ControlGroup", ""))
+    timeout = float(p.get("http_timeout_s") or 2.0)
+    health, _ = http_get(p.get("health_url") or "", timeout)
+    info_status, info_raw = http_get(p.get("info_url") or "", timeout)
+    server_info = None
+    if info_status == 200 and info_raw:
+        try:
+            server_info = json.loads(info_raw)
+        except ValueError:
+            server_info = None
+    return {
+        "schema_version": 1,
+        "service": p["service"],
+        "unit": unit,
+        "time": started,
+        "files": {"script": file_info(p["script_path"]), "unit": file_info(p["unit_path"])},
+        "dropins": dropins(unit),
+        "unit_props": props,
+        "processes": procs,
+        "generations": generations(p["state_dir"]),
+        "health": health,
+        "health_url": p.get("health_url") or "",
+        "server_info": server_info,
+        "probe_s": round(time.time() - started, 3),
+    }
