@@ -25,10 +25,10 @@ from pathlib import Path
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
 
 sys.path.insert(0, str(REPO / "python"))
-from knobfleet.inventory import load_hosts
+from knobfleet.fleet.inventory import load_hosts
+from knobfleet.fleet.runner import dump_vars
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import profile_vars, render_host
-from knobfleet.runner import dump_vars
 
 PROFILES = ("ctas768", "ctas512")
 

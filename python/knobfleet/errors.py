@@ -10,12 +10,20 @@ EXIT_DRIFT = 2
 EXIT_RESTORE_FAILED = 3
 EXIT_UNREACHABLE = 4
 EXIT_DRIFT_AND_UNREACHABLE = 6
+EXIT_USAGE = 64  # sysexits.h EX_USAGE: a bad command line, never confused with 2 (drift / changes pending)
+EXIT_INTERRUPTED = 130
 
 
 class KnobfleetError(Exception):
     """Base of every error knobfleet reports to an operator. The message is the whole story."""
 
     exit_code = EXIT_ERROR
+
+
+class UsageError(KnobfleetError):
+    """The command line itself is wrong (unknown option value, missing argument)."""
+
+    exit_code = EXIT_USAGE
 
 
 class ProfileError(KnobfleetError):

@@ -95,3 +95,8 @@ def control_dir() -> Path:
             f"remove it and re-run (knobfleet recreates it with mode 700)"
         )
     return path
+
+
+def module_utils_dir() -> Path:
+    """The on-host modules' shared code (``ansible.module_utils.knob_*``), part of the package."""
+    return Path(__file__).resolve().parent / "module_utils"

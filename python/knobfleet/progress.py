@@ -6,7 +6,7 @@ import sys
 import threading
 from typing import Any
 
-from knobfleet.runner import Event
+from knobfleet.fleet.runner import Event
 
 
 class Progress:

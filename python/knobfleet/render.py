@@ -20,7 +20,7 @@ import jinja2
 
 from knobfleet import paths
 from knobfleet.errors import RenderError
-from knobfleet.hostvars import HostVars
+from knobfleet.fleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile, arg_tokens
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
@@ -34,6 +34,8 @@ class Rendered:
     unit: str
     env: dict[str, str]
     argv: list[str]
+    script_path: str = ""
+    unit_path: str = ""
 
     @property
     def script_sha256(self) -> str:
@@ -159,4 +161,6 @@ def render_host(profile: Profile, hv: HostVars, template_dir: Path | None = None
         unit = env.get_template(UNIT_TEMPLATE).render(variables)
     except jinja2.TemplateError as exc:
         raise RenderError(f"roles/knob_serve/templates: {exc}") from None
-    return Rendered(hv.host, script, unit, expected_env(profile, hv), expected_argv(profile, hv))
+    return Rendered(
+        hv.host, script, unit, expected_env(profile, hv), expected_argv(profile, hv), hv.script_path, hv.unit_path
+    )

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knobfleet.profiles.model import Profile
 from knobfleet.waves import WaveRow
+
+if TYPE_CHECKING:
+    from knobfleet.live.verify import HostVerdict
 
 
 def to_json(data: Any) -> str:
@@ -235,3 +238,40 @@ def rollback_report(outcomes: list[Any]) -> str:
             f"error: {o.host}: rollback refused: {o.message.removesuffix('; nothing changed')}; nothing was changed"
         )
     return "\n".join(lines)
+
+
+def prometheus(verdicts: list[HostVerdict]) -> str:
+    """Prometheus textfile-collector format."""
+
+    def esc(v: object) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    lines = [
+        "# HELP knobfleet_drift_findings Findings per host and kind from the last knobfleet drift run.",
+        "# TYPE knobfleet_drift_findings gauge",
+    ]
+    for v in verdicts:
+        counts: dict[str, int] = {}
+        for f in v.findings:
+            counts[f.kind.value] = counts.get(f.kind.value, 0) + 1
+        for kind, n in sorted(counts.items()):
+            lines.append(f'knobfleet_drift_findings{{host="{esc(v.host)}",kind="{kind}"}} {n}')
+    lines += [
+        "# HELP knobfleet_profile_info Profile each host's current generation runs.",
+        "# TYPE knobfleet_profile_info gauge",
+    ]
+    for v in verdicts:
+        if v.profile is not None:
+            lines.append(
+                f'knobfleet_profile_info{{host="{esc(v.host)}",profile="{esc(v.profile)}",'
+                f'version="{v.version}",hash="{esc(v.hash)}"}} 1'
+            )
+    lines += [
+        "# HELP knobfleet_probe_success Whether the host could be probed (1) or not (0).",
+        "# TYPE knobfleet_probe_success gauge",
+    ]
+    for v in verdicts:
+        lines.append(
+            f'knobfleet_probe_success{{host="{esc(v.host)}"}} {0 if v.status in ("unreachable", "error") else 1}'
+        )
+    return "\n".join(lines) + "\n"

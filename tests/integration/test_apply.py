@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from knobfleet.inventory import load_hosts
+from knobfleet.fleet.inventory import load_hosts
 from knobfleet.lab.hostfiles import LabHost, serve_script
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host

@@ -158,8 +158,8 @@ def test_verify_with_testinfra(fleet: Fleet) -> None:
 
 def test_fast_path_and_playbook_observe_the_same_state(fleet: Fleet) -> None:
     """The SSH fast path runs the role's probe module itself: its documents equal the playbook's."""
-    from knobfleet import drift as drift_uc
-    from knobfleet.inventory import load_hosts
+    from knobfleet.fleet.inventory import load_hosts
+    from knobfleet.ops import drift as drift_uc
 
     hosts = load_hosts(fleet.inventory)
     fast = drift_uc.probe(hosts, fleet.inventory, via="ssh")

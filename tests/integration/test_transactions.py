@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.apply import TASK_READY
+from knobfleet.ops.apply import TASK_READY
 from tests.conftest import REPO
 from tests.integration.conftest import Fleet
 

@@ -45,7 +45,7 @@ def meta(host: Any, svc: dict[str, str]) -> dict[str, Any]:
 
 
 def _script_expectations(text: str) -> tuple[dict[str, str], list[str]]:
-    from knobfleet.plan import parse_script
+    from knobfleet.ops.plan import parse_script
 
     return parse_script(text)
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knobfleet.errors import RenderError
-from knobfleet.hostvars import HostVars
-from knobfleet.plan import parse_script
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.ops.plan import parse_script
 from knobfleet.profiles.model import Profile
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host

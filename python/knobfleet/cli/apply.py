@@ -4,41 +4,34 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
-from knobfleet.errors import KnobfleetError, LockHeld
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+from knobfleet.cli.common import Sub, inventory_opts, via_opt
+from knobfleet.cli.common import out as _out
+from knobfleet.errors import KnobfleetError, LockHeld, UsageError
 
 
 def _confirm(n_hosts: int, profile: str, args: argparse.Namespace) -> None:
-    if args.yes or args.check or args.json or n_hosts <= 1 or not sys.stdin.isatty():
+    """Changing hosts needs a yes: an interactive confirmation, or ``--yes``. Without a terminal, refuse."""
+    if args.yes or args.check:
         return
-    answer = input(f"Apply {profile} to {n_hosts} hosts? [y/N] ").strip().lower()
+    if args.json or not sys.stdin.isatty():
+        raise UsageError(f"apply: refusing to change {n_hosts} host(s) without confirmation; pass --yes")
+    answer = input(f"Apply {profile} to {n_hosts} host(s)? [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
         raise KnobfleetError("apply: cancelled; nothing was changed")
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet import drift, paths
+    from knobfleet import paths
+    from knobfleet.fleet import probe
 
     inventory = args.inventory or paths.default_inventory()
-    # The in-sync pre-check's probes start now (read-only), while the rest of the command loads.
-    early, plan_key = drift.start_early(inventory, args.limit, args.via) if inventory.exists() else ({}, None)
-    try:
-        return _apply(args, inventory, early, plan_key)
-    finally:
-        drift.stop_unused(early)
-
-
-def _apply(args: argparse.Namespace, inventory: Path, early: Any, plan_key: str | None) -> int:
-    from knobfleet import app, report
-    from knobfleet import apply as apply_uc
+    probe.warm_up(inventory, args.limit, args.via)  # the pre-check's probes start now, while the rest loads
+    from knobfleet import report
+    from knobfleet.ops import apply as apply_uc
+    from knobfleet.ops import workspace as app
+    from knobfleet.ops.transaction import RestoreFailed
     from knobfleet.progress import Progress
-    from knobfleet.transaction import RestoreFailed
 
     profile = app.store().resolve(args.profile)
     hosts = app.hosts(inventory, args.limit)
@@ -48,24 +41,20 @@ def _apply(args: argparse.Namespace, inventory: Path, early: Any, plan_key: str 
         overrides["knob_serve_readiness_timeout_s"] = args.readiness_timeout
     if getattr(args, "grace", None) is not None:
         overrides["knob_serve_readiness_grace_s"] = args.grace
+    opts = apply_uc.Options(
+        check=args.check,
+        serial=getattr(args, "serial", None),
+        canary=getattr(args, "canary", False),
+        max_fail_percent=getattr(args, "max_fail_percent", 0.0),
+        break_lock=args.break_lock,
+        rollback_fleet=getattr(args, "rollback_fleet", False),
+        via=args.via,
+        foreign_dropins=args.foreign_dropins,
+        overrides=overrides,
+    )
     try:
         with Progress(enabled=not args.json) as progress:
-            result = apply_uc.apply(
-                profile,
-                hosts,
-                inventory,
-                check=args.check,
-                serial=args.serial,
-                canary=args.canary,
-                max_fail_percent=args.max_fail_percent,
-                break_lock=args.break_lock,
-                on_event=progress,
-                overrides=overrides,
-                rollback_fleet=getattr(args, "rollback_fleet", False),
-                via=args.via,
-                early=early,
-                plan_key=plan_key,
-            )
+            result = apply_uc.apply(profile, hosts, inventory, opts, on_event=progress)
     except (LockHeld, RestoreFailed) as exc:
         if exc.report is not None:
             doc = exc.report  # an ApplyReport
@@ -88,18 +77,15 @@ def _apply(args: argparse.Namespace, inventory: Path, early: Any, plan_key: str 
 
 
 def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
-    """Benchmark gate after a successful apply; a rejected host is restored to its previous generation."""
-    from knobfleet import app
-    from knobfleet.bench.run import BenchSpec
-    from knobfleet.gate import gate_host
-    from knobfleet.transaction import RestoreFailed, RestoreTarget, restore
+    from knobfleet.experiment.bench.run import BenchSpec
+    from knobfleet.experiment.gate import gate_rollout
+    from knobfleet.ops import workspace as app
 
     if args.check or result.exit_code != 0:
         return []
     base_name = args.baseline or profile.gate.baseline
     if not base_name:
-        raise KnobfleetError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
-    baseline = app.store().resolve(base_name)
+        raise UsageError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
     spec = BenchSpec(
         conc=tuple(app.parse_int_list(args.gate_conc, "--gate-conc"))
         if args.gate_conc
@@ -107,30 +93,7 @@ def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # t
         n_mult=args.gate_n_mult,
         max_tokens=args.gate_max_tokens,
     )
-    by_name = {hv.host: hv for hv in hosts}
-    gates, targets = [], {}
-    for o in result.hosts:
-        if o.status not in ("applied", "unchanged"):
-            continue
-        g = gate_host(profile, baseline, by_name[o.host], inventory, spec, args.gate_repeats)
-        gates.append(g)
-        if not g.passed:
-            new_gen = o.generation is not None and o.generation != o.previous
-            targets[o.host] = RestoreTarget(o.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
-    if targets:
-        outcomes = restore(hosts, inventory, targets)
-        broken = [r for r in outcomes if not r.ok]
-        if broken:
-            raise RestoreFailed(
-                "\n".join(f"{r.host}: gate rejected the profile and the restore failed: {r.message}" for r in broken),
-                broken,
-            )
-        restored = {r.host: r for r in outcomes}
-        for o in result.hosts:
-            if o.host in restored:
-                o.status, o.restored = "failed", restored[o.host]
-                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == o.host)
-    return gates
+    return gate_rollout(profile, app.store().resolve(base_name), hosts, inventory, result, spec, args.gate_repeats)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -140,20 +103,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", help="profile name (profiles/NAME.yaml) or path")
-    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
-    p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
+    inventory_opts(p)
+    via_opt(p, "the pre-check (ansible: no pre-check, the playbook decides on every host)")
     p.add_argument(
-        "--via",
-        choices=("auto", "ansible"),
-        default="auto",
-        help="auto (default): first probe every host over SSH and leave hosts already in sync alone; "
-        "ansible: run the playbook on every host",
+        "--foreign-dropins",
+        choices=("fail", "remove"),
+        default=None,
+        help="a drop-in knobfleet did not write: fail = refuse the host, change nothing (default, or the host's "
+        "knob_serve_foreign_dropins); remove = move it into the new generation's backup (rollback puts it back)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("apply", help="apply a profile to hosts (alias: apply-profile)")
     _common(p)
     p.add_argument("--check", action="store_true", help="plan only: change nothing (exit 2 when changes pending)")

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, KnobfleetError
 
 
@@ -15,7 +16,8 @@ def _out(text: str) -> None:
 
 
 def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-def]
-    from knobfleet import app, paths
+    from knobfleet import paths
+    from knobfleet.ops import workspace as app
 
     inventory = args.inventory or paths.default_inventory()
     hosts = app.hosts(inventory, args.limit)
@@ -28,8 +30,8 @@ def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-d
 
 
 def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from knobfleet import app
-    from knobfleet.bench.run import BenchSpec
+    from knobfleet.experiment.bench.run import BenchSpec
+    from knobfleet.ops import workspace as app
 
     return BenchSpec(
         conc=tuple(app.parse_int_list(args.conc, "--conc")),
@@ -40,7 +42,9 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from knobfleet import ab, app, report
+    from knobfleet import report
+    from knobfleet.experiment import ab
+    from knobfleet.ops import workspace as app
     from knobfleet.progress import Progress
 
     hv, inventory = _one_host(args, "bench")
@@ -91,8 +95,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from knobfleet import ab, app, paths, report
+    from knobfleet import paths, report
+    from knobfleet.experiment import ab
     from knobfleet.experiment.design import Settings
+    from knobfleet.ops import workspace as app
     from knobfleet.progress import Progress
 
     hv, inventory = _one_host(args, "ab")
@@ -164,7 +170,7 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="throughput sweep on one host (current profile, or apply PROFILE first)")
     p.add_argument("profile", nargs="?")
     _bench_opts(p)

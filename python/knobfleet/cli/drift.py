@@ -7,37 +7,36 @@ import os
 import sys
 from pathlib import Path
 
-
-def _out(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+from knobfleet.cli.common import Sub, inventory_opts, via_opt
+from knobfleet.cli.common import out as _out
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from knobfleet import drift, paths
+    from knobfleet import paths
+    from knobfleet.ops import drift
 
     inventory = args.inventory or paths.default_inventory()
-    early, plan_key = drift.start_early(inventory, args.limit, args.via) if inventory.exists() else ({}, None)
-    try:
-        from knobfleet import app, report, verify
-        from knobfleet.progress import Progress
+    from knobfleet.fleet import probe
 
-        hosts = app.hosts(inventory, args.limit)
-        with Progress(enabled=not args.json) as progress:
-            verdicts = drift.check(
-                hosts,
-                inventory,
-                on_event=progress,
-                save_probes=Path(args.save_probes) if args.save_probes else None,
-                via=args.via,
-                early=early,
-                plan_key=plan_key,
-            )
-    finally:
-        drift.stop_unused(early)
+    probe.warm_up(inventory, args.limit, args.via)  # probes start now, while the rest of the command loads
+    from knobfleet import report
+    from knobfleet.live import verify
+    from knobfleet.ops import workspace as app
+    from knobfleet.progress import Progress
+
+    hosts = app.hosts(inventory, args.limit)
+    with Progress(enabled=not args.json) as progress:
+        verdicts = drift.check(
+            hosts,
+            inventory,
+            on_event=progress,
+            save_probes=Path(args.save_probes) if args.save_probes else None,
+            via=args.via,
+        )
     summary = verify.summary(verdicts)
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
-        drift.write_atomic(Path(args.prom), drift.prometheus(verdicts))
+        drift.write_atomic(Path(args.prom), report.prometheus(verdicts))
     testinfra_rc = None
     if getattr(args, "testinfra", False):
         testinfra_rc = run_testinfra(inventory, args.limit, quiet=args.json)
@@ -80,21 +79,13 @@ def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
 
 
 def _opts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
-    p.add_argument("--limit", "-l", default=None, help="Ansible host pattern")
+    inventory_opts(p)
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
-    p.add_argument(
-        "--via",
-        choices=("auto", "ssh", "ansible"),
-        default="auto",
-        help="how to run the probe: ssh = the role's module over Ansible's SSH connections without "
-        "ansible-playbook (fast); ansible = playbooks/probe.yml; auto (default) = ssh when every host "
-        "allows it",
-    )
+    via_opt(p, "the probe")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify", help="check that live state matches what knobfleet applied (exit 0 / 2)")
     _opts(p)
     p.add_argument("--testinfra", action="store_true", help="also run tests/testinfra against the hosts")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
 
@@ -14,8 +15,9 @@ def _out(text: str) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from knobfleet import app, paths, report
-    from knobfleet.history import history
+    from knobfleet import paths, report
+    from knobfleet.ops import workspace as app
+    from knobfleet.ops.history import history
 
     inventory = args.inventory or paths.default_inventory()
     result = history(app.hosts(inventory, args.limit), inventory)
@@ -27,8 +29,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from knobfleet import app, paths, report
-    from knobfleet.history import rollback
+    from knobfleet import paths, report
+    from knobfleet.ops import workspace as app
+    from knobfleet.ops.history import rollback
     from knobfleet.progress import Progress
 
     inventory = args.inventory or paths.default_inventory()
@@ -48,7 +51,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="generations and ledger of each host")
     p.add_argument("-i", "--inventory", type=Path, default=None)
     p.add_argument("--limit", "-l", default=None)

@@ -1,4 +1,4 @@
-"""Commands that act on hosts: ``lab …`` here; apply/plan and friends register from their modules."""
+"""``lab up|down|status|ssh``: the embedded fleet of nspawn hosts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
@@ -91,7 +92,7 @@ def cmd_lab_ssh(args: argparse.Namespace) -> int:
     return EXIT_OK  # pragma: no cover
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="the embedded fleet of nspawn hosts")
     lsub = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
     p = lsub.add_parser("up", help="boot lab1..labN (idempotent)")
@@ -106,10 +107,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("host")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_lab_ssh)
-
-    from knobfleet import cli_apply, cli_bench, cli_drift, cli_history
-
-    cli_apply.register(sub)
-    cli_bench.register(sub)
-    cli_drift.register(sub)
-    cli_history.register(sub)

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet import paths
-from knobfleet.bench.run import BenchSpec, errors, run_bench, throughput
 from knobfleet.errors import ApplyFailed, KnobfleetError
 from knobfleet.experiment import stats
+from knobfleet.experiment.bench.run import BenchSpec, errors, run_bench, throughput
 from knobfleet.experiment.design import Decision, Settings, decide, order
-from knobfleet.hostvars import HostVars
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event
 from knobfleet.profiles.model import Profile
-from knobfleet.runner import Event
 
 
 def results_path(host: str, profile: Profile) -> Path:
@@ -26,14 +26,14 @@ def results_path(host: str, profile: Profile) -> Path:
 
 
 def store_results(host: str, profile: Profile, doc: dict[str, Any]) -> None:
-    from knobfleet.drift import write_atomic
+    from knobfleet.ops.drift import write_atomic
 
     write_atomic(results_path(host, profile), json.dumps(doc))
 
 
 def activate(profile: Profile, hv: HostVars, inventory: Path, on_event: Callable[[Event], None] | None) -> None:
     """Apply ``profile`` on one host (no gate) and insist that it is live and verified."""
-    from knobfleet.apply import apply
+    from knobfleet.ops.apply import apply
 
     rep = apply(profile, [hv], inventory, on_event=on_event)
     if rep.exit_code != 0:
@@ -94,7 +94,7 @@ def bench(
 
 
 def _line(b: dict[str, Any]) -> str:
-    from knobfleet.bench.client import summary_line
+    from knobfleet.experiment.bench.client import summary_line
 
     return summary_line(b)
 
@@ -234,8 +234,8 @@ def _cons(result: dict[str, Any] | None) -> str:
 
 
 def write_reports(doc: dict[str, Any], directory: Path) -> None:
-    from knobfleet.drift import write_atomic
     from knobfleet.experiment import report
+    from knobfleet.ops.drift import write_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
     write_atomic(directory / "report.json", json.dumps(doc, indent=2))

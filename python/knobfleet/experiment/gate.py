@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knobfleet.ab import activate, consistency, results_path, store_results
-from knobfleet.bench.run import BenchSpec, errors, run_bench, throughput
-from knobfleet.hostvars import HostVars
+from knobfleet.experiment.ab import activate, consistency, results_path, store_results
+from knobfleet.experiment.bench.run import BenchSpec, errors, run_bench, throughput
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event
 from knobfleet.profiles.model import Profile
-from knobfleet.runner import Event
 
 
 @dataclass
@@ -105,3 +105,43 @@ def gate_host(
         + ("(" + ", ".join(f"C{c} {r:+.1%}" for c, r in sorted(res.ratios.items())) + ")")
     )
     return res
+
+
+def gate_rollout(
+    new: Profile,
+    baseline: Profile,
+    hosts: list[HostVars],
+    inventory: Path,
+    result: Any,
+    spec: BenchSpec,
+    repeats: int,
+    on_event: Callable[[Event], None] | None = None,
+) -> list[GateResult]:
+    """``apply --gate``: benchmark every host the apply left on ``new``; a rejected host is restored to its
+    previous generation (through the transaction's restore) and its outcome in ``result`` says so."""
+    from knobfleet.ops.transaction import RestoreFailed, RestoreTarget, restore
+
+    by_name = {hv.host: hv for hv in hosts}
+    gates, targets = [], {}
+    for o in result.hosts:
+        if o.status not in ("applied", "unchanged"):
+            continue
+        g = gate_host(new, baseline, by_name[o.host], inventory, spec, repeats, on_event)
+        gates.append(g)
+        if not g.passed:
+            new_gen = o.generation is not None and o.generation != o.previous
+            targets[o.host] = RestoreTarget(o.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
+    if targets:
+        outcomes = restore(hosts, inventory, targets, on_event=on_event)
+        broken = [r for r in outcomes if not r.ok]
+        if broken:
+            raise RestoreFailed(
+                "\n".join(f"{r.host}: gate rejected the profile and the restore failed: {r.message}" for r in broken),
+                broken,
+            )
+        restored = {r.host: r for r in outcomes}
+        for o in result.hosts:
+            if o.host in restored:
+                o.status, o.restored = "failed", restored[o.host]
+                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == o.host)
+    return gates

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -63,6 +63,9 @@ class HostVars(BaseModel):
     restart_sec: int = Field(default=5, ge=0)
     timeout_start_s: int = Field(default=900, ge=1)
     timeout_stop_s: int = Field(default=60, ge=1)
+    foreign_dropins: Literal["fail", "remove"] = Field(
+        default="fail", description="a drop-in knobfleet did not write: refuse the host, or move it into the backup"
+    )
     profile: str | None = Field(default=None, description="the profile this host is declared to run")
     connection: dict[str, str] = Field(default_factory=dict, description="ansible_* connection vars, templated")
 

@@ -23,7 +23,7 @@ from knobfleet import __version__, paths
 from knobfleet.errors import InventoryError
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
-    from knobfleet.hostvars import HostVars
+    from knobfleet.fleet.hostvars import HostVars
 
 _HOSTVARS_SOURCE = Path(__file__).with_name("hostvars.py")
 
@@ -62,7 +62,7 @@ def _cache_dir() -> Path:
 
 
 def _read_cache(key: str) -> list[HostVars] | None:
-    from knobfleet.hostvars import HostVars
+    from knobfleet.fleet.hostvars import HostVars
 
     try:
         data = json.loads((_cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
@@ -102,7 +102,7 @@ def load_hosts(inventory: Path, limit: str | None = None) -> list[HostVars]:
 def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
     import warnings
 
-    from knobfleet.hostvars import CONNECTION_VARS, SECRET_VARS, from_inventory_vars
+    from knobfleet.fleet.hostvars import CONNECTION_VARS, SECRET_VARS, from_inventory_vars
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -20,7 +20,7 @@ import yaml
 
 from knobfleet import paths
 from knobfleet.errors import RunError
-from knobfleet.transport import SSH_ARGS
+from knobfleet.fleet.transports.ssh import SSH_ARGS
 
 Event = dict[str, Any]
 
@@ -78,7 +78,9 @@ class HostResult:
     changed: int = 0
     failed: int = 0
     unreachable: bool = False
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (task title for people, message)
+    # Keyed by what the module says it is: the ``step`` field knobfleet's modules return (begin, stage,
+    # commit, ready, probe, restore…), else the module's name (ansible.builtin.slurp); never a task title.
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     diffs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -86,9 +88,11 @@ class HostResult:
     def success(self) -> bool:
         return not self.failed and not self.unreachable
 
-    def first_failure(self) -> str:
+    def first_failure(self, with_task: bool = True) -> str:
         if self.unreachable and not self.failures:
             return "unreachable"
+        if not with_task:
+            return self.failures[0][1].removeprefix("unreachable: ") if self.failures else "failed"
         return "; ".join(f"{task}: {msg}" for task, msg in self.failures[:1]) or "failed"
 
 
@@ -123,6 +127,7 @@ def _env(forks: int) -> dict[str, str]:
     (state / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
     return {
         "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        "ANSIBLE_MODULE_UTILS": str(paths.module_utils_dir()),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": " ".join(SSH_ARGS),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
@@ -187,14 +192,15 @@ def run_playbook(req: RunRequest) -> RunResult:
         if host:
             hr = result.host(host)
             res = data.get("res") or {}
+            key = str(res.get("step") or data.get("task_action") or "")
             if kind == "runner_on_ok":
-                hr.results[task] = res
+                hr.results[key] = res
                 if res.get("diff") and res.get("changed"):
                     for d in res["diff"] if isinstance(res["diff"], list) else [res["diff"]]:
-                        hr.diffs.append({"task": task, **d})
+                        hr.diffs.append({"step": key, **d})
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 hr.failures.append((task, _message(res)))
-                hr.results[task] = res
+                hr.results[key] = res
             elif kind == "runner_on_unreachable":
                 hr.unreachable = True
                 hr.failures.append((task, "unreachable: " + _message(res)))

@@ -1,41 +1,32 @@
-"""Pure: a host's observed state (one probe document) vs what knobfleet applied there → findings.
+"""Typed findings and host verdicts around the one live-state rule (``module_utils/knob_live.py``).
 
-The reference is the host's *current generation* (its stored serve script and unit, and meta.json),
-plus, when the inventory declares ``knob_profile``, that profile's name, version and hash. Expected env
-and argv are read from the generation's stored serve script, so verification works even when the
-profile files on the controller changed or are gone.
+``verify_host`` checks a host against its *current generation* (drift, verify, the check after a restore);
+``check_rendered`` checks it against what the controller rendered for a profile (plan, apply's pre- and
+post-check). Both call ``knob_live.evaluate``: one rule, so the commands cannot disagree.
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
-from knobfleet.plan import ENGINE_PREFIXES, parse_script
+from knobfleet.module_utils import knob_live
+from knobfleet.module_utils.knob_live import Action, Kind
 
-KINDS = (
-    "file_changed",
-    "file_missing",
-    "dropin_present",
-    "daemon_reload_needed",
-    "stale_process",
-    "env_mismatch",
-    "env_missing",
-    "env_unexpected",
-    "argv_mismatch",
-    "service_inactive",
-    "profile_mismatch",
-    "unmanaged",
-    "not_ready",
-)
-STALE_TOLERANCE_S = 1.0
+if TYPE_CHECKING:
+    from knobfleet.render import Rendered
+
+KINDS = tuple(k.value for k in Kind)
+Status = Literal["in_sync", "drift", "unreachable", "error"]
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str
+    kind: Kind
     message: str
+    severity: str = "error"
+    action: Action = Action.NONE
     path: str | None = None
     pid: int | None = None
     name: str | None = None
@@ -44,8 +35,32 @@ class Finding:
     source: str | None = None
     diff: str | None = None
 
+    @classmethod
+    def from_rule(cls, d: dict[str, Any]) -> Finding:
+        return cls(
+            Kind(d["kind"]),
+            str(d["message"]),
+            str(d.get("severity", "error")),
+            Action(d.get("action", "none")),
+            d.get("path"),
+            d.get("pid"),
+            d.get("name"),
+            d.get("expected"),
+            d.get("actual"),
+            d.get("source"),
+            d.get("diff"),
+        )
+
+    def as_rule(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "message": self.message, "path": self.path, "action": self.action.value}
+
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        out: dict[str, Any] = {"kind": self.kind.value, "message": self.message}
+        for key in ("path", "pid", "name", "expected", "actual", "source", "diff"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
 
 @dataclass(frozen=True)
@@ -56,11 +71,14 @@ class Declared:
     version: int
     hash: str
 
+    def as_rule(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "hash": self.hash}
+
 
 @dataclass
 class HostVerdict:
     host: str
-    status: str  # in_sync | drift | unreachable | error
+    status: Status
     profile: str | None = None
     version: int | None = None
     hash: str | None = None
@@ -83,233 +101,82 @@ class HostVerdict:
         return out
 
 
-def _diff(expected: str, actual: str, path: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            expected.splitlines(True), actual.splitlines(True), f"{path} (generation)", f"{path} (on host)"
-        )
-    )
-
-
-def _did_you_mean(name: str, known: list[str]) -> str:
-    match = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
 def unreachable(host: str, message: str) -> HostVerdict:
     return HostVerdict(host, "unreachable", error=message)
 
 
+def findings_of(rule_out: list[dict[str, Any]]) -> list[Finding]:
+    return [Finding.from_rule(d) for d in rule_out]
+
+
 def verify_host(
-    host: str, probe: dict[str, Any], declared: Declared | None = None, known_knobs: tuple[str, ...] = ()
+    host: str, probe: dict[str, Any], declared: Declared | None = None, engine: dict[str, Any] | None = None
 ) -> HostVerdict:
-    """Every difference between what knobfleet applied on ``host`` and what ``probe`` observed."""
-    gens = probe.get("generations") or {}
-    props = probe.get("unit_props") or {}
-    files = probe.get("files") or {}
-    procs: list[dict[str, Any]] = probe.get("processes") or []
-    out: list[Finding] = []
+    """Every difference between what knobfleet applied on ``host`` (its current generation) and what ``probe``
+    observed. ``engine``: the engine part of the rule (``Engine.rules()``)."""
+    expected, why = knob_live.expected_from_generation(probe)
+    if why is not None:
+        current = (probe.get("generations") or {}).get("current")
+        return HostVerdict(
+            host,
+            "error",
+            generation=current,
+            error=f"{why}; run `knobfleet history` and `knobfleet rollback --to N` to a readable generation",
+        )
     verdict = HostVerdict(host, "in_sync")
-
-    current = gens.get("current")
-    entries = {e["generation"]: e for e in gens.get("list") or []}
-    meta = (entries.get(current) or {}).get("meta") if current is not None else None
-    _service_findings(props, probe, out)
-    if current is None:
-        present = [f["path"] for f in files.values() if f.get("exists")]
-        out.append(
-            Finding(
-                "unmanaged",
-                "files present but never applied by knobfleet: " + ", ".join(present)
-                if present
-                else "no knobfleet generation and no serve files on this host",
-                path=present[0] if present else None,
-            )
-        )
-        return _finish(verdict, out)
-    if meta is None:
-        verdict.status = "error"
-        verdict.generation = current
-        verdict.error = (
-            f"generation {current:04d}: meta.json missing or unreadable ("
-            + "; ".join(gens.get("errors") or ["not found"])
-            + "); run `knobfleet history` and "
-            "`knobfleet rollback --to N` to a readable generation"
-        )
-        return verdict
-    verdict.generation = current
-    verdict.profile, verdict.version, verdict.hash = meta.get("profile"), meta.get("version"), meta.get("hash")
-    stored = gens.get("current_files") or {}
-    script_text = ""
-    for key in ("script", "unit"):
-        want = (meta.get("files") or {}).get(key)
-        have = files.get(key) or {}
-        if not want:
-            continue
-        gen_copy = stored.get(want.get("name", "")) or {}
-        if key == "script":
-            script_text = gen_copy.get("content", "")
-        if not have.get("exists"):
-            out.append(Finding("file_missing", f"{want['path']} is missing", path=want["path"]))
-        elif have.get("sha256") != want.get("sha256"):
-            diff = _diff(gen_copy.get("content", ""), have.get("content", ""), want["path"])
-            out.append(
-                Finding(
-                    "file_changed",
-                    f"{want['path']} differs from generation {current:04d}",
-                    path=want["path"],
-                    expected=want.get("sha256"),
-                    actual=have.get("sha256"),
-                    diff=diff,
-                )
-            )
-    main_pid = int(props.get("MainPID") or 0)
-    main = next((p for p in procs if p["pid"] == main_pid), None)
-    if main is not None:
-        for key in ("script", "unit"):
-            have = files.get(key) or {}
-            if have.get("exists") and have.get("mtime", 0) > main["start_epoch"] + STALE_TOLERANCE_S:
-                out.append(
-                    Finding(
-                        "stale_process",
-                        f"pid {main_pid} started before {have['path']} was last "
-                        "changed; it runs the old contents until restarted",
-                        path=have["path"],
-                        pid=main_pid,
-                    )
-                )
-    if script_text and procs:
-        exp_env, exp_argv = parse_script(script_text)
-        _env_findings(procs, exp_env, known_knobs, out)
-        if main is not None and exp_argv and main["cmdline"] != exp_argv:
-            out.append(
-                Finding(
-                    "argv_mismatch",
-                    f"pid {main_pid}: command line differs from generation {current:04d}'s exec line",
-                    pid=main_pid,
-                    expected=exp_argv,
-                    actual=main["cmdline"],
-                )
-            )
-        if main is not None:
-            _engine_env_findings(probe, main, out)
-    if declared is not None and (verdict.profile, verdict.version, verdict.hash) != (
-        declared.name,
-        declared.version,
-        declared.hash,
-    ):
-        out.append(
-            Finding(
-                "profile_mismatch",
-                f"runs {verdict.profile}@{verdict.version}, inventory declares {declared.name}@{declared.version}",
-                name="knob_profile",
-                expected=f"{declared.name}@{declared.version} {declared.hash}",
-                actual=f"{verdict.profile}@{verdict.version} {verdict.hash}",
-            )
-        )
-    return _finish(verdict, out)
-
-
-def _service_findings(props: dict[str, Any], probe: dict[str, Any], out: list[Finding]) -> None:
-    active = props.get("ActiveState")
-    if active != "active":
-        out.append(
-            Finding(
-                "service_inactive",
-                f"{probe.get('unit')} is {active}/{props.get('SubState')}",
-                expected="active",
-                actual=active,
-            )
-        )
-    elif probe.get("health") != 200:
-        out.append(
-            Finding(
-                "not_ready",
-                f"{probe.get('health_url')} answered {probe.get('health') or 'nothing'}",
-                expected=200,
-                actual=probe.get("health"),
-            )
-        )
-    if props.get("NeedDaemonReload") == "yes":
-        out.append(
-            Finding(
-                "daemon_reload_needed",
-                "unit file changed on disk but systemd was not reloaded",
-                path=props.get("FragmentPath"),
-            )
-        )
-    for path in (props.get("DropInPaths") or "").split():
-        out.append(Finding("dropin_present", f"drop-in {path} changes the unit", path=path))
-
-
-def _env_findings(
-    procs: list[dict[str, Any]], expected: dict[str, str], known: tuple[str, ...], out: list[Finding]
-) -> None:
-    for proc in procs:
-        env = proc.get("env") or {}
-        pid, comm = proc["pid"], proc.get("comm", "")
-        for name, value in sorted(expected.items()):
-            if name not in env:
-                out.append(
-                    Finding("env_missing", f"pid {pid} ({comm}): {name} is not set", pid=pid, name=name, expected=value)
-                )
-            elif env[name] != value:
-                out.append(
-                    Finding(
-                        "env_mismatch",
-                        f"pid {pid} ({comm}): {name}={env[name]}, expected {value}",
-                        pid=pid,
-                        name=name,
-                        expected=value,
-                        actual=env[name],
-                        source="proc",
-                    )
-                )
-        for name in sorted(env):
-            if name.startswith(ENGINE_PREFIXES) and name not in expected:
-                hint = (
-                    "; a known knob the profile does not set"
-                    if name in known
-                    else _did_you_mean(name, list(known)) or "; not a knob the engine's catalog knows"
-                )
-                out.append(
-                    Finding(
-                        "env_unexpected",
-                        f"pid {pid} ({comm}): {name}={env[name]} is set but not in the profile{hint}",
-                        pid=pid,
-                        name=name,
-                        actual=env[name],
-                    )
-                )
-
-
-def _engine_env_findings(probe: dict[str, Any], main: dict[str, Any], out: list[Finding]) -> None:
-    info = probe.get("server_info") or {}
-    states = info.get("internal_states") or [{}]
-    reported = states[0].get("env_vars") if isinstance(states[0], dict) else None
-    if not isinstance(reported, dict):
-        return
-    live = main.get("env") or {}
-    for name, value in sorted(reported.items()):
-        if live.get(name) != value:
-            out.append(
-                Finding(
-                    "env_mismatch",
-                    f"engine reports {name}={value} but /proc/{main['pid']}/environ has {live.get(name)!r}",
-                    pid=main["pid"],
-                    name=name,
-                    expected=live.get(name),
-                    actual=value,
-                    source="engine",
-                )
-            )
-
-
-def _finish(verdict: HostVerdict, findings: list[Finding]) -> HostVerdict:
-    verdict.findings = findings
-    if verdict.status == "in_sync" and findings:
+    if expected is not None:
+        prof = expected["profile"]
+        verdict.generation = expected["generation"]
+        verdict.profile, verdict.version, verdict.hash = prof["name"], prof["version"], prof["hash"]
+    rule_out = knob_live.evaluate(probe, expected, engine, declared.as_rule() if declared else None)
+    verdict.findings = findings_of(rule_out)
+    if verdict.findings:
         verdict.status = "drift"
     return verdict
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def expected_rendered(probe: dict[str, Any], rendered: Rendered) -> dict[str, Any]:
+    """The rule's expected state once ``rendered`` is applied: its files, env and argv; the profile of the
+    host's current generation (so a host on another profile gets a ``profile_mismatch``); unmanaged when
+    knobfleet never applied anything there."""
+    gen, _why = knob_live.expected_from_generation(probe)
+    out = knob_live.expected_from_files(
+        rendered.script_path, rendered.script, rendered.unit_path, rendered.unit, sha256_bytes
+    )
+    out["managed"] = gen is not None
+    if gen is not None:
+        out["generation"] = gen["generation"]
+        out["profile"] = gen["profile"]
+    return out
+
+
+def check_rendered(
+    probe: dict[str, Any],
+    rendered: Rendered,
+    declared: Declared,
+    engine: dict[str, Any] | None,
+    run_id: str | None = None,
+) -> list[Finding]:
+    """What stands between the host in ``probe`` and ``rendered`` (the profile ``declared``) being live."""
+    expected = expected_rendered(probe, rendered)
+    return findings_of(knob_live.evaluate(probe, expected, engine, declared.as_rule(), run_id))
+
+
+def actions(findings: list[Finding], dropin_policy: str = "fail", break_lock: bool = False) -> list[str]:
+    return knob_live.actions([f.as_rule() for f in findings], dropin_policy, break_lock)
+
+
+def refusal(findings: list[Finding], dropin_policy: str = "fail", break_lock: bool = False) -> str | None:
+    return knob_live.refusal([{**f.as_rule(), "message": f.message} for f in findings], dropin_policy, break_lock)
+
+
+def blocking_after_restore(findings: list[Finding]) -> list[Finding]:
+    """Findings that make a restored generation fail its verification (the rest predate the change)."""
+    return [f for f in findings if not knob_live.RULES[f.kind].restore_ok]
 
 
 def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:
@@ -321,7 +188,7 @@ def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for v in verdicts:
         for f in v.findings:
-            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+            kinds[f.kind.value] = kinds.get(f.kind.value, 0) + 1
     return {
         "hosts": len(verdicts),
         **counts,
@@ -332,6 +199,10 @@ def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:
 
 
 def exit_code(verdicts: list[HostVerdict]) -> int:
+    from knobfleet.errors import EXIT_DRIFT, EXIT_DRIFT_AND_UNREACHABLE, EXIT_OK, EXIT_UNREACHABLE
+
     drift = any(v.status == "drift" for v in verdicts)
     broken = any(v.status in ("unreachable", "error") for v in verdicts)
-    return 6 if drift and broken else 4 if broken else 2 if drift else 0
+    if drift and broken:
+        return EXIT_DRIFT_AND_UNREACHABLE
+    return EXIT_UNREACHABLE if broken else EXIT_DRIFT if drift else EXIT_OK

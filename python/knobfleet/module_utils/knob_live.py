@@ -67,7 +67,7 @@ RULES: dict[Kind, Rule] = {
     Kind.ENV_UNEXPECTED: Rule("warning", Action.RESTART, True, "an engine env var is live but not in the profile"),
     Kind.ARGV_MISMATCH: Rule("error", Action.RESTART, False, "the live command line differs from the profile"),
     Kind.SERVICE_INACTIVE: Rule("error", Action.START, False, "the engine is not running"),
-    Kind.PROFILE_MISMATCH: Rule("warning", Action.NONE, True, "the host runs another profile than declared"),
+    Kind.PROFILE_MISMATCH: Rule("warning", Action.INSTALL, True, "the host runs another profile than declared"),
     Kind.UNMANAGED: Rule("warning", Action.INSTALL, False, "knobfleet never applied a generation here"),
     Kind.NOT_READY: Rule("error", Action.RESTART, False, "the engine runs but does not answer its health check"),
     Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
@@ -267,8 +267,14 @@ def _service(doc: dict[str, Any], out: list[dict[str, Any]]) -> None:
                 path=props.get("FragmentPath"),
             )
         )
-    for path in (props.get("DropInPaths") or "").split():
+    loaded = (props.get("DropInPaths") or "").split()
+    for path in loaded:
         out.append(finding(Kind.DROPIN_PRESENT, "drop-in %s changes the unit" % path, path=path))
+    for d in doc.get("dropins") or []:  # on disk, not yet loaded: the next daemon-reload or restart loads it
+        if d.get("exists") and d.get("path") not in loaded:
+            out.append(
+                finding(Kind.DROPIN_PRESENT, "drop-in %s changes the unit once loaded" % d["path"], path=d["path"])
+            )
 
 
 def _files(doc: dict[str, Any], expected: dict[str, Any], out: list[dict[str, Any]]) -> None:
@@ -456,7 +462,7 @@ def evaluate(
     engine = engine or {}
     out: list[dict[str, Any]] = []
     _service(doc, out)
-    if expected is None:
+    if expected is None or not expected.get("managed", True):
         present = [f["path"] for f in (doc.get("files") or {}).values() if f.get("exists")]
         out.append(
             finding(
@@ -467,8 +473,9 @@ def evaluate(
                 path=present[0] if present else None,
             )
         )
-        _interrupted(doc, run_id, out)
-        return out
+        if expected is None:
+            _interrupted(doc, run_id, out)
+            return out
     _files(doc, expected, out)
     procs: list[dict[str, Any]] = doc.get("processes") or []
     pid = main_pid(doc)

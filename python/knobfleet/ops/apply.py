@@ -1,4 +1,7 @@
-"""Use case: apply a profile to hosts through ``playbooks/apply.yml`` (and its --check plan)."""
+"""Use case: apply a profile to hosts (and its plan). One rule decides everything (ops/plan.plan_host over the
+live-state rule): a host already in sync is left alone, a host that must be refused is refused before
+anything changes, every other host goes through ``playbooks/apply.yml`` (the role re-checks with the same
+rule on the host), and the engine the role reports ready is checked once more with the same rule."""
 
 from __future__ import annotations
 
@@ -6,26 +9,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from knobfleet import plan
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, LockHeld
-from knobfleet.hostvars import HostVars
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator, run_playbook
+from knobfleet.live.verify import Declared, Finding, check_rendered
+from knobfleet.ops import plan
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
-from knobfleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
 
-TASK_COMMIT = "Store a new generation and install it atomically when anything changed"
-TASK_READY = "Restart if the generation changed and wait for readiness (health 200, main process stable)"
-TASK_BEGIN = "Take the host lock and adopt pre-knobfleet files as generation 0"
-TASK_STAGE = "Stage the rendered serve script and unit, validating what changed"
-WATCH = ("SGLANG_SM120_MMA_TARGET_CTAS", "SGLANG_SM120_MMA_BLOCK_H")
+Status = Literal["applied", "unchanged", "failed", "refused", "not-run", "pending", "in-sync", "rolled-back"]
+IN_SYNC = "already in sync: checked with one probe, no Ansible run"
 
 
 @dataclass
 class HostOutcome:
     host: str
-    status: str  # applied | unchanged | failed | not-run | pending | in-sync
+    status: Status
     batch: int
     generation: int | None = None
     previous: int | None = None
@@ -33,7 +34,9 @@ class HostOutcome:
     main_pid: int | None = None
     ready_s: float | None = None
     message: str = ""
-    live: plan.LiveCheck | None = None
+    actions: list[str] = field(default_factory=list)  # what apply does (or did) on the host
+    findings: list[Finding] = field(default_factory=list)  # what the live check found after the change
+    seen: dict[str, str] = field(default_factory=dict)  # knobs worth showing, as the engine has them
     diffs: list[dict[str, Any]] = field(default_factory=list)
     knob_changes: list[str] = field(default_factory=list)
     lock: dict[str, Any] | None = None
@@ -52,12 +55,12 @@ class HostOutcome:
             "main_pid": self.main_pid,
             "ready_s": self.ready_s,
             "message": self.message,
+            "actions": self.actions,
             "changed_tasks": self.changed_tasks,
         }
         if self.restored is not None:
             out["restored"] = self.restored.as_json()
-        if self.live is not None:
-            out["live"] = {"ok": self.live.ok, "problems": self.live.problems, "seen": self.live.seen}
+        out["live"] = {"ok": not self.findings, "findings": [f.as_json() for f in self.findings], "seen": self.seen}
         if self.knob_changes or self.diffs:
             out["knob_changes"] = self.knob_changes
             out["diffs"] = [{"path": d.get("path"), "diff": d.get("diff")} for d in self.diffs]
@@ -75,7 +78,7 @@ class ApplyReport:
 
     @property
     def exit_code(self) -> int:
-        if any(h.status == "failed" for h in self.hosts):
+        if any(h.status in ("failed", "refused") for h in self.hosts):
             return EXIT_ERROR
         if self.check:
             return EXIT_DRIFT if any(h.status == "pending" for h in self.hosts) else EXIT_OK
@@ -94,41 +97,93 @@ class ApplyReport:
         }
 
 
-def _diff_text(d: dict[str, Any], path: str) -> str:
-    import difflib
+@dataclass(frozen=True)
+class Options:
+    check: bool = False
+    serial: str | None = None
+    canary: bool = False
+    max_fail_percent: float = 0.0
+    break_lock: bool = False
+    rollback_fleet: bool = False
+    via: str = "auto"
+    foreign_dropins: str | None = None  # None: each host's knob_serve_foreign_dropins
+    overrides: dict[str, Any] = field(default_factory=dict)
 
-    before, after = str(d.get("before", "")), str(d.get("after", ""))
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(True), after.splitlines(True), f"{path} (installed)", f"{path} (profile)"
+
+def _diff_text(d: dict[str, Any], path: str) -> str:
+    return plan.file_diff(str(d.get("before", "")), str(d.get("after", "")), path)
+
+
+def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome:
+    """The outcome of a host decided by the pre-check alone (in sync, refused, or — in a plan — pending)."""
+    if p.refused:
+        return HostOutcome(p.host, "refused", 0, current, current, message=str(p.refusal), actions=p.actions)
+    if p.in_sync:
+        return HostOutcome(
+            p.host,
+            "in-sync" if check else "unchanged",
+            0,
+            current,
+            current,
+            main_pid=p.main_pid,
+            message="no change" if check else IN_SYNC,
+            seen=p.seen,
         )
+    kinds = sorted({f.kind.value for f in p.findings})
+    return HostOutcome(
+        p.host,
+        "pending",
+        0,
+        current,
+        current,
+        restarted=bool({"restart", "start"} & set(p.actions)),
+        main_pid=p.main_pid,
+        message=f"would {', '.join(p.actions)} ({', '.join(kinds)})",
+        actions=p.actions,
+        seen=p.seen,
+        diffs=p.diffs,
+        knob_changes=p.knob_changes,
     )
 
 
-def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: bool) -> HostOutcome:
+def _outcome(
+    hv: HostVars,
+    rendered: Rendered,
+    declared: Declared,
+    engine: dict[str, Any],
+    result: RunResult,
+    batch: int,
+    check: bool,
+) -> HostOutcome:
+    """What the playbook did on one host, from the steps its modules report, checked with the live rule."""
     hr = result.host(hv.host)
     out = HostOutcome(hv.host, "failed", batch, changed_tasks=hr.changed)
-    begin = hr.results.get(TASK_BEGIN, {})
+    begin = hr.results.get("begin", {})
     if begin.get("lock_held") or (begin.get("lock") and not check and not hr.success):
         out.lock = begin.get("lock")
     if not hr.success:
         out.message = hr.first_failure()
+        if begin.get("refused"):
+            out.status = "refused"
+            out.message = str(begin.get("msg") or out.message)
         if "locked by" in out.message:
             out.lock = begin.get("lock") or out.lock
-        commit = hr.results.get(TASK_COMMIT, {})
+        commit = hr.results.get("commit", {})
         out.generation = commit.get("generation", begin.get("generation"))
         out.previous = commit.get("previous", begin.get("generation"))
         out.committed = bool(commit.get("changed"))
         return out
     if check:
-        staged = [d for d in hr.diffs if d.get("task") == TASK_STAGE]
-        script_diffs = [d for d in staged if d.get("before_header") == hv.script_path]
+        staged = [d for d in hr.diffs if d.get("step") == "stage"]
         out.diffs = [{"path": d["before_header"], "diff": _diff_text(d, str(d["before_header"]))} for d in staged]
-        for d in script_diffs:
-            out.knob_changes = [str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))]
+        for d in staged:
+            if d.get("before_header") == hv.script_path:
+                out.knob_changes = [
+                    str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))
+                ]
         out.status = "pending" if hr.diffs or hr.changed else "in-sync"
         out.restarted = bool(hr.diffs)
-        would = [v for v in hr.results.get(TASK_READY, {}).get("would") or [] if v != "daemon-reload"]
+        would = [v for v in hr.results.get("ready", {}).get("would") or [] if v != "daemon-reload"]
         if out.diffs:
             out.message = "changes pending; would restart the engine"
         elif would:
@@ -137,98 +192,50 @@ def _outcome(hv: HostVars, rendered: Rendered, result: Any, batch: int, check: b
             out.message = "no change"
         out.generation = begin.get("generation")
         return out
-    commit = hr.results.get(TASK_COMMIT, {})
-    ready = hr.results.get(TASK_READY, {})
+    commit = hr.results.get("commit", {})
+    ready = hr.results.get("ready", {})
     out.generation, out.previous = commit.get("generation"), commit.get("previous")
-    out.restarted = bool(commit.get("changed"))
-    out.committed = bool(commit.get("changed"))
+    out.restarted = out.committed = bool(commit.get("changed"))
     out.status = "applied" if commit.get("changed") else "unchanged"
+    out.actions = list(commit.get("actions") or (["install", "restart"] if out.generation != out.previous else []))
     out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
     if "start" in (ready.get("done") or []):
         out.message = "the engine was not running: started it"
-    out.live = plan.check_live(rendered.env, rendered.argv, out.main_pid, ready.get("processes") or [], list(WATCH))
-    if not out.live.ok:
-        out.status = "failed"
-        out.message = "live process does not match the profile: " + "; ".join(out.live.problems[:3])
+    doc = ready.get("probe")
+    if isinstance(doc, dict):
+        from knobfleet.engines.adapter import engine as adapter
+
+        out.findings = check_rendered(doc, rendered, declared, engine, result.run_id)
+        out.seen = plan.seen_knobs(doc, adapter(engine.get("name")))
+        if out.findings:
+            out.status = "failed"
+            out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
     return out
 
 
-IN_SYNC = "already in sync: checked with one probe, no Ansible run"
-
-
-def live_from_probe(doc: dict[str, Any], rendered: Rendered) -> plan.LiveCheck:
-    """Pure: the live check of a probe document's engine processes against what was rendered."""
-    try:
-        main_pid: int | None = int((doc.get("unit_props") or {}).get("MainPID", "0")) or None
-    except ValueError:
-        main_pid = None
-    return plan.check_live(rendered.env, rendered.argv, main_pid, doc.get("processes") or [], list(WATCH))
-
-
-def sync_problems(doc: dict[str, Any], rendered: Rendered, profile: Profile, knobs: tuple[str, ...]) -> list[str]:
-    """Pure: why applying ``profile`` would still do something on the host ``doc`` describes (empty: nothing).
-
-    Stricter than the role's own no-change test: installed files byte-equal to what the role renders now,
-    the current generation from this exact profile, enabled and running, no lock, and no finding at all
-    from ``verify`` (live env/argv, drop-ins, daemon-reload, health…). Anything else goes through Ansible."""
-    from knobfleet.verify import Declared, verify_host
-
-    problems = []
-    files = doc.get("files") or {}
-    for name, sha in (("script", rendered.script_sha256), ("unit", rendered.unit_sha256)):
-        if (files.get(name) or {}).get("sha256") != sha:
-            problems.append(f"{name} differs from the rendered one")
-    props = doc.get("unit_props") or {}
-    if props.get("UnitFileState") != "enabled":
-        problems.append(f"unit is {props.get('UnitFileState') or 'not installed'}, not enabled")
-    gens = doc.get("generations") or {}
-    if gens.get("lock"):
-        problems.append("host lock is held")
-    verdict = verify_host(rendered.host, doc, Declared(profile.name, profile.version, profile.content_hash), knobs)
-    if verdict.status != "in_sync" or verdict.findings:
-        problems += [f.kind for f in verdict.findings] or [verdict.status]
-    if verdict.hash != profile.content_hash:
-        problems.append("current generation is another profile")
-    problems += live_from_probe(doc, rendered).problems[:1]
-    return problems
-
-
-def _in_sync_outcomes(
-    profile: Profile,
-    hosts: list[HostVars],
-    rendered: dict[str, Rendered],
-    inventory: Path,
-    check: bool,
-    early: Any = None,
-    plan_key: str | None = None,
+def pre_check(
+    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path, opts: Options
 ) -> dict[str, HostOutcome]:
-    """Hosts with nothing to do, found by one fast-path probe per host (empty when the fast path cannot
-    reach every host as Ansible would: then Ansible's own no-change run decides). ``early``/``plan_key``:
-    probes the CLI started speculatively (drift.start_early)."""
-    from knobfleet import drift
+    """Hosts decided by one fast probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
+    the fast path cannot reach every host as Ansible would: then the role decides on every host."""
+    from knobfleet.engines.adapter import engine as adapter
+    from knobfleet.fleet import transports
+    from knobfleet.fleet.probe import probe
 
-    if not hosts or drift.choose_via(hosts, "auto") != "ssh":
-        drift.stop_unused(early)
+    if opts.via == "ansible" or not hosts or transports.choose(hosts, "auto").name != "ssh":
         return {}
-    docs = drift.probe(hosts, inventory, via="ssh", early=early, plan_key=plan_key)
-    knobs = drift.known_knobs()
+    outcomes = probe(hosts, inventory, "ssh")
+    declared = Declared(profile.name, profile.version, profile.content_hash)
+    eng = adapter(profile.engine)
     out = {}
     for hv in hosts:
-        doc = docs[hv.host]
-        if not isinstance(doc, dict) or sync_problems(doc, rendered[hv.host], profile, knobs):
-            continue
-        current = (doc.get("generations") or {}).get("current")
-        live = live_from_probe(doc, rendered[hv.host])
-        out[hv.host] = HostOutcome(
-            hv.host,
-            "in-sync" if check else "unchanged",
-            0,
-            generation=current,
-            previous=current,
-            main_pid=live.main_pid,
-            message="no change" if check else IN_SYNC,
-            live=live,
-        )
+        o = outcomes[hv.host]
+        if o.doc is None:
+            continue  # unreachable or erroring now: the playbook run reports it
+        policy = opts.foreign_dropins or hv.foreign_dropins
+        p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
+        if p.in_sync or p.refused or opts.check:
+            out[hv.host] = from_plan(p, opts.check, (o.doc.get("generations") or {}).get("current"))
     return out
 
 
@@ -236,37 +243,31 @@ def apply(
     profile: Profile,
     hosts: list[HostVars],
     inventory: Path,
-    *,
-    check: bool = False,
-    serial: str | None = None,
-    canary: bool = False,
-    max_fail_percent: float = 0.0,
-    break_lock: bool = False,
+    opts: Options | None = None,
     on_event: Callable[[Event], None] | None = None,
-    overrides: dict[str, Any] | None = None,
-    rollback_fleet: bool = False,
-    via: str = "auto",
-    early: Any = None,
-    plan_key: str | None = None,
 ) -> ApplyReport:
-    """Render for every host first (a bad input changes nothing anywhere), skip the hosts a fast probe
-    shows already in sync (``via="auto"``), then roll out the rest in batches, stopping at the first
-    batch whose failures exceed ``max_fail_percent``."""
+    """Render for every host first (a bad input changes nothing anywhere), decide each host with the pre-check,
+    then roll out the rest in batches, stopping at the first batch whose failures exceed the budget."""
+    opts = opts or Options()
     started = time.monotonic()
     rendered = {hv.host: render_host(profile, hv) for hv in hosts}
     by_name = {hv.host: hv for hv in hosts}
-    plan.batches([hv.host for hv in hosts], serial, canary)  # a bad --serial fails before anything runs
-    skipped = {} if via == "ansible" else _in_sync_outcomes(profile, hosts, rendered, inventory, check, early, plan_key)
-    groups = plan.batches([hv.host for hv in hosts if hv.host not in skipped], serial, canary)
-    outcomes: list[HostOutcome] = list(skipped.values())
+    plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
+    decided = pre_check(profile, hosts, rendered, inventory, opts)
+    groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
+    outcomes: list[HostOutcome] = list(decided.values())
     run_ids: list[str] = []
-    ansible_s = 0.0
-    failed_total = 0
-    stopped = False
+    ansible_s, failed_total, stopped = 0.0, 0, False
+    declared = Declared(profile.name, profile.version, profile.content_hash)
+    engine = by_name[hosts[0].host].adapter(profile.engine) if hosts else None
+    trusted: dict[str, Any] = {"knob_serve_break_lock": opts.break_lock, **opts.overrides}
+    if opts.foreign_dropins:
+        trusted["knob_serve_foreign_dropins"] = opts.foreign_dropins
     for n, group in enumerate(groups, start=1):
         if stopped:
             outcomes += [HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group]
             continue
+        assert engine is not None
         run_id = new_run_id()
         run_ids.append(run_id)
         result = run_playbook(
@@ -274,45 +275,43 @@ def apply(
                 playbook="apply.yml",
                 inventory=inventory,
                 limit=",".join(group),
-                trusted_vars={
-                    "knob_serve_run_id": run_id,
+                trusted_vars={"knob_serve_run_id": run_id, "knob_serve_controller": controller_id(), **trusted},
+                unsafe_vars={
+                    "knob_serve_profile": profile_vars(profile),
+                    "knob_serve_engine": engine.role_vars(),
                     "knob_serve_operator": operator(),
-                    "knob_serve_controller": controller_id(),
-                    "knob_serve_break_lock": break_lock,
-                    **(overrides or {}),
                 },
-                unsafe_vars={"knob_serve_profile": profile_vars(profile)},
-                check=check,
-                diff=check,
+                check=opts.check,
+                diff=opts.check,
                 forks=min(max(len(group), 1), 64),
                 on_event=on_event,
                 run_id=run_id,
             )
         )
         ansible_s += result.wall_s
-        batch_out = [_outcome(by_name[h], rendered[h], result, n, check) for h in group]
+        batch_out = [_outcome(by_name[h], rendered[h], declared, engine.rules(), result, n, opts.check) for h in group]
         outcomes += batch_out
-        if not check:
+        if not opts.check:
             later = [
                 HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
                 for m, g in enumerate(groups[n:], start=n + 1)
                 for h in g
             ]
             _restore_failed(
-                batch_out, hosts, inventory, break_lock, on_event, outcomes + later, profile, run_ids, started
+                batch_out, hosts, inventory, opts.break_lock, on_event, outcomes + later, profile, run_ids, started
             )
         failed_total += sum(o.status == "failed" for o in batch_out)
         done = sum(len(g) for g in groups[:n])
-        if failed_total and failed_total * 100.0 / done > max_fail_percent:
+        if failed_total and failed_total * 100.0 / done > opts.max_fail_percent:
             stopped = True
-            if rollback_fleet and not check:
+            if opts.rollback_fleet and not opts.check:
                 earlier = [o for o in outcomes if o.batch < n and o.status == "applied" and o.previous is not None]
                 _roll_back_earlier(earlier, hosts, inventory, on_event, outcomes, profile, run_ids, started)
     order = {hv.host: i for i, hv in enumerate(hosts)}
     outcomes.sort(key=lambda o: order.get(o.host, len(order)))
-    report = ApplyReport(profile, check, run_ids, outcomes, time.monotonic() - started, ansible_s)
+    report = ApplyReport(profile, opts.check, run_ids, outcomes, time.monotonic() - started, ansible_s)
     locks = [o for o in outcomes if o.lock and o.status == "failed"]
-    if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not check:
+    if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not opts.check:
         first = locks[0]
         holder = first.lock or {}
         raise LockHeld(
@@ -335,7 +334,7 @@ def _restore_and_attach(
 ) -> None:
     """Restore ``targets``, attach each result to its outcome; if any restore fails, stop everything with
     RestoreFailed and the manual steps (no further hosts are touched)."""
-    from knobfleet.transaction import RestoreFailed, manual_steps, restore
+    from knobfleet.ops.transaction import RestoreFailed, manual_steps, restore
 
     results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
     for o in chosen:
@@ -352,6 +351,19 @@ def _restore_and_attach(
         raise RestoreFailed("\n".join(lines), broken, report())
 
 
+def restore_targets(failed: list[HostOutcome]) -> dict[str, Any]:
+    """Pure: where each failed host goes back to — the previous generation when a new one was installed, else
+    the same generation again (the engine was restarted on it)."""
+    from knobfleet.ops.transaction import RestoreTarget
+
+    targets = {}
+    for o in failed:
+        new_gen = o.generation is not None and o.generation != o.previous
+        to = o.previous if new_gen else o.generation
+        targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
+    return targets
+
+
 def _restore_failed(
     batch: list[HostOutcome],
     hosts: list[HostVars],
@@ -364,14 +376,8 @@ def _restore_failed(
     started: float,
 ) -> None:
     """The transaction's second half: every host whose new generation failed goes back to the previous one."""
-    from knobfleet.transaction import RestoreTarget
-
     failed = [o for o in batch if o.status == "failed" and o.committed]
-    targets = {}
-    for o in failed:
-        new_gen = o.generation is not None and o.generation != o.previous
-        to = o.previous if new_gen else o.generation
-        targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
+    targets = restore_targets(failed)
     if targets:
         messages = {o.host: o.message for o in failed}
         _restore_and_attach(
@@ -397,7 +403,7 @@ def _roll_back_earlier(
     started: float,
 ) -> None:
     """--rollback-fleet: hosts of earlier, successful batches go back to their previous generation too."""
-    from knobfleet.transaction import RestoreTarget
+    from knobfleet.ops.transaction import RestoreTarget
 
     targets = {
         o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")

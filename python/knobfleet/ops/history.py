@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knobfleet.hostvars import HostVars
-from knobfleet.runner import Event, operator
-from knobfleet.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event, operator
+from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
 
 
 @dataclass
@@ -79,13 +79,15 @@ def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
 def history(
     hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
 ) -> list[HostHistory]:
-    from knobfleet import drift
+    from knobfleet.fleet.probe import probe
 
-    docs = drift.probe(hosts, inventory, on_event)
+    outcomes = probe(hosts, inventory, on_event=on_event)
     out = []
     for hv in hosts:
-        doc = docs[hv.host]
-        out.append(from_probe(hv.host, doc) if isinstance(doc, dict) else HostHistory(hv.host, None, unreachable=doc))
+        o = outcomes[hv.host]
+        out.append(
+            from_probe(hv.host, o.doc) if o.error is None else HostHistory(hv.host, None, unreachable=str(o.error))
+        )
     return out
 
 

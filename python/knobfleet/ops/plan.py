@@ -1,14 +1,20 @@
-"""Pure helpers for apply: batches, knob-level changes from script diffs, live-state checks."""
+"""Pure: what apply will do. Batches, knob-level changes from script diffs, and ``plan_host``: one probe
+document + what was rendered → findings (the one live-state rule) → the actions apply takes."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from knobfleet.errors import KnobfleetError
+from knobfleet.errors import UsageError
+from knobfleet.live.verify import Declared, Finding, actions, check_rendered, refusal
+from knobfleet.module_utils import knob_live
 
-ENGINE_PREFIXES = ("SGLANG_", "SGL_", "VLLM_")
+if TYPE_CHECKING:
+    from knobfleet.engines.adapter import Engine
+    from knobfleet.render import Rendered
 
 
 def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str]]:
@@ -35,99 +41,14 @@ def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str
             if size < 1:
                 raise ValueError
     except ValueError:
-        raise KnobfleetError(f"--serial {serial!r}: expected a count such as 2 or a percentage such as 25%") from None
+        raise UsageError(f"--serial {serial!r}: expected a count such as 2 or a percentage such as 25%") from None
     return out + [rest[i : i + size] for i in range(0, len(rest), size)]
 
 
-def shell_statements(text: str) -> list[list[str]]:
-    """Split shell text into statements (lists of words) the way bash reads simple scripts: single quotes are
-    literal, double quotes honour backslash before $ ` " \\ and newline, an unquoted backslash escapes the
-    next character (backslash-newline joins lines), # starts a comment at a word start, and newline or ;
-    ends a statement. Expansions ($VAR, $(...)) are kept as text, never run."""
-    statements: list[list[str]] = []
-    words: list[str] = []
-    word: list[str] = []
-    in_word, i, n = False, 0, len(text)
-
-    def end_word() -> None:
-        nonlocal word, in_word
-        if in_word:
-            words.append("".join(word))
-        word, in_word = [], False
-
-    def end_statement() -> None:
-        nonlocal words
-        end_word()
-        if words:
-            statements.append(words)
-        words = []
-
-    while i < n:
-        c = text[i]
-        if c == "'":
-            j = text.find("'", i + 1)
-            j = n if j < 0 else j
-            word.append(text[i + 1 : j])
-            in_word, i = True, j + 1
-            continue
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
-                    if text[i + 1] != "\n":
-                        word.append(text[i + 1])
-                    i += 2
-                    continue
-                word.append(text[i])
-                i += 1
-            in_word, i = True, i + 1
-            continue
-        if c == "\\":
-            if i + 1 < n and text[i + 1] != "\n":
-                word.append(text[i + 1])
-                in_word = True
-            i += 2
-            continue
-        if c == "#" and not in_word:
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c in "\n;":
-            end_statement()
-            i += 1
-            continue
-        if c in " \t":
-            end_word()
-            i += 1
-            continue
-        word.append(c)
-        in_word = True
-        i += 1
-    end_statement()
-    return statements
-
-
-def script_env_argv(text: str) -> tuple[dict[str, str], list[str]]:
-    """Exported env vars and the exec argv of a serve script."""
-    env: dict[str, str] = {}
-    argv: list[str] = []
-    for words in shell_statements(text):
-        if words[0] == "export":
-            for w in words[1:]:
-                name, sep, value = w.partition("=")
-                if sep and name.replace("_", "a").isalnum() and not name[0].isdigit():
-                    env[name] = value
-        elif words[0] == "exec":
-            argv = words[1:]
-    return env, argv
-
-
 def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
-    """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one).
-
-    The same lexer is copied into roles/knob_serve/library/knob_generation.py (modules are standalone);
-    tests/unit/test_plan.py checks that the two copies agree."""
-    return script_env_argv(text)
+    """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one): the one reader,
+    shared with the on-host modules (module_utils/knob_live.py)."""
+    return knob_live.script_env_argv(text)
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -174,40 +95,74 @@ def knob_changes(before_script: str, after_script: str) -> list[KnobChange]:
 
 
 @dataclass(frozen=True)
-class LiveCheck:
-    ok: bool
+class HostPlan:
+    """What apply will do on one host, from one probe and the one live-state rule."""
+
+    host: str
+    findings: list[Finding]
+    actions: list[str]  # [] = in sync; ["refuse"] = left alone; else in the order apply performs them
+    refusal: str | None
+    diffs: list[dict[str, str]]
+    knob_changes: list[str]
     main_pid: int | None
-    problems: list[str]
-    seen: dict[str, str]  # knob → value live in the main process
+    seen: dict[str, str]
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.actions
+
+    @property
+    def refused(self) -> bool:
+        return self.refusal is not None
 
 
-def check_live(
-    expected_env: dict[str, str],
-    expected_argv: list[str],
-    main_pid: int | None,
-    processes: list[dict[str, Any]],
-    watch: list[str],
-) -> LiveCheck:
-    """Compare the engine's live processes with what was rendered: every profile env var in every
-    process of the unit, and the main process's cmdline."""
-    problems: list[str] = []
-    main = next((p for p in processes if p.get("pid") == main_pid), None)
-    if main is None:
-        return LiveCheck(False, main_pid, [f"main process {main_pid} not found in the unit's cgroup"], {})
-    if main.get("cmdline") != expected_argv:
-        problems.append(f"pid {main_pid}: cmdline differs from the rendered argv")
-    for proc in processes:
-        env = proc.get("env") or {}
-        for name, value in expected_env.items():
-            if env.get(name) != value:
-                problems.append(
-                    f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env.get(name)!r}, expected {value!r}"
-                )
-        for name in sorted(env):
-            if name.startswith(ENGINE_PREFIXES) and name not in expected_env:
-                problems.append(
-                    f"pid {proc.get('pid')} ({proc.get('comm')}): {name}={env[name]!r} is live but not in "
-                    "the profile (a drop-in or the unit's environment injects it)"
-                )
-    seen = {k: (main.get("env") or {}).get(k, "(unset)") for k in watch}
-    return LiveCheck(not problems, main_pid, problems, seen)
+def file_diff(before: str, after: str, path: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"{path} (installed)", f"{path} (profile)"
+        )
+    )
+
+
+def seen_knobs(doc: dict[str, Any], engine: Engine) -> dict[str, str]:
+    """The knobs worth showing (the engine's ``show`` list) as the engine's main process has them."""
+    pid = knob_live.main_pid(doc)
+    main = next((p for p in doc.get("processes") or [] if p.get("pid") == pid), None)
+    env = (main or {}).get("env") or {}
+    return {engine.short(k): env.get(k, "(unset)") for k in engine.show}
+
+
+def plan_host(
+    doc: dict[str, Any],
+    rendered: Rendered,
+    declared: Declared,
+    engine: Engine,
+    dropin_policy: str = "fail",
+    break_lock: bool = False,
+) -> HostPlan:
+    """Pure: the findings between the host in ``doc`` and ``rendered``, and the actions that repair them."""
+    findings = check_rendered(doc, rendered, declared, engine.rules())
+    acts = actions(findings, dropin_policy, break_lock)
+    files = doc.get("files") or {}
+    diffs, changes = [], []
+    for key, text, path in (
+        ("script", rendered.script, rendered.script_path),
+        ("unit", rendered.unit, rendered.unit_path),
+    ):
+        have = files.get(key) or {}
+        before = str(have.get("content") or "")
+        if before != text:
+            diffs.append({"path": path, "diff": file_diff(before, text, path)})
+            if key == "script":
+                changes = [str(c) for c in knob_changes(before, text)]
+    pid = knob_live.main_pid(doc) or None
+    return HostPlan(
+        rendered.host,
+        findings,
+        acts,
+        refusal(findings, dropin_policy, break_lock),
+        diffs,
+        changes,
+        pid,
+        seen_knobs(doc, engine),
+    )

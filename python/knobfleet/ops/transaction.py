@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import EXIT_RESTORE_FAILED, KnobfleetError
-from knobfleet.hostvars import HostVars
-from knobfleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
-
-TASK_RESTORE = "Install the earlier generation's files"
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
+from knobfleet.live.verify import blocking_after_restore
 
 
 @dataclass(frozen=True)
@@ -88,13 +87,17 @@ def restore(
     verify_after: bool = True,
 ) -> list[RestoreOutcome]:
     """Run playbooks/restore.yml for ``targets``, then probe and verify each restored host."""
-    from knobfleet import drift
+    from knobfleet.ops import drift
 
     chosen = [hv for hv in hosts if hv.host in targets]
     if not chosen:
         return []
     run_id = new_run_id()
-    plan = {h: {"to": t.to, "reason": t.reason, "leave": t.leave, "event": t.event} for h, t in targets.items()}
+    urls = {hv.host: hv.health_url for hv in chosen}
+    plan = {
+        h: {"to": t.to, "reason": t.reason, "leave": t.leave, "event": t.event, "url": urls.get(h, "")}
+        for h, t in targets.items()
+    }
     result = run_playbook(
         RunRequest(
             playbook="restore.yml",
@@ -102,11 +105,10 @@ def restore(
             limit=",".join(hv.host for hv in chosen),
             trusted_vars={
                 "knob_serve_run_id": run_id,
-                "knob_serve_operator": operator(),
                 "knob_serve_controller": controller_id(),
                 "knob_serve_break_lock": break_lock,
             },
-            unsafe_vars={"knob_restore_plan": plan},
+            unsafe_vars={"knob_restore_plan": plan, "knob_serve_operator": operator()},
             forks=min(len(chosen), 64),
             on_event=on_event,
             run_id=run_id,
@@ -115,7 +117,7 @@ def restore(
     outcomes: dict[str, RestoreOutcome] = {}
     for hv in chosen:
         hr = result.host(hv.host)
-        res = hr.results.get(TASK_RESTORE, {})
+        res = hr.results.get("restore", {})
         out = RestoreOutcome(
             hv.host, hr.success, res.get("generation"), res.get("previous"), res.get("profile"), res.get("version")
         )
@@ -127,12 +129,12 @@ def restore(
         if ok_hosts:
             for verdict in drift.check(ok_hosts, inventory, on_event=on_event):
                 out = outcomes[verdict.host]
-                # Drift that predates this change (drop-ins, knobs injected by them) is reported by `drift`;
-                # the restore's job is that the generation's files, env and command line are live again.
-                serious = [f for f in verdict.findings if f.kind not in ("dropin_present", "env_unexpected")]
+                # The restore's job is that the generation's files, env and command line are live again;
+                # which finding kinds may predate the change (a drop-in put back) is data in the rule.
+                serious = blocking_after_restore(verdict.findings)
                 if verdict.status not in ("in_sync", "drift") or serious:
                     out.ok = False
-                    out.findings = [f"{f.kind}: {f.message}" for f in serious]
+                    out.findings = [f"{f.kind.value}: {f.message}" for f in serious]
                     out.message = "restored generation does not verify: " + (
                         "; ".join(out.findings[:3]) or verdict.error or verdict.status
                     )

@@ -13,7 +13,7 @@ from knobfleet.errors import KnobfleetError, ProfileError
 __all__ = ["KnobfleetError"]
 if TYPE_CHECKING:  # jinja2 (render) costs ~50 ms to import; drift and verify never render
     from knobfleet.render import Rendered
-from knobfleet.hostvars import HostVars
+from knobfleet.fleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile, ProfileDoc
 from knobfleet.profiles.store import ProfileStore
 
@@ -50,7 +50,7 @@ def profile_schema() -> dict[str, Any]:
 
 
 def hosts(inventory: Path | None, limit: str | None) -> list[HostVars]:
-    from knobfleet.inventory import load_hosts
+    from knobfleet.fleet.inventory import load_hosts
 
     return load_hosts(inventory or paths.default_inventory(), limit)
 

@@ -38,7 +38,7 @@ def test_typo_profile_exits_1_with_one_line(
     capsys: pytest.CaptureFixture[str], profiles_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KNOBFLEET_HOME", str(profiles_dir.parent))
-    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[2] / "roles")
+    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[3] / "roles")
     (profiles_dir / "typo.yaml").write_text(
         "name: typo\nversion: 1\nextends: default\nenv:\n  SGLANG_SM120_MMA_TARGET_CTS: 512\n"
     )
@@ -81,7 +81,7 @@ def test_waves_suggest_writes_candidates(
     capsys: pytest.CaptureFixture[str], profiles_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KNOBFLEET_HOME", str(profiles_dir.parent))
-    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[2] / "roles")
+    (profiles_dir.parent / "roles").symlink_to(Path(__file__).resolve().parents[3] / "roles")
     code, out, _ = call(capsys, "waves", "default", "--suggest", "--top", "2")
     assert code == 0 and "not a measurement" in out
     written = sorted(p.name for p in profiles_dir.glob("default-ctas*.yaml"))

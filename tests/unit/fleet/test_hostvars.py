@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from knobfleet.errors import InventoryError
-from knobfleet.hostvars import from_inventory_vars
-from knobfleet.inventory import load_hosts
+from knobfleet.fleet.hostvars import from_inventory_vars
+from knobfleet.fleet.inventory import load_hosts
 
 
 def test_lab_inventory_resolves_templated_vars(repo: Path) -> None:

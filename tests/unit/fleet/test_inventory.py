@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from knobfleet import inventory
 from knobfleet.errors import InventoryError
+from knobfleet.fleet import inventory
 
 
 @pytest.fixture

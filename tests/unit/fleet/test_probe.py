@@ -1,4 +1,4 @@
-"""drift's choice of transport and the probe module's stdlib-only entry point."""
+"""The probe's options, the choice of transport, and the probe module's stdlib-only entry point."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from knobfleet import drift, transport
+from knobfleet import paths
 from knobfleet.errors import KnobfleetError
-from knobfleet.hostvars import HostVars
+from knobfleet.fleet import probe, transports
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports import ssh as transport
 
 
 def test_probe_args_are_the_roles_task_options(repo: Path) -> None:
     (task,) = yaml.safe_load((repo / "roles" / "knob_probe" / "tasks" / "main.yml").read_text())
     hv = HostVars(host="h", listen_host="127.0.1.4", port=30001, service="eng")
-    args = drift.probe_args(hv)
-    assert set(task["knob_probe"]) | {"http_timeout_s"} == set(args)
+    args = probe.probe_args(hv)
+    assert set(task["knob_probe"]) == set(args)
     assert args["unit_path"] == "/etc/systemd/system/eng.service"
     assert args["state_dir"] == "/var/lib/knobfleet/eng"
     assert args["health_url"] == "http://127.0.1.4:30001/health_generate"
@@ -37,18 +39,21 @@ def test_probe_args_are_the_roles_task_options(repo: Path) -> None:
 )
 def test_choose_via(via: str, conns: list[dict[str, str]], expected: str) -> None:
     hosts = [HostVars(host=f"h{i}", connection=c) for i, c in enumerate(conns)]
-    assert drift.choose_via(hosts, via) == expected
+    assert transports.choose(hosts, via).name == expected
 
 
 def test_via_ssh_refuses_hosts_it_cannot_reach_like_ansible() -> None:
     hosts = [HostVars(host="h1", connection={"ansible_become": "yes"}), HostVars(host="h2", connection={})]
     hosts.append(HostVars(host="h3", connection={"ansible_password": "<set>"}))
     with pytest.raises(KnobfleetError) as exc:
-        drift.choose_via(hosts, "ssh")
+        transports.choose(hosts, "ssh")
+    assert exc.value.exit_code == 64
     assert str(exc.value) == (
-        "--via ssh: h1: ansible_become (and 1 more) cannot be reached over plain SSH the way Ansible reaches it; "
+        "--via ssh: h1: ansible_become (and 1 more) cannot be reached that way as Ansible reaches it; "
         "use --via auto (falls back to the playbook) or --via ansible"
     )
+    with pytest.raises(KnobfleetError, match=r"--via 'scp': expected one of auto, ssh, ansible"):
+        transports.choose(hosts, "scp")
 
 
 def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
@@ -71,10 +76,10 @@ def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
             "ansible_python_interpreter": os.path.realpath(sys.executable),
         },
     )
-    out = transport.run_function(
-        [hv], tmp_path / "cp", drift.probe_source(), "knob_probe", "probe", {"h1": drift.probe_args(hv)}
-    )["h1"]
-    assert out.error == ""
+    call = probe.call([hv])
+    payload = transport.bundle(call.source(), paths.module_utils_dir())
+    out = transport.run_function([hv], tmp_path / "cp", payload, "knob_probe", "probe", call.args)["h1"]
+    assert out.error is None
     doc = out.doc
     assert doc["files"]["script"]["exists"] and doc["files"]["script"]["mode"] == "0644"
     assert doc["files"]["unit"] == {"path": f"{tmp_path}/knobfleet-unit-test-absent.service", "exists": False}

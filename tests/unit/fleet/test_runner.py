@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knobfleet.runner import dump_vars
+from knobfleet.fleet.runner import dump_vars
 
 
 def ansible_load(text: str) -> Any:

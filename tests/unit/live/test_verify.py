@@ -1,8 +1,8 @@
 """verify.py against recorded probe documents: one folder per scenario (probe.json + expected.json).
 
 The probes were recorded from the lab with `knobfleet drift --save-probes DIR` after injecting each fault
-(see each case's "about"); two are synthesized from the clean probe where the stand-in engine cannot
-produce the fault live.
+(see each case's "about"); three are synthesized from the clean probe where the stand-in engine cannot
+produce the fault live, or a killed controller would be needed.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from knobfleet.drift import known_knobs
-from knobfleet.verify import KINDS, Declared, exit_code, summary, verify_host
+from knobfleet.engines.adapter import engine
+from knobfleet.live.verify import KINDS, Declared, exit_code, summary, verify_host
 
 CASES = Path(__file__).parent / "verify_cases"
 
@@ -29,7 +29,7 @@ def load(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def run(case: str):  # type: ignore[no-untyped-def]
     probe, expected = load(case)
     declared = Declared(**expected["declared"]) if expected["declared"] else None
-    return verify_host("lab1", probe, declared, known_knobs()), expected
+    return verify_host("lab1", probe, declared, engine().rules()), expected
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir() if p.is_dir()))
@@ -95,7 +95,7 @@ def test_summary_and_exit_codes() -> None:
     clean, _ = run("clean")
     drifted, _ = run("service_stopped")
     other, _ = run("declared_profile_differs")
-    from knobfleet.verify import unreachable
+    from knobfleet.live.verify import unreachable
 
     down = unreachable("lab9", "unreachable: ssh timed out")
     assert exit_code([clean]) == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import KnobfleetError
-from knobfleet.hostvars import HostVars
-from knobfleet.runner import Event, RunRequest, new_run_id, run_playbook
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.runner import Event, RunRequest, new_run_id, run_playbook
 
 TASK_RESULT = "Read the bench result"
 

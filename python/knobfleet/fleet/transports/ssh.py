@@ -1,9 +1,10 @@
-"""The SSH fast path: run one of the roles' own stdlib-only module functions on many hosts over the same
-multiplexed SSH connections Ansible uses, without starting ``ansible-playbook``.
+"""Transport ``ssh``, the fast path: run one of the roles' own stdlib-only module functions on many hosts over
+the same multiplexed SSH connections Ansible uses, without starting ``ansible-playbook``.
 
 Why: a read-only probe is one module call per host, and ``ansible-playbook`` spends ~0.85 s starting,
 re-reading the inventory and running its strategy around it (docs/PERFORMANCE.md). Here the module's
-source is piped to ``python3 -I -c BOOT`` on each host, ``BOOT`` execs it and prints one JSON document.
+source, with the ``module_utils`` it imports, is piped to ``python3 -I -c BOOT`` on each host; ``BOOT`` registers
+the utils as ``ansible.module_utils.*``, execs the module and prints one JSON document.
 
 Connection parity with Ansible: the argv is built from the same ``ansible_*`` inventory vars and the same
 SSH options knobfleet gives Ansible (runner.ssh_env), and ``ControlPath`` is ``<state>/cp/%C`` for both,
@@ -11,28 +12,32 @@ so a drift right after an apply reuses the apply's connections and vice versa. H
 cannot reach exactly as Ansible would (another connection plugin, a password, become) are reported by
 ``ineligible`` and the caller uses the playbook instead.
 
-Speculative start: the argv of every host is saved under ``<state>/cache/fastpath`` keyed by the inventory
-fingerprint and the module's source; the next command with the same key starts those ssh processes first
-thing, before the slow imports, and later keeps each only if the argv computed from the validated host
-vars is identical (else it is stopped and started again). Reads only, so a wrong guess costs nothing.
+Speculative start (``warm_up``, lives here and nowhere else): the argv of every host is saved under
+``<state>/cache/fastpath`` keyed by the inventory fingerprint and the module's source; the next command with
+the same key starts those ssh processes first thing, before the slow imports, and ``SshTransport.run`` keeps
+each only if the argv computed from the validated host vars is identical (else it is stopped and started
+again). Reads only, so a wrong guess costs nothing; processes nobody collected are stopped at exit.
 
 ``ssh_argv`` and ``remote_command`` are pure; ``run_function`` and ``start_planned`` run the processes.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:  # this module stays light: the CLI imports it before pydantic to start probes early
-    from knobfleet.hostvars import HostVars
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.transports import ModuleCall
 
 # Kept equal to runner.ssh_env(): the options Ansible's ssh plugin gets from knobfleet.
 SSH_ARGS = ("-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15")
@@ -91,10 +96,22 @@ def ssh_argv(hv: HostVars, control_dir: Path) -> list[str]:
 
 BOOT = (
     "import json,sys,types\n"
+    "b=json.loads(sys.stdin.buffer.read())\n"
+    "for n,s in b['utils']:\n"
+    " u=types.ModuleType('ansible.module_utils.'+n);sys.modules[u.__name__]=u\n"
+    " exec(compile(s,n,'exec'),u.__dict__)\n"
     "m=types.ModuleType({name!r})\n"
-    "exec(compile(sys.stdin.buffer.read(),{name!r},'exec'),m.__dict__)\n"
+    "exec(compile(b['module'],{name!r},'exec'),m.__dict__)\n"
     "sys.stdout.write(json.dumps(m.{func}(json.loads({args!r}))))\n"
 )
+UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
+
+
+def bundle(source: bytes, utils_dir: Path) -> bytes:
+    """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports."""
+    names = sorted({m.decode() for m in UTIL_IMPORT.findall(source)})
+    utils = [[n, (utils_dir / f"{n}.py").read_text(encoding="utf-8")] for n in names]
+    return json.dumps({"utils": utils, "module": source.decode("utf-8")}).encode("utf-8")
 
 
 def remote_command(hv: HostVars, module_name: str, func: str, args: dict[str, Any]) -> str:
@@ -104,12 +121,23 @@ def remote_command(hv: HostVars, module_name: str, func: str, args: dict[str, An
 
 
 @dataclass(frozen=True)
+class HostFailure:
+    """Why a host gave no document: it could not be reached, or the module failed there."""
+
+    kind: Literal["unreachable", "error"]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """One host's answer: ``doc`` when the function ran, else ``error`` starting 'unreachable: ' or 'error: '."""
+    """One host's answer: ``doc`` when the function ran, else ``error``."""
 
     host: str
     doc: Any = None
-    error: str = ""
+    error: HostFailure | None = None
     missing_python: bool = False
 
 
@@ -121,16 +149,18 @@ def _last_line(text: str) -> str:
 def interpret(host: str, rc: int, stdout: bytes, stderr: bytes, python: str) -> Outcome:
     """Pure: what one ssh process's exit status and output mean."""
     err = _last_line(stderr.decode("utf-8", "replace"))
-    if rc == 255:
-        return Outcome(host, error=f"unreachable: {err or 'ssh exited 255'}")
+    if rc == 255:  # ssh's own status for a connection it could not make
+        return Outcome(host, error=HostFailure("unreachable", err or "ssh exited 255"))
     if rc == 127:
-        return Outcome(host, error=f"error: {python} not found on the host", missing_python=True)
+        return Outcome(host, error=HostFailure("error", f"{python} not found on the host"), missing_python=True)
     if rc != 0:
-        return Outcome(host, error=f"error: the module failed on the host (exit {rc}): {err or 'no message'}")
+        return Outcome(
+            host, error=HostFailure("error", f"the module failed on the host (exit {rc}): {err or 'no message'}")
+        )
     try:
         return Outcome(host, doc=json.loads(stdout))
     except ValueError:
-        return Outcome(host, error=f"error: the module printed no JSON document: {stdout[:200]!r}")
+        return Outcome(host, error=HostFailure("error", f"the module printed no JSON document: {stdout[:200]!r}"))
 
 
 Started = dict[str, tuple[list[str], "subprocess.Popen[bytes]"]]
@@ -221,7 +251,7 @@ def run_function(
             try:
                 procs[host] = _launch(argv, source)
             except OSError as exc:
-                failed[host] = Outcome(host, error=f"error: cannot run {argv[0]}: {exc.strerror}")
+                failed[host] = Outcome(host, error=HostFailure("error", f"cannot run {argv[0]}: {exc.strerror}"))
     for _argv, proc in started.values():  # started for hosts no longer asked for
         _stop(proc)
     if plan_key is not None:
@@ -236,7 +266,9 @@ def run_function(
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _stop(proc)
-            return Outcome(host, error=f"error: no answer within {timeout_s:g} s; the ssh process was stopped")
+            return Outcome(
+                host, error=HostFailure("error", f"no answer within {timeout_s:g} s; the ssh process was stopped")
+            )
         return interpret(host, proc.returncode, out, err, _python(by_name[host]))
 
     if not hosts:
@@ -245,3 +277,59 @@ def run_function(
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
         return {o.host: o for o in pool.map(collect, [hv.host for hv in hosts])}
+
+
+# --- the transport ---------------------------------------------------------------------------------------
+
+_EARLY: Started = {}
+_EARLY_KEY: list[str | None] = [None]
+
+
+def stop_unused() -> None:
+    """Stop speculative processes nobody collected (an error came first, or another transport was chosen)."""
+    for _argv, proc in _EARLY.values():
+        if proc.returncode is None and proc.poll() is None:
+            proc.kill()
+        if proc.stdout is not None and not proc.stdout.closed:
+            proc.communicate()
+    _EARLY.clear()
+
+
+atexit.register(stop_unused)
+
+
+class SshTransport:
+    """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring."""
+
+    name: ClassVar[str] = "ssh"
+
+    def ineligible(self, hv: HostVars) -> str | None:
+        return ineligible(hv)
+
+    def warm_up(self, key: str, source: bytes) -> None:
+        stop_unused()
+        _EARLY_KEY[0] = key
+        _EARLY.update(start_planned(key, source))
+
+    def run(
+        self,
+        hosts: Sequence[HostVars],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Outcome]:
+        from knobfleet import paths
+
+        started = dict(_EARLY)
+        _EARLY.clear()
+        return run_function(
+            hosts,
+            paths.control_dir(),
+            bundle(call.source(), paths.module_utils_dir()),
+            call.module,
+            call.function,
+            call.args,
+            timeout_s=call.timeout_s,
+            plan_key=_EARLY_KEY[0],
+            started=started,
+        )

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from knobfleet.bench import client
+from knobfleet.experiment.bench import client
 from knobfleet.lab.sim.engine import Engine, EngineConfig
 from knobfleet.lab.sim.server import State, make_server
 from knobfleet.waves import KernelKnobs

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knobfleet import paths, transport
-from knobfleet.hostvars import HostVars
+from knobfleet import paths
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports import ssh as transport
 
 CP = Path("/run/kf-cp")
 
@@ -101,7 +102,7 @@ def test_ineligible(conn: dict[str, str], reason: str | None) -> None:
 )
 def test_interpret_failures(rc: int, out: bytes, err: bytes, expected: str) -> None:
     o = transport.interpret("h1", rc, out, err, "/usr/bin/python3")
-    assert o.doc is None and o.error.startswith(expected)
+    assert o.doc is None and o.error is not None and str(o.error).startswith(expected)
     assert o.missing_python == (rc == 127)
 
 
@@ -109,13 +110,14 @@ def test_interpret_document() -> None:
     assert transport.interpret("h1", 0, b'{"a": [1]}', b"", "python3").doc == {"a": [1]}
 
 
-MODULE = b"""
+SOURCE = b"""
 import os
 def echo(args):
     return {"args": args, "pid": os.getpid()}
 def boom(args):
     raise RuntimeError("probe exploded")
 """
+MODULE = transport.bundle(SOURCE, paths.module_utils_dir())  # what the fast path writes to ssh's stdin
 
 
 @pytest.fixture
@@ -140,22 +142,22 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 def test_arguments_survive_the_remote_shell(fake_ssh: Path, tmp_path: Path, args: dict[str, Any]) -> None:
     (h,) = local_hosts(fake_ssh, 1)
     out = transport.run_function([h], tmp_path / "cp", MODULE, "m", "echo", {"h1": args})
-    assert out["h1"].error == "" and out["h1"].doc["args"] == args
+    assert out["h1"].error is None and out["h1"].doc["args"] == args
 
 
 def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -> None:
     h1, h2 = local_hosts(fake_ssh, 2)
     h2 = hv("h2", ansible_ssh_executable=str(fake_ssh), ansible_python_interpreter="/nonexistent/python3")
     out = transport.run_function([h1, h2], tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}})
-    assert out["h1"].error == "error: the module failed on the host (exit 1): RuntimeError: probe exploded"
+    assert str(out["h1"].error) == "error: the module failed on the host (exit 1): RuntimeError: probe exploded"
     assert out["h2"].missing_python
 
 
 def test_timeout_stops_the_process(tmp_path: Path, fake_ssh: Path) -> None:
     (h,) = local_hosts(fake_ssh, 1)
-    slow = b"import time\ndef wait(a):\n    time.sleep(30)\n"
+    slow = transport.bundle(b"import time\ndef wait(a):\n    time.sleep(30)\n", paths.module_utils_dir())
     out = transport.run_function([h], tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5)
-    assert out["h1"].error == "error: no answer within 0.5 s; the ssh process was stopped"
+    assert str(out["h1"].error) == "error: no answer within 0.5 s; the ssh process was stopped"
 
 
 def test_speculative_start_is_used_only_when_the_argv_matches(
@@ -179,7 +181,7 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     assert second["h1"].doc["pid"] == early_pids["h1"] and second["h2"].doc["pid"] != early_pids["h2"]
     assert first["h1"].doc["pid"] != second["h1"].doc["pid"]
     # a different module source never reuses the plan
-    assert transport.start_planned("k", MODULE + b"\n") == {}
+    assert transport.start_planned("k", transport.bundle(SOURCE + b"\n", paths.module_utils_dir())) == {}
     saved = json.loads(next((tmp_path / "state" / "cache" / "fastpath").glob("*.json")).read_text())
     assert [p["host"] for p in saved] == ["h1", "h2", "h3"]
     rest = transport.start_planned("k", MODULE)
@@ -192,4 +194,15 @@ def test_a_missing_ssh_executable_is_reported_per_host(tmp_path: Path, fake_ssh:
     bad = hv("h2", ansible_ssh_executable=str(tmp_path / "no-such-ssh"))
     out = transport.run_function([good, bad], tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}})
     assert out["h1"].doc["args"] == {}
-    assert out["h2"].error == f"error: cannot run {tmp_path}/no-such-ssh: No such file or directory"
+    assert str(out["h2"].error) == f"error: cannot run {tmp_path}/no-such-ssh: No such file or directory"
+
+
+def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tmp_path: Path) -> None:
+    (h,) = local_hosts(fake_ssh, 1)
+    source = (
+        b"from ansible.module_utils.knob_live import script_env_argv\ndef f(a):\n    return script_env_argv(a['s'])\n"
+    )
+    payload = transport.bundle(source, paths.module_utils_dir())
+    assert [n for n, _src in json.loads(payload)["utils"]] == ["knob_live"]
+    out = transport.run_function([h], tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
+    assert out["h1"].doc == [{"A": "1"}, ["x"]]

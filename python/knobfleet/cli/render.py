@@ -1,0 +1,104 @@
+"""``render`` and ``waves``: what a profile becomes on a host, and the wave planner."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from knobfleet.cli.common import Sub, inventory_opts
+from knobfleet.cli.common import out as _out
+from knobfleet.errors import EXIT_OK, KnobfleetError
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.ops import workspace as app
+
+    if args.what == "vars":
+        from knobfleet.fleet.runner import dump_vars
+        from knobfleet.render import profile_vars
+
+        sys.stdout.write(dump_vars({}, {"knob_serve_profile": profile_vars(app.store().resolve(args.profile))}))
+        return EXIT_OK
+    rendered = app.render(args.profile, args.inventory, args.host)
+    if args.json:
+        _out(report.to_json([app.rendered_json(r) for r in rendered]))
+        return EXIT_OK
+    for r in rendered:
+        if len(rendered) > 1:
+            _out(f"# ---- {r.host} ----")
+        if args.what == "script":
+            sys.stdout.write(r.script)
+        elif args.what == "unit":
+            sys.stdout.write(r.unit)
+        elif args.what == "env":
+            _out("\n".join(f"{k}={v}" for k, v in r.env.items()))
+        else:
+            _out("\n".join(r.argv))
+    return EXIT_OK
+
+
+def cmd_waves(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.ops import workspace as app
+
+    if not args.profile and not args.knob:
+        raise KnobfleetError(
+            "waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob SGLANG_SM120_MMA_TARGET_CTAS=512)"
+        )
+    batches = app.parse_int_list(args.batch, "--batch")
+    plan, profile = app.wave_plan(args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context)
+    if args.suggest:
+        weights = app.parse_weights(args.weights)
+        picks = app.suggest_ctas(plan, profile, weights, args.top, write=profile is not None and not args.no_write)
+        if args.json:
+            _out(
+                report.to_json(
+                    {
+                        **plan.as_json(),
+                        "suggestions": [s.__dict__ for s in picks],
+                        "note": "wave-model prediction, not a measurement; validate with knobfleet ab",
+                    }
+                )
+            )
+            return EXIT_OK
+        _out(report.waves_table(plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs))
+        _out("\nThis is a prediction from the wave model, not a measurement: validate each pick with `knobfleet ab`.")
+        rows = [[s.target_ctas, f"{s.weighted_cost:.5f}", f"{s.relative:+.1%}", s.written or "-"] for s in picks]
+        _out(report.table(["TARGET_CTAS", "weighted cost/req", "vs current", "profile written"], rows, "rrrl"))
+        return EXIT_OK
+    if args.json:
+        _out(report.to_json(plan.as_json()))
+    else:
+        _out(report.waves_table(plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs))
+    return EXIT_OK
+
+
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("render", help="print what a profile renders to on a host")
+    p.add_argument("profile")
+    inventory_opts(p, limit=False)
+    p.add_argument("--host", default=None, help="one host (default: every host)")
+    p.add_argument(
+        "--what",
+        choices=["script", "unit", "env", "argv", "vars"],
+        default="script",
+        help="vars: the profile as extra vars (tagged !unsafe) for plain ansible-playbook",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("waves", help="predict split-K wave quantization per batch size")
+    p.add_argument("profile", nargs="?")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--gpu", default=None, help="GPU name from the catalog (default: the profile's fingerprint)")
+    p.add_argument("--sms", type=int, default=None, help="SM count for a GPU not in the catalog")
+    p.add_argument("--heads", type=int, default=64)
+    p.add_argument("--batch", default="1,8,48,64,80,96")
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--suggest", action="store_true", help="rank TARGET_CTAS values for --weights")
+    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1")
+    p.add_argument("--top", type=int, default=3)
+    p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_waves)

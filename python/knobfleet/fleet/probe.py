@@ -1,0 +1,60 @@
+"""The probe: one call of the knob_probe module per host (roles/knob_probe), through any transport. Its
+options come from the host's vars and engine, the same for every transport."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from knobfleet.fleet import transports
+from knobfleet.fleet.transports import ModuleCall, Outcome
+
+if TYPE_CHECKING:
+    from knobfleet.fleet.hostvars import HostVars
+
+PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
+HTTP_TIMEOUT_S = 2.0
+
+
+def probe_args(hv: HostVars) -> dict[str, Any]:
+    """The knob_probe module's options for ``hv``."""
+    engine = hv.adapter()
+    return {
+        "service": hv.service,
+        "script_path": hv.script_path,
+        "unit_path": hv.unit_path,
+        "state_dir": hv.service_state_dir,
+        "health_url": hv.health_url,
+        "info_url": hv.base_url + engine.info_path if engine.info_path else "",
+        "http_timeout_s": HTTP_TIMEOUT_S,
+    }
+
+
+def call(hosts: Sequence[HostVars] = ()) -> ModuleCall:
+    return ModuleCall(
+        role="knob_probe",
+        module="knob_probe",
+        function="probe",
+        playbook="probe.yml",
+        result_key="probe",
+        args={hv.host: probe_args(hv) for hv in hosts},
+        timeout_s=PROBE_TIMEOUT_S,
+    )
+
+
+def warm_up(inventory: Path, limit: str | None, via: str) -> None:
+    """Start the probes of the last run over the same inventory (ssh transport; cheap, read-only)."""
+    transports.warm_up(call(), inventory, limit, via)
+
+
+def probe(
+    hosts: Sequence[HostVars],
+    inventory: Path,
+    via: str = "auto",
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Outcome]:
+    """Each host's probe document (``Outcome.doc``) or why there is none (``Outcome.error``)."""
+    if not hosts:
+        return {}
+    return transports.run(hosts, call(hosts), inventory, via, on_event)

@@ -1,0 +1,56 @@
+"""Transport ``ansible``: the module runs as a task of its playbook through ansible-runner (runner.py), with
+each host's arguments passed as unsafe extra vars ``<module>_args: {host: args}``. Reaches every host Ansible
+reaches (any connection plugin, passwords, become, bastions), at the cost of starting ``ansible-playbook``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from knobfleet.fleet.transports.ssh import HostFailure, Outcome
+
+if TYPE_CHECKING:
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.transports import ModuleCall
+
+
+class AnsibleTransport:
+    name: ClassVar[str] = "ansible"
+
+    def ineligible(self, hv: HostVars) -> str | None:
+        return None
+
+    def warm_up(self, key: str, source: bytes) -> None:
+        return None
+
+    def run(
+        self,
+        hosts: Sequence[HostVars],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Outcome]:
+        from knobfleet.fleet.runner import RunRequest, run_playbook
+
+        result = run_playbook(
+            RunRequest(
+                playbook=call.playbook,
+                inventory=inventory,
+                limit=",".join(hv.host for hv in hosts),
+                unsafe_vars={f"{call.module}_args": {hv.host: call.args[hv.host] for hv in hosts}},
+                forks=min(max(len(hosts), 1), 64),
+                on_event=on_event,
+            )
+        )
+        out: dict[str, Outcome] = {}
+        for hv in hosts:
+            hr = result.host(hv.host)
+            doc = hr.results.get(call.function, {}).get(call.result_key)
+            if hr.unreachable:
+                out[hv.host] = Outcome(hv.host, error=HostFailure("unreachable", hr.first_failure(with_task=False)))
+            elif not hr.success or not isinstance(doc, dict):
+                out[hv.host] = Outcome(hv.host, error=HostFailure("error", hr.first_failure()))
+            else:
+                out[hv.host] = Outcome(hv.host, doc=doc)
+        return out

@@ -1,0 +1,1 @@
+"""Operations (use cases): plan, apply, transactions, rollback, history, drift/verify."""
