@@ -50,8 +50,12 @@ LOG2E = 1.4426950408889634
 
 
 def skipped(reason: str) -> dict[str, Any]:
-    return {"schema": 1, "skipped": True, "reason": f"skipped: {reason} on {socket.gethostname()}",
-            "host": socket.gethostname()}
+    return {
+        "schema": 1,
+        "skipped": True,
+        "reason": f"skipped: {reason} on {socket.gethostname()}",
+        "host": socket.gethostname(),
+    }
 
 
 def emit(result: dict[str, Any], out: str | None) -> None:
@@ -68,10 +72,28 @@ def emit(result: dict[str, Any], out: str | None) -> None:
 
 def build(torch: Any, triton: Any, tl: Any) -> tuple[Any, Any]:
     @triton.jit
-    def split_kernel(Q, KV, Start, Opart, Lse, H, L, chunk,
-                     stride_qb, stride_qh, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-                     qk_scale,
-                     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr):
+    def split_kernel(
+        Q,
+        KV,
+        Start,
+        Opart,
+        Lse,
+        H,
+        L,
+        chunk,
+        stride_qb,
+        stride_qh,
+        stride_ob,
+        stride_oh,
+        stride_os,
+        stride_lb,
+        stride_lh,
+        qk_scale,
+        BLOCK_H: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        DV: tl.constexpr,
+        DR: tl.constexpr,
+    ):
         b = tl.program_id(0)
         hg = tl.program_id(1)
         s = tl.program_id(2)
@@ -113,9 +135,21 @@ def build(torch: Any, triton: Any, tl: Any) -> tuple[Any, Any]:
         tl.store(Lse + b * stride_lb + heads * stride_lh + s, lse, mask=hmask)
 
     @triton.jit
-    def combine_kernel(Opart, Lse, Out, nsplit,
-                       stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_xb, stride_xh,
-                       DV: tl.constexpr, NS: tl.constexpr):
+    def combine_kernel(
+        Opart,
+        Lse,
+        Out,
+        nsplit,
+        stride_ob,
+        stride_oh,
+        stride_os,
+        stride_lb,
+        stride_lh,
+        stride_xb,
+        stride_xh,
+        DV: tl.constexpr,
+        NS: tl.constexpr,
+    ):
         b = tl.program_id(0)
         h = tl.program_id(1)
         offs_s = tl.arange(0, NS)
@@ -125,8 +159,11 @@ def build(torch: Any, triton: Any, tl: Any) -> tuple[Any, Any]:
         w = tl.where(smask, tl.exp2(lse - m), 0.0)
         w = w / tl.sum(w, 0)
         offs_v = tl.arange(0, DV)
-        o = tl.load(Opart + b * stride_ob + h * stride_oh + offs_s[:, None] * stride_os + offs_v[None, :],
-                    mask=smask[:, None], other=0.0)
+        o = tl.load(
+            Opart + b * stride_ob + h * stride_oh + offs_s[:, None] * stride_os + offs_v[None, :],
+            mask=smask[:, None],
+            other=0.0,
+        )
         out = tl.sum(o * w[:, None], 0)
         tl.store(Out + b * stride_xb + h * stride_xh + offs_v, out.to(Out.dtype.element_ty))
 
@@ -154,17 +191,35 @@ class Bench:
         bn = self.args.block_n
         return max(bn, math.ceil(math.ceil(length / nsplit) / bn) * bn)
 
-    def launch_split(self, q: Any, start: Any, opart: Any, lse: Any, heads: int, length: int,
-                     block_h: int, nsplit: int) -> Any:
+    def launch_split(
+        self, q: Any, start: Any, opart: Any, lse: Any, heads: int, length: int, block_h: int, nsplit: int
+    ) -> Any:
         batch = q.shape[0]
         chunk = self.chunk(length, nsplit)
         grid = (batch, math.ceil(heads / block_h), nsplit)
         k = self.split_kernel[grid](
-            q, self.pool, start, opart, lse, heads, length, chunk,
-            q.stride(0), q.stride(1), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
+            q,
+            self.pool,
+            start,
+            opart,
+            lse,
+            heads,
+            length,
+            chunk,
+            q.stride(0),
+            q.stride(1),
+            opart.stride(0),
+            opart.stride(1),
+            opart.stride(2),
+            lse.stride(0),
+            lse.stride(1),
             LOG2E / math.sqrt(D_QK),
-            BLOCK_H=block_h, BLOCK_N=self.args.block_n, DV=D_V, DR=D_R,
-            num_warps=self.num_warps.get(block_h, 4), num_stages=self.args.num_stages,
+            BLOCK_H=block_h,
+            BLOCK_N=self.args.block_n,
+            DV=D_V,
+            DR=D_R,
+            num_warps=self.num_warps.get(block_h, 4),
+            num_stages=self.args.num_stages,
         )
         key = (block_h, self.num_warps.get(block_h, 4))
         if key not in self.compiled and k is not None:
@@ -175,9 +230,20 @@ class Bench:
         batch, heads = out.shape[0], out.shape[1]
         ns = max(2, 1 << (nsplit - 1).bit_length())
         self.combine_kernel[(batch, heads)](
-            opart, lse, out, nsplit,
-            opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-            DV=D_V, NS=ns, num_warps=4,
+            opart,
+            lse,
+            out,
+            nsplit,
+            opart.stride(0),
+            opart.stride(1),
+            opart.stride(2),
+            lse.stride(0),
+            lse.stride(1),
+            out.stride(0),
+            out.stride(1),
+            DV=D_V,
+            NS=ns,
+            num_warps=4,
         )
 
     def buffers(self, batch: int, heads: int, nsplit: int) -> tuple[Any, Any, Any, Any]:
@@ -189,8 +255,17 @@ class Bench:
         out = t.empty((batch, heads, D_V), device=self.dev, dtype=t.bfloat16)
         return q, opart, lse, out
 
-    def run(self, q: Any, start: Any, bufs: tuple[Any, Any, Any], heads: int, length: int, block_h: int,
-            nsplit: int, combine: bool = True) -> Any:
+    def run(
+        self,
+        q: Any,
+        start: Any,
+        bufs: tuple[Any, Any, Any],
+        heads: int,
+        length: int,
+        block_h: int,
+        nsplit: int,
+        combine: bool = True,
+    ) -> Any:
         opart, lse, out = bufs
         self.launch_split(q, start, opart, lse, heads, length, block_h, nsplit)
         if nsplit == 1:
@@ -203,7 +278,7 @@ class Bench:
         t = self.torch
         outs = []
         for b, st in enumerate(starts):
-            kv = self.pool[st:st + length].float()
+            kv = self.pool[st : st + length].float()
             scores = (q[b].float() @ kv.T) / math.sqrt(D_QK)
             outs.append(t.softmax(scores, dim=-1) @ kv[:, :D_V])
         return t.stack(outs)
@@ -214,8 +289,13 @@ class Bench:
         cases = []
         worst = 0.0
         for batch, heads, length, block_h, nsplit in [
-            (3, 64, 1000, 16, 1), (3, 64, 1000, 32, 3), (2, 128, 777, 64, 7), (4, 64, 2048, 32, 16),
-            (2, 128, 96, 16, 5), (5, 64, 4096, 64, 2), (1, 128, 33, 32, 2),
+            (3, 64, 1000, 16, 1),
+            (3, 64, 1000, 32, 3),
+            (2, 128, 777, 64, 7),
+            (4, 64, 2048, 32, 16),
+            (2, 128, 96, 16, 5),
+            (5, 64, 4096, 64, 2),
+            (1, 128, 33, 32, 2),
         ]:
             starts = [(b * 7919 + 13) % (self.pool.shape[0] - length) for b in range(batch)]
             start = t.tensor(starts, device=self.dev, dtype=t.int64)
@@ -225,8 +305,18 @@ class Bench:
             err = (got - ref).abs().max().item()
             scale = ref.abs().max().item()
             worst = max(worst, err / max(scale, 1e-6))
-            cases.append({"batch": batch, "heads": heads, "context": length, "block_h": block_h, "nsplit": nsplit,
-                          "max_abs_err": err, "ref_max": scale, "ok": bool(err <= 2e-2 + 2e-2 * scale)})
+            cases.append(
+                {
+                    "batch": batch,
+                    "heads": heads,
+                    "context": length,
+                    "block_h": block_h,
+                    "nsplit": nsplit,
+                    "max_abs_err": err,
+                    "ref_max": scale,
+                    "ok": bool(err <= 2e-2 + 2e-2 * scale),
+                }
+            )
         t.cuda.synchronize()
         return {"ok": all(c["ok"] for c in cases), "worst_rel_err": worst, "cases": cases}
 
@@ -234,9 +324,9 @@ class Bench:
         t = self.torch
         per_launch_rows = batch * length
         regions = max(1, min(self.args.launches, self.pool.shape[0] // per_launch_rows))
-        starts = t.stack([
-            t.arange(batch, device=self.dev, dtype=t.int64) * length + r * per_launch_rows for r in range(regions)
-        ])
+        starts = t.stack(
+            [t.arange(batch, device=self.dev, dtype=t.int64) * length + r * per_launch_rows for r in range(regions)]
+        )
         q, opart, lse, out = self.buffers(batch, heads, nsplit)
         bufs = (opart, lse, out)
         self.run(q, starts[0], bufs, heads, length, block_h, nsplit)  # compile outside capture
@@ -285,9 +375,18 @@ class Bench:
                 limits["registers"] = regs_per_sm // per_cta
             if shared:
                 limits["shared"] = smem_per_sm // (shared + 1024)
-            out.append({"kernel": "split", "block_h": block_h, "num_warps": warps, "n_regs": n_regs,
-                        "n_spills": n_spills, "shared_bytes": shared,
-                        "occupancy_ctas_per_sm": min(limits.values()), "occupancy_limits": limits})
+            out.append(
+                {
+                    "kernel": "split",
+                    "block_h": block_h,
+                    "num_warps": warps,
+                    "n_regs": n_regs,
+                    "n_spills": n_spills,
+                    "shared_bytes": shared,
+                    "occupancy_ctas_per_sm": min(limits.values()),
+                    "occupancy_limits": limits,
+                }
+            )
         return out
 
 
@@ -295,8 +394,12 @@ def gpu_identity(torch: Any, triton: Any) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     driver = ""
     try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
-                                capture_output=True, text=True, timeout=20).stdout.strip()
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         driver = ""
     return {
@@ -353,10 +456,19 @@ def main(argv: list[str] | None = None) -> int:
     gpu = gpu_identity(torch, triton)
     bench = Bench(torch, triton, tl, args, num_warps)
     result: dict[str, Any] = {
-        "schema": 1, "skipped": False, "host": socket.gethostname(), "gpu": gpu,
-        "settings": {"launches": args.launches, "reps": args.reps, "block_n": args.block_n,
-                     "num_stages": args.num_stages, "pool_mb": args.pool_mb, "num_warps": num_warps,
-                     "budget_s": args.budget_s},
+        "schema": 1,
+        "skipped": False,
+        "host": socket.gethostname(),
+        "gpu": gpu,
+        "settings": {
+            "launches": args.launches,
+            "reps": args.reps,
+            "block_n": args.block_n,
+            "num_stages": args.num_stages,
+            "pool_mb": args.pool_mb,
+            "num_warps": num_warps,
+            "budget_s": args.budget_s,
+        },
     }
     check = bench.check()
     result["check"] = check
@@ -385,8 +497,18 @@ def main(argv: list[str] | None = None) -> int:
                 complete = False
                 break
             timed[key] = bench.time_launch(batch, heads, length, block_h, nsplit)
-        rows.append({"batch": batch, "heads": heads, "context": length, "block_h": block_h, "target_ctas": target,
-                     "nsplit": nsplit, "ctas": batch * math.ceil(heads / block_h) * nsplit, **timed[key]})
+        rows.append(
+            {
+                "batch": batch,
+                "heads": heads,
+                "context": length,
+                "block_h": block_h,
+                "target_ctas": target,
+                "nsplit": nsplit,
+                "ctas": batch * math.ceil(heads / block_h) * nsplit,
+                **timed[key],
+            }
+        )
     result["kernels"] = bench.kernel_info(None, gpu["smem_per_sm"], gpu["regs_per_sm"])
     rows.sort(key=lambda r: (r["heads"], r["context"], r["block_h"], r["batch"], r["target_ctas"]))
     result["results"] = rows

@@ -1,0 +1,32 @@
+"""The calibration store: ``calibrations.json`` next to ``gpus.json``, one entry per GPU fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from knobfleet import waves
+
+COMMENT = (
+    "Wave-planner GPU terms fitted by `knobfleet waves calibrate` from `knobfleet kernel bench` sweeps, keyed by "
+    "GPU fingerprint (device name|compute capability|SMs). Read by knobfleet.waves.calibration_for."
+)
+
+
+def default_path() -> Path:
+    return Path(waves.__file__).with_name(waves.CALIBRATIONS_FILE)
+
+
+def save(cal: waves.Calibration, path: Path | None = None) -> Path:
+    """Add or replace ``cal`` (by fingerprint) in the store; atomic; keys sorted so diffs stay small."""
+    file = path or default_path()
+    data: dict[str, object] = {}
+    if file.exists():
+        data = json.loads(file.read_text(encoding="utf-8"))
+    data["_comment"] = COMMENT
+    data[cal.fingerprint] = cal.as_json()
+    tmp = file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, file)
+    return file
