@@ -57,8 +57,18 @@ def profile_show(profile: Profile, locked: str | None) -> str:
     return "\n".join(out)
 
 
+def _short_names(names: list[str]) -> dict[str, str]:
+    """Knob names without the prefix they all share (up to its last underscore), for compact tables."""
+    import os.path
+
+    common = os.path.commonprefix(names) if len(names) > 1 else ""
+    cut = common.rfind("_") + 1
+    return {n: n[cut:] for n in names}
+
+
 def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int], cliffs: list[int]) -> str:
-    knob_s = " ".join(f"{k.removeprefix('SGLANG_SM120_MMA_')}={v}" for k, v in knobs.items())
+    short = _short_names(list(knobs))
+    knob_s = " ".join(f"{short[k]}={v}" for k, v in knobs.items())
     body = table(
         ["batch", "n_hg", "nsplit", "CTAs", "waves", "ceil", "last wave", "cost", "cost/req"],
         [
@@ -83,13 +93,19 @@ def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int]
     return "\n".join(lines)
 
 
+NOTE_WIDTH = 60
+
+
+def _note(text: str) -> str:
+    """Table cells stay short; the whole message is printed below the table."""
+    return text if len(text) <= NOTE_WIDTH else text[: NOTE_WIDTH - 1] + "…"
+
+
 def apply_summary(result: Any) -> str:
     """Per-host table of an apply (or plan), then diffs and knob changes for a plan."""
     rows = []
     for h in result.hosts:
-        live = ""
-        if h.live is not None:
-            live = " ".join(f"{k.removeprefix('SGLANG_SM120_MMA_')}={v}" for k, v in h.live.seen.items())
+        live = " ".join(f"{k}={v}" for k, v in h.seen.items())
         gen = "-" if h.generation is None else f"{h.generation:04d}"
         if h.previous is not None and h.generation != h.previous:
             gen = f"{h.previous:04d}→{gen}"
@@ -101,7 +117,7 @@ def apply_summary(result: Any) -> str:
                 h.main_pid or "-",
                 f"{h.ready_s:.1f}s" if h.ready_s else "-",
                 live or "-",
-                h.message or ("restarted" if h.restarted else ""),
+                _note(h.message or ("restarted" if h.restarted else "")),
             ]
         )
     verb = "plan" if result.check else "apply"
@@ -117,10 +133,13 @@ def apply_summary(result: Any) -> str:
     failed = [h for h in result.hosts if h.status == "failed"]
     counts = {
         s: sum(h.status == s for h in result.hosts)
-        for s in ("applied", "unchanged", "failed", "rolled-back", "not-run", "pending", "in-sync")
+        for s in ("applied", "unchanged", "failed", "refused", "rolled-back", "not-run", "pending", "in-sync")
     }
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     out.append(f"{summary}; {result.wall_s:.1f}s")
+    for h in result.hosts:
+        if h.status == "refused":
+            out.append(f"error: {h.host}: refused, nothing was changed: {h.message}")
     for h in failed:
         out.append(f"error: {h.host}: {h.message}")
         r = h.restored

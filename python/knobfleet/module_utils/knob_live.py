@@ -38,6 +38,12 @@ class Kind(str, Enum):
     NOT_READY = "not_ready"
     INTERRUPTED_APPLY = "interrupted_apply"
 
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
 
 class Action(str, Enum):
     INSTALL = "install"  # store a new generation and install its files
@@ -47,6 +53,12 @@ class Action(str, Enum):
     START = "start"
     REFUSE = "refuse"  # change nothing on this host and say why
     NONE = "none"  # reported; apply of the profile repairs nothing here
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 class Rule(NamedTuple):
