@@ -9,6 +9,12 @@ Decode step time for a batch of B running requests with mean context L tokens:
   CTA's time being a KV-load share that does not shrink with BLOCK_H plus a compute share that does.
 * ``combine_cost``: merging split partials (zero without split-K).
 
+With a calibration (``waves.calibration_for(gpu)``, measured by the kernel bench on a real GPU), the
+attention term follows the calibrated prediction instead, scaled so that the two models agree at the
+reference point (B=64, default knobs, L=4096): the shape across batch sizes and knobs is then the
+measured GPU's (resident CTAs per SM, per-CTA fixed cost, BLOCK_H factor, combine), the magnitude the
+engine's. ``engine_calibration`` picks it for an engine from its environment.
+
 Fit (time scale 1, noise off, mean context 4096 + 128 generated): solving the three default-knob
 equations at C48/C64/C80 for FLOOR_S, PER_REQ_S, ATTN_S and checking C96 gives aggregate tok/s of
 685 / 720 / 833 / 793 at C48 / C64 / C80 / C96 (target 685 / 720 / 833 / 799 ±5%): C96 sits below C80
@@ -60,19 +66,54 @@ _WORDS = (
 VOCAB: tuple[str, ...] = tuple(_WORDS.split())
 
 
-def step_seconds(batch: int, knobs: waves.KernelKnobs, sms: int, context: float) -> float:
-    """Noise-free decode step time in model seconds."""
+REF_BATCH = 64
+
+
+def _attention(batch: int, knobs: waves.KernelKnobs, sms: int, ctx: int, cal: waves.Calibration | None) -> float:
+    r = waves.row(batch, knobs, sms, HEADS, ctx, cal)
+    return r.cost + waves.combine_cost(batch, r.nsplit, HEADS, cal)
+
+
+def step_seconds(
+    batch: int,
+    knobs: waves.KernelKnobs,
+    sms: int,
+    context: float,
+    calibration: waves.Calibration | None = None,
+) -> float:
+    """Noise-free decode step time in model seconds (calibrated attention when ``calibration`` is given)."""
     if batch <= 0:
         return 0.0
     ctx = max(1, int(context))
-    r = waves.row(batch, knobs, sms, HEADS, ctx)
-    attn = r.cost + waves.combine_cost(batch, r.nsplit, HEADS)
+    if calibration is None:
+        attn = _attention(batch, knobs, sms, ctx, None)
+    else:
+        ref_units = _attention(REF_BATCH, waves.KernelKnobs(), sms, waves.L_REF, None)
+        ref_us = _attention(REF_BATCH, waves.KernelKnobs(), calibration.sms, waves.L_REF, calibration)
+        attn = ref_units * _attention(batch, knobs, calibration.sms, ctx, calibration) / ref_us
     return FLOOR_S + PER_REQ_S * batch + ATTN_S * attn
 
 
-def aggregate_tok_s(batch: int, knobs: waves.KernelKnobs, sms: int, max_tokens: int = 256) -> float:
+def aggregate_tok_s(
+    batch: int,
+    knobs: waves.KernelKnobs,
+    sms: int,
+    max_tokens: int = 256,
+    calibration: waves.Calibration | None = None,
+) -> float:
     """Closed-loop steady-state aggregate throughput at concurrency ``batch`` (noise off)."""
-    return batch / step_seconds(batch, knobs, sms, BASE_CONTEXT + max_tokens / 2)
+    return batch / step_seconds(batch, knobs, sms, BASE_CONTEXT + max_tokens / 2, calibration)
+
+
+def engine_calibration(env: dict[str, str]) -> waves.Calibration | None:
+    """The calibration an engine uses: the stored one for ``SGLANG_SIM_GPU`` unless
+    ``SGLANG_SIM_CALIBRATION=0``. None (the uncalibrated model) when there is none or the file is absent."""
+    if env.get("SGLANG_SIM_CALIBRATION", "1") == "0":
+        return None
+    try:
+        return waves.calibration_for(env.get("SGLANG_SIM_GPU", "rtx-pro-6000"))
+    except ValueError:
+        return None
 
 
 @dataclass
