@@ -135,7 +135,7 @@ def test_check_diff_touches_nothing(fleet: Fleet) -> None:
 def test_a_stopped_engine_is_planned_and_started_without_a_new_generation(fleet: Fleet) -> None:
     fleet.ssh("lab1", "systemctl stop sglang-dsv4-decode")
     plan = fleet.knobfleet("plan", "ctas512", "--limit", "lab1")
-    assert plan.returncode == 2 and "files in sync; would start the engine" in plan.stdout, plan.stdout
+    assert plan.returncode == 2 and "would start (service_inactive)" in plan.stdout, plan.stdout
     (h,) = json.loads(fleet.knobfleet("apply", "ctas512", "--limit", "lab1", "--yes", "--json").stdout)["hosts"]
     assert (h["status"], h["message"], h["restarted"]) == ("unchanged", "the engine was not running: started it", False)
     assert h["live"]["ok"] and h["generation"] == h["previous"]

@@ -159,13 +159,13 @@ def test_verify_with_testinfra(fleet: Fleet) -> None:
 def test_fast_path_and_playbook_observe_the_same_state(fleet: Fleet) -> None:
     """The SSH fast path runs the role's probe module itself: its documents equal the playbook's."""
     from knobfleet.fleet.inventory import load_hosts
-    from knobfleet.ops import drift as drift_uc
+    from knobfleet.fleet.probe import probe
 
     hosts = load_hosts(fleet.inventory)
-    fast = drift_uc.probe(hosts, fleet.inventory, via="ssh")
-    slow = drift_uc.probe(hosts, fleet.inventory, via="ansible")
+    fast = probe(hosts, fleet.inventory, via="ssh")
+    slow = probe(hosts, fleet.inventory, via="ansible")
     for name in fleet.hosts:
-        a, b = fast[name], slow[name]
+        a, b = fast[name].doc, slow[name].doc
         assert isinstance(a, dict) and isinstance(b, dict), (a, b)
         for doc in (a, b):
             doc.pop("time"), doc.pop("probe_s")
@@ -174,3 +174,61 @@ def test_fast_path_and_playbook_observe_the_same_state(fleet: Fleet) -> None:
     code_fast, rep_fast = drift(fleet, "--via", "ssh")
     code_slow, rep_slow = drift(fleet, "--via", "ansible")
     assert (code_fast, rep_fast) == (code_slow, rep_slow)
+
+
+def main_pids(fleet: Fleet) -> dict[str, int]:
+    return {h: int(fleet.ssh(h, f"systemctl show -p MainPID --value {SVC}").stdout) for h in fleet.hosts}
+
+
+@pytest.mark.parametrize("start", range(0, len(FAULTS), 3))
+def test_plan_apply_and_drift_agree_on_every_fault(fleet: Fleet, start: int) -> None:
+    """One rule: plan finds what drift finds, apply does what plan said (restarts exactly where it said it
+    would, never on a host it called in sync or refused), and afterwards drift finds nothing."""
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    batch = list(zip(fleet.hosts, FAULTS[start : start + 3], strict=False))
+    for host, (_, command, _) in batch:
+        fleet.ssh(host, command.replace("{addr}", f"127.0.1.{host[3:]}"))
+    _, report = drift(fleet)
+    drifted = {h["host"]: {f["kind"] for f in h["findings"]} for h in report["hosts"]}
+    plan = json.loads(fleet.knobfleet("plan", "ctas512", "--json").stdout)
+    planned = {h["host"]: h for h in plan["hosts"]}
+    for host in fleet.hosts:
+        kinds = {f["kind"] for f in planned[host]["live"]["findings"]}
+        assert kinds == drifted[host], (host, kinds, drifted[host])
+        assert (planned[host]["status"] == "in-sync") == (not drifted[host]), planned[host]
+    before = main_pids(fleet)
+    # refused hosts first: with the default policy nothing changes on them
+    refused = [h for h in fleet.hosts if planned[h]["actions"] == ["refuse"]]
+    if refused:
+        proc = fleet.knobfleet("apply", "ctas512", "--yes", "--json", "--limit", ",".join(refused))
+        assert proc.returncode == 1
+        assert all(h["status"] == "refused" for h in json.loads(proc.stdout)["hosts"])
+        assert {h: p for h, p in main_pids(fleet).items() if h in refused} == {h: before[h] for h in refused}
+    applied = json.loads(fleet.knobfleet("apply", "ctas512", "--yes", "--json", "--foreign-dropins", "remove").stdout)
+    after = main_pids(fleet)
+    for h in applied["hosts"]:
+        host, actions = h["host"], planned[h["host"]]["actions"]
+        restarts = bool({"restart", "start"} & set(actions)) or "remove-dropin" in actions or actions == ["refuse"]
+        assert h["status"] in ("applied", "unchanged"), h
+        assert (after[host] != before[host]) == restarts, (host, actions, before[host], after[host])
+    code, report = drift(fleet)
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+
+
+def test_an_interrupted_apply_is_a_finding_until_the_lock_is_broken(fleet: Fleet) -> None:
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+    state = f"/var/lib/knobfleet/{SVC}"
+    lock = '{"run_id": "20261130T000000-dead00", "operator": "ops", "since": "then", "controller": "gone:1"}'
+    fleet.ssh("lab1", f"echo '{lock}' > {state}/lock")
+    code, report = drift(fleet, "--limit", "lab1")
+    assert code == 2 and [f["kind"] for f in report["hosts"][0]["findings"]] == ["interrupted_apply"]
+    plan = json.loads(fleet.knobfleet("plan", "ctas512", "--json", "--limit", "lab1").stdout)
+    assert plan["hosts"][0]["actions"] == ["refuse"] and "--break-lock" in plan["hosts"][0]["message"]
+    before = main_pids(fleet)["lab1"]
+    assert fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab1").returncode == 1
+    assert main_pids(fleet)["lab1"] == before
+    fleet.knobfleet("apply", "ctas768", "--yes", "--limit", "lab1", "--break-lock", check=True)
+    ledger = fleet.ssh("lab1", f"grep lock-broken {state}/ledger.jsonl").stdout
+    assert "20261130T000000-dead00" in ledger
+    assert drift(fleet, "--limit", "lab1")[0] == 0
+    fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab1", check=True)

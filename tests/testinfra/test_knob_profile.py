@@ -2,10 +2,10 @@
 
     pytest --hosts='ansible://all' --ansible-inventory=inventories/lab tests/testinfra
 
-For every host: the service is running and enabled, the installed serve script and unit match the
-current knobfleet generation byte for byte, and every process of the unit carries the generation's
-env vars; the main process's command line is the generation's exec line. ``knobfleet verify
---testinfra`` runs these after its own probe.
+For every host: the service is enabled; the installed serve script and unit are root's with fixed modes;
+and the host passes knobfleet's live-state rule against its current generation — the same rule (and the
+same probe module) ``drift``, ``verify``, ``plan`` and ``apply`` use, so these checks cannot disagree with
+them. ``knobfleet verify --testinfra`` runs these after its own probe.
 """
 
 from __future__ import annotations
@@ -15,76 +15,39 @@ from typing import Any
 
 import pytest
 
+from knobfleet.fleet.hostvars import HostVars, from_inventory_vars
+from knobfleet.fleet.probe import probe_args
+from knobfleet.live.verify import verify_host
+from knobfleet.ops.drift import engine_rules
 
-def _vars(host: Any) -> dict[str, Any]:
+
+@pytest.fixture
+def hv(host: Any) -> HostVars:
     try:
-        return dict(host.ansible.get_variables())
-    except Exception:  # not an ansible:// host
-        return {}
+        variables = dict(host.ansible.get_variables())
+    except Exception:  # not an ansible:// host: the defaults
+        variables = {}
+    name = str(variables.get("inventory_hostname", host.backend.hostname))
+    return from_inventory_vars(name, variables, "testinfra")
 
 
 @pytest.fixture
-def svc(host: Any) -> dict[str, str]:
-    v = _vars(host)
-    service = str(v.get("knob_serve_service", "sglang-dsv4-decode"))
-    state = f"{v.get('knob_serve_state_root', '/var/lib/knobfleet')}/{service}"
-    return {
-        "service": service,
-        "script": str(v.get("knob_serve_script_path", "/root/serve_dsv4_decode.sh")),
-        "unit": f"{v.get('knob_serve_unit_dir', '/etc/systemd/system')}/{service}.service",
-        "state": state,
-    }
+def probe(host: Any, hv: HostVars) -> dict[str, Any]:
+    out = host.ansible("knob_probe", " ".join(f"{k}={json.dumps(v)}" for k, v in probe_args(hv).items()), check=False)
+    doc: dict[str, Any] = out["probe"]
+    return doc
 
 
-@pytest.fixture
-def meta(host: Any, svc: dict[str, str]) -> dict[str, Any]:
-    current = host.file(f"{svc['state']}/current")
-    assert current.is_symlink, f"{svc['state']}/current missing: knobfleet never applied a profile here"
-    data: dict[str, Any] = json.loads(host.file(f"{svc['state']}/current/meta.json").content_string)
-    return data
+def test_service_enabled(host: Any, hv: HostVars) -> None:
+    assert host.service(hv.unit_name).is_enabled
 
 
-def _script_expectations(text: str) -> tuple[dict[str, str], list[str]]:
-    from knobfleet.ops.plan import parse_script
-
-    return parse_script(text)
-
-
-def _unit_pids(host: Any, service: str) -> list[int]:
-    cgroup = host.check_output(f"systemctl show -p ControlGroup --value {service}.service")
-    out = host.check_output(
-        f"cat /sys/fs/cgroup/systemd{cgroup}/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup{cgroup}/cgroup.procs"
-    )
-    return [int(x) for x in out.split()]
+def test_installed_files_are_roots_with_fixed_modes(host: Any, hv: HostVars) -> None:
+    for path, mode in ((hv.script_path, 0o755), (hv.unit_path, 0o644)):
+        f = host.file(path)
+        assert f.exists and f.user == "root" and f.mode == mode, f"{path}: {f.user} {oct(f.mode)}"
 
 
-def test_service_running_and_enabled(host: Any, svc: dict[str, str]) -> None:
-    unit = host.service(f"{svc['service']}.service")
-    assert unit.is_running
-    assert unit.is_enabled
-
-
-def test_installed_files_match_current_generation(host: Any, svc: dict[str, str], meta: dict[str, Any]) -> None:
-    for key in ("script", "unit"):
-        want = meta["files"][key]
-        installed = host.file(want["path"])
-        assert installed.exists, f"{want['path']} is missing"
-        assert installed.sha256sum == want["sha256"], f"{want['path']} differs from generation {meta['generation']}"
-        assert installed.user == "root"
-    assert host.file(meta["files"]["script"]["path"]).mode == 0o755
-    assert host.file(meta["files"]["unit"]["path"]).mode == 0o644
-
-
-def test_every_process_runs_the_generation(host: Any, svc: dict[str, str], meta: dict[str, Any]) -> None:
-    script = host.file(f"{svc['state']}/current/{meta['files']['script']['name']}").content_string
-    env, argv = _script_expectations(script)
-    main_pid = int(host.check_output(f"systemctl show -p MainPID --value {svc['service']}.service"))
-    pids = _unit_pids(host, svc["service"])
-    assert main_pid in pids
-    for pid in pids:
-        raw = host.file(f"/proc/{pid}/environ").content
-        live = dict(item.decode().split("=", 1) for item in raw.split(b"\0") if b"=" in item)
-        wrong = {k: (v, live.get(k)) for k, v in env.items() if live.get(k) != v}
-        assert not wrong, f"pid {pid}: expected vs live {wrong}"
-    cmdline = host.file(f"/proc/{main_pid}/cmdline").content.split(b"\0")[:-1]
-    assert [c.decode() for c in cmdline] == argv
+def test_live_state_matches_the_current_generation(hv: HostVars, probe: dict[str, Any]) -> None:
+    verdict = verify_host(hv.host, probe, None, engine_rules(hv, probe))
+    assert verdict.status == "in_sync", verdict.error or "; ".join(f"{f.kind}: {f.message}" for f in verdict.findings)

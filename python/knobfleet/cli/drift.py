@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
@@ -39,7 +37,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         drift.write_atomic(Path(args.prom), report.prometheus(verdicts))
     testinfra_rc = None
     if getattr(args, "testinfra", False):
-        testinfra_rc = run_testinfra(inventory, args.limit, quiet=args.json)
+        testinfra_rc = drift.run_testinfra(inventory, args.limit, quiet=args.json)
         if testinfra_rc != 0 and code == 0:
             code = 2
     if args.json:
@@ -52,30 +50,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         if testinfra_rc is not None:
             _out(f"testinfra: {'passed' if testinfra_rc == 0 else f'FAILED (exit {testinfra_rc})'}")
     return code
-
-
-def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
-    import subprocess
-
-    from knobfleet import paths
-
-    tests = paths.project_root() / "tests" / "testinfra"
-    hosts = f"ansible://{limit or 'all'}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--hosts={hosts}",
-        f"--ansible-inventory={inventory.resolve()}",
-        str(tests),
-    ]
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # ansible-inventory
-    proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root(), env=env)
-    return proc.returncode
 
 
 def _opts(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         from knobfleet.fleet.runner import dump_vars
         from knobfleet.render import profile_vars
 
-        sys.stdout.write(dump_vars({}, {"knob_serve_profile": profile_vars(app.store().resolve(args.profile))}))
+        from knobfleet.engines.adapter import engine
+
+        profile = app.store().resolve(args.profile)
+        unsafe = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": engine(profile.engine).role_vars()}
+        sys.stdout.write(dump_vars({}, unsafe))
         return EXIT_OK
     rendered = app.render(args.profile, args.inventory, args.host)
     if args.json:
@@ -44,7 +48,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
 
     if not args.profile and not args.knob:
         raise KnobfleetError(
-            "waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob SGLANG_SM120_MMA_TARGET_CTAS=512)"
+            f"waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob {app.TARGET_KNOB}=512)"
         )
     batches = app.parse_int_list(args.batch, "--batch")
     plan, profile = app.wave_plan(args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context)
@@ -83,7 +87,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "--what",
         choices=["script", "unit", "env", "argv", "vars"],
         default="script",
-        help="vars: the profile as extra vars (tagged !unsafe) for plain ansible-playbook",
+        help="vars: the profile and its engine as extra vars (tagged !unsafe) for plain ansible-playbook",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_render)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -38,6 +39,22 @@ CONNECTION_VARS = (
 SECRET_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
 
 
+@cache
+def role_defaults() -> dict[str, Any]:
+    """roles/knob_serve/defaults/main.yml: the one place the role's defaults are written (the host-var model
+    takes its defaults from there, so controller and role cannot disagree)."""
+    import yaml
+
+    from knobfleet import paths
+
+    data = yaml.safe_load((paths.roles_dir() / "knob_serve" / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    return dict(data or {})
+
+
+def _default(name: str) -> Any:
+    return role_defaults()[PREFIX + name]
+
+
 class HostVars(BaseModel):
     """What knobfleet needs to know about one host. Defaults mirror ``roles/knob_serve/defaults``."""
 
@@ -45,14 +62,14 @@ class HostVars(BaseModel):
 
     host: str
     address: str = ""
-    service: str = "sglang-dsv4-decode"
-    script_path: str = "/root/serve_dsv4_decode.sh"
+    service: str = Field(default_factory=lambda: str(_default("service")))
+    script_path: str = Field(default_factory=lambda: str(_default("script_path")))
     unit_dir: str = "/etc/systemd/system"
     state_root: str = "/var/lib/knobfleet"
     user: str = "root"
     engine: str | None = Field(default=None, description="the engine this host runs (inventory var knob_engine)")
     launcher: tuple[str, ...] | None = Field(default=None, description="None: the engine's launcher")
-    model_path: str = "/models/DeepSeek-V4"
+    model_path: str = Field(default_factory=lambda: str(_default("model_path")))
     listen_host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
     readiness_path: str | None = Field(default=None, description="None: the engine's readiness path")

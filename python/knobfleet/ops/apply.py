@@ -35,7 +35,8 @@ class HostOutcome:
     ready_s: float | None = None
     message: str = ""
     actions: list[str] = field(default_factory=list)  # what apply does (or did) on the host
-    findings: list[Finding] = field(default_factory=list)  # what the live check found after the change
+    # What the live rule found: before the change in a plan or a refusal, after it for an applied host.
+    findings: list[Finding] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)  # knobs worth showing, as the engine has them
     diffs: list[dict[str, Any]] = field(default_factory=list)
     knob_changes: list[str] = field(default_factory=list)
@@ -117,7 +118,9 @@ def _diff_text(d: dict[str, Any], path: str) -> str:
 def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome:
     """The outcome of a host decided by the pre-check alone (in sync, refused, or — in a plan — pending)."""
     if p.refused:
-        return HostOutcome(p.host, "refused", 0, current, current, message=str(p.refusal), actions=p.actions)
+        return HostOutcome(
+            p.host, "refused", 0, current, current, message=str(p.refusal), actions=p.actions, findings=p.findings
+        )
     if p.in_sync:
         return HostOutcome(
             p.host,
@@ -140,6 +143,7 @@ def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome
         main_pid=p.main_pid,
         message=f"would {', '.join(p.actions)} ({', '.join(kinds)})",
         actions=p.actions,
+        findings=p.findings,
         seen=p.seen,
         diffs=p.diffs,
         knob_changes=p.knob_changes,

@@ -92,3 +92,28 @@ def write_atomic(path: Path, text: str) -> None:
         fh.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:
+    """``verify --testinfra``: the shipped host checks (tests/testinfra) against the same hosts."""
+    import subprocess
+    import sys
+
+    from knobfleet import paths
+
+    tests = paths.project_root() / "tests" / "testinfra"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--hosts=ansible://{limit or 'all'}",
+        f"--ansible-inventory={inventory.resolve()}",
+        str(tests),
+    ]
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # ansible-inventory
+    proc = subprocess.run(cmd, capture_output=quiet, text=True, cwd=paths.project_root(), env=env)
+    return proc.returncode

@@ -80,12 +80,16 @@ class WavePlan:
         }
 
 
+# The kernel knobs' names, in waves.DEFAULTS' order: target CTAs, heads per CTA, split bound, minimum chunk.
+TARGET_KNOB, BLOCK_H_KNOB, NSPLIT_KNOB, MIN_CHUNK_KNOB = waves.DEFAULTS
+
+
 def knob_dict(k: waves.KernelKnobs) -> dict[str, int]:
     return {
-        "SGLANG_SM120_MMA_TARGET_CTAS": k.target_ctas,
-        "SGLANG_SM120_MMA_BLOCK_H": k.block_h,
-        "SGLANG_SM120_MMA_NSPLIT_MAX": k.nsplit_max,
-        "SGLANG_SM120_MMA_MIN_CHUNK": k.min_chunk,
+        TARGET_KNOB: k.target_ctas,
+        BLOCK_H_KNOB: k.block_h,
+        NSPLIT_KNOB: k.nsplit_max,
+        MIN_CHUNK_KNOB: k.min_chunk,
     }
 
 
@@ -190,7 +194,7 @@ def write_candidate(base: Profile, ctas: int) -> str:
         f"extends: {base.name}\n"
         f"description: TARGET_CTAS {ctas} suggested by the wave planner for {base.name}.\n"
         "env:\n"
-        f"  SGLANG_SM120_MMA_TARGET_CTAS: {ctas}\n"
+        f"  {TARGET_KNOB}: {ctas}\n"
     )
     if path.exists():
         if path.read_text(encoding="utf-8") == body:

@@ -334,8 +334,9 @@ def live_actions(p, script, unit):
     expected = expected_from_files(p["script_path"], script.decode("utf-8", "replace"), p["unit_path"],
                                    unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest())
     findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
-    # The health check belongs to the readiness step (which starts a stopped engine): not a reason to restart.
-    findings = [f for f in findings if f["kind"] not in ("not_ready", "service_inactive", "dropin_present")]
+    # A stopped engine is started by the readiness step, and foreign drop-ins were settled by begin (refused)
+    # or above (removed into a new generation): neither is a reason to restart here.
+    findings = [f for f in findings if f["kind"] not in ("service_inactive", "dropin_present")]
     return actions(findings, p["foreign_dropins"], True), sorted({f["kind"] for f in findings})
 
 

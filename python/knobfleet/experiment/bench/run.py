@@ -13,7 +13,7 @@ from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, RunRequest, new_run_id, run_playbook
 
-TASK_RESULT = "Read the bench result"
+RESULT_STEP = "ansible.builtin.slurp"  # the module that reads the result back (results are keyed by module)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def run_bench(
     out: dict[str, dict[str, Any]] = {}
     for hv in hosts:
         hr = result.host(hv.host)
-        res = hr.results.get(TASK_RESULT, {})
+        res = hr.results.get(RESULT_STEP, {})
         if not hr.success or "content" not in res:
             raise BenchError(f"{hv.host}: bench failed: {hr.first_failure()}")
         out[hv.host] = json.loads(base64.b64decode(res["content"]))
