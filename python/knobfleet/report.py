@@ -61,7 +61,7 @@ def _short_names(names: list[str]) -> dict[str, str]:
     """Knob names without the prefix they all share (up to its last underscore), for compact tables."""
     import os.path
 
-    common = os.path.commonprefix(names) if len(names) > 1 else ""
+    common = os.path.commonprefix(names) if len(names) > 1 else ""  # noqa: RUF071 - knob names, not paths
     cut = common.rfind("_") + 1
     return {n: n[cut:] for n in names}
 

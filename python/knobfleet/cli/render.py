@@ -15,10 +15,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     from knobfleet.ops import workspace as app
 
     if args.what == "vars":
+        from knobfleet.engines.adapter import engine
         from knobfleet.fleet.runner import dump_vars
         from knobfleet.render import profile_vars
-
-        from knobfleet.engines.adapter import engine
 
         profile = app.store().resolve(args.profile)
         unsafe = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": engine(profile.engine).role_vars()}
