@@ -46,9 +46,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
     from knobfleet.ops import workspace as app
 
     if not args.profile and not args.knob:
-        raise KnobfleetError(
-            f"waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob {app.TARGET_KNOB}=512)"
-        )
+        raise KnobfleetError(f"waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob {app.TARGET_KNOB}=512)")
     batches = app.parse_int_list(args.batch, "--batch")
     plan, profile = app.wave_plan(args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context)
     if args.suggest:
