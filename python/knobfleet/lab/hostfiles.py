@@ -2,16 +2,23 @@
 
 Each lab host gets its own sshd config (listening on its loopback address only), its own host key,
 the lab's authorized key, a hand-written serve script and unit — the way a hand-managed GPU host
-looks — and the stand-in engine installed as the ``sglang_sim`` package.
+looks — and the stand-in engine installed as the ``sglang_sim`` package, with ``flags.json``: the launch
+flags of the SGLang version the catalog was generated from (``sim_flags``), so the stand-in accepts exactly
+what that SGLang accepts.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 SERVICE = "sglang-dsv4-decode"
 SCRIPT_PATH = "/root/serve_dsv4_decode.sh"
 SIM_SITE = "/usr/local/lib/python3.11/dist-packages/sglang_sim"
+SIM_FLAGS_FILE = "flags.json"  # in the sim package; a committed copy is checked against sim_flags()
+SIM_FLAG_FIELDS = ("type", "aliases", "negation", "nargs", "choices", "default", "deprecated")
 
 # Units of the machine's root that a lab host never needs; masking them makes a host boot in seconds.
 MASKED_UNITS = (
@@ -142,3 +149,45 @@ def serve_unit() -> str:
 def known_hosts_line(host: LabHost, host_pubkey: str) -> str:
     key_type, key = host_pubkey.split()[:2]
     return f"{host.address} {key_type} {key}\n"
+
+
+def sim_flags(generated: dict[str, Any], overlay: dict[str, Any] | None = None) -> str:
+    """``flags.json`` for the stand-in: every flag of the generated SGLang catalog (plus flags a patch adds,
+    from the overlay: those with an ``origin``), with the fields an argparse parser needs. Overlay aliases
+    of upstream flags are not added: ``--tp`` is argparse's prefix abbreviation of ``--tp-size`` in SGLang,
+    not an option of its own. Deterministic: sorted, one flag a line."""
+    knobs: dict[str, dict[str, Any]] = {n: k for n, k in generated["knobs"].items() if k.get("kind") == "flag"}
+    for name, patch in ((overlay or {}).get("knobs") or {}).items():
+        if patch and patch.get("kind") == "flag" and patch.get("origin") and name not in knobs:
+            knobs[name] = patch
+    model = generated.get("model") or {}
+    head = {
+        "engine": generated["engine"],
+        "version": str(generated["version"]),
+        "required": [model["flag"]] if model.get("style") == "flag" and model.get("flag") else [],
+    }
+    lines = [
+        f"{json.dumps(name)}: {json.dumps({f: knobs[name][f] for f in SIM_FLAG_FIELDS if f in knobs[name]})}"
+        for name in sorted(knobs)
+    ]
+    return json.dumps(head)[:-1] + ', "flags": {\n' + ",\n".join(lines) + "\n}}\n"
+
+
+def sim_flags_from_catalogs(catalogs: Path | None = None, engine: str = "sglang") -> str:
+    """``sim_flags`` of ``<catalogs>/generated/<engine>.yaml`` and its overlay (default: the project's)."""
+    import yaml
+
+    from knobfleet import paths
+
+    base = (catalogs or paths.catalogs_dir()) / "generated"
+    generated = yaml.safe_load((base / f"{engine}.yaml").read_text(encoding="utf-8"))
+    overlay_path = base / f"{engine}.overlay.yaml"
+    overlay = yaml.safe_load(overlay_path.read_text(encoding="utf-8")) if overlay_path.is_file() else None
+    return sim_flags(generated, overlay)
+
+
+def write_sim_flags(catalogs: Path | None = None) -> Path:
+    """Regenerate the sim package's committed ``flags.json`` (after ``knobfleet catalog sync sglang``)."""
+    dest = Path(__file__).resolve().parent / "sim" / SIM_FLAGS_FILE
+    dest.write_text(sim_flags_from_catalogs(catalogs), encoding="utf-8")
+    return dest

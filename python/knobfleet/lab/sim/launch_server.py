@@ -1,8 +1,10 @@
 """``python3 -m sglang_sim.launch_server --model-path … --port 30000 …``: the stand-in engine's launcher.
 
-Like SGLang's: unknown flags exit 2 with a usage error; knobs are read from the environment once at
-start and a bad value ends the process with a traceback-like message; ``--tp N`` starts N scheduler
-worker processes plus a detokenizer, all inheriting the environment and stopped with the main process.
+Like SGLang's: the flags are SGLang's own (``flags``: generated from the SGLang catalog, prefix
+abbreviations such as ``--tp`` included), unknown flags exit 2 with a usage error; knobs are read from
+the environment once at start and a bad value ends the process with a traceback-like message; ``--tp N``
+starts N scheduler worker processes plus a detokenizer, all inheriting the environment, renaming
+themselves like SGLang's (``sglang::scheduler_TP0``, see ``proctitle``) and stopped with the main process.
 
 Stand-in settings (env): SGLANG_SIM_GPU (rtx-pro-6000 | h200 | … from gpus.json), SGLANG_SIM_STARTUP_S
 (seconds of 503 before ready, default 3), SGLANG_SIM_TIME_SCALE (multiplies every decode step, default 1),
@@ -23,55 +25,10 @@ import threading
 import time
 from typing import Any
 
-from . import model
+from . import flags, model
 from .engine import Engine, EngineConfig
 from .server import State, make_server
 
-FLAGS_WITH_VALUES: dict[str, type] = {
-    "model-path": str,
-    "tokenizer-path": str,
-    "served-model-name": str,
-    "host": str,
-    "port": int,
-    "tp": int,
-    "tp-size": int,
-    "dp": int,
-    "dp-size": int,
-    "mem-fraction-static": float,
-    "cuda-graph-max-bs": int,
-    "max-running-requests": int,
-    "triton-attention-num-kv-splits": int,
-    "context-length": int,
-    "kv-cache-dtype": str,
-    "attention-backend": str,
-    "chunked-prefill-size": int,
-    "log-level": str,
-    "dtype": str,
-    "quantization": str,
-    "max-total-tokens": int,
-    "schedule-policy": str,
-    "random-seed": int,
-    "ep-size": int,
-    "moe-runner-backend": str,
-    "page-size": int,
-    "load-format": str,
-    "speculative-algorithm": str,
-    "nnodes": int,
-    "node-rank": int,
-    "dist-init-addr": str,
-}
-BOOL_FLAGS = (
-    "disable-overlap-schedule",
-    "trust-remote-code",
-    "enable-metrics",
-    "disable-cuda-graph",
-    "disable-radix-cache",
-    "enable-torch-compile",
-    "enable-dp-attention",
-    "skip-server-warmup",
-    "enable-mixed-chunk",
-    "disable-custom-all-reduce",
-)
 KNOB_CHOICES = {
     "SGLANG_SM120_MMA_BLOCK_H": (16, 32, 64),
     "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": (0, 1),
@@ -80,12 +37,8 @@ KNOB_CHOICES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python3 -m sglang.launch_server", allow_abbrev=False)
-    for flag, kind in FLAGS_WITH_VALUES.items():
-        parser.add_argument(f"--{flag}", type=kind, default=None)
-    for flag in BOOL_FLAGS:
-        parser.add_argument(f"--{flag}", action="store_true")
-    return parser
+    """SGLang's launch flags (``flags.json``, generated from the SGLang catalog)."""
+    return flags.build_parser()
 
 
 def log(msg: str) -> None:
@@ -134,9 +87,6 @@ def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.model_path:
-        print("launch_server: error: the following arguments are required: --model-path", file=sys.stderr)
-        return 2
     env = dict(os.environ)
     knobs, overlap, expose = read_knobs(env)
     gpus = model.load_gpus()
@@ -149,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = int(env["SGLANG_SIM_SEED"]) if env.get("SGLANG_SIM_SEED") else None
     fail = env.get("SGLANG_SIM_FAIL", "")
     host, port = args.host or "127.0.0.1", args.port or 30000
-    tp = args.tp or args.tp_size or 1
+    tp = args.tp_size or 1
     server_args: dict[str, Any] = {k: v for k, v in vars(args).items()}
     server_args.update(host=host, port=port, tp_size=tp)
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
@@ -181,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
         f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}"
     )
-    time.sleep(startup / 2)
-    if fail == "start":
+    stopped = stopping.wait(startup / 2)  # a SIGTERM during start-up ends the process at once
+    if fail == "start" and not stopped:
         for w in workers:
             w.terminate()
         die(
@@ -190,14 +140,16 @@ def main(argv: list[str] | None = None) -> int:
             "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
             "init_cuda_graphs",
         )
-    log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs}")
-    time.sleep(startup / 2)
-    engine.start()
-    state.ready.set()
-    log(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
-    if not state.never_ready:
-        log("The server is fired up and ready to roll!")
-    if fail.startswith("after:"):
+    if not stopped:
+        log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs_decode}")
+        stopped = stopping.wait(startup / 2)
+    if not stopped:
+        engine.start()
+        state.ready.set()
+        log(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+        if not state.never_ready:
+            log("The server is fired up and ready to roll!")
+    if fail.startswith("after:") and not stopped:
         delay = float(fail.split(":", 1)[1])
 
         def crash() -> None:
