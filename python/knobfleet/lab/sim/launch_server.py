@@ -74,15 +74,12 @@ def read_knobs(env: dict[str, str]) -> tuple[model.KernelKnobs, bool, bool]:
 
 def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
     names = [f"sglang::scheduler_TP{n}" for n in range(tp)] + ["sglang::detokenizer"]
-    # argv[0] is the process title; the import root is passed explicitly because Python cannot find
-    # its prefix from a title. The environment is inherited untouched.
+    # Each worker starts as a plain python process and renames itself (worker.main → set_proctitle), which
+    # overwrites its argv and environ area the way SGLang's setproctitle does. The environment is inherited.
     top = sys.modules[str(__package__).split(".")[0]]
     root = os.path.dirname(os.path.dirname(os.path.abspath(str(top.__file__))))
     code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.worker import main; sys.exit(main())"
-    return [
-        subprocess.Popen([name, "-c", code, name], executable=sys.executable, stdin=subprocess.DEVNULL)
-        for name in names
-    ]
+    return [subprocess.Popen([sys.executable, "-c", code, name], stdin=subprocess.DEVNULL) for name in names]
 
 
 def main(argv: list[str] | None = None) -> int:

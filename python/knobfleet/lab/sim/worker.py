@@ -1,4 +1,5 @@
-"""A stand-in scheduler / detokenizer process: holds the inherited environment until its parent exits."""
+"""A stand-in scheduler / detokenizer process: renames itself like SGLang's (``setproctitle``), then holds
+the inherited environment until its parent exits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import signal
 import sys
 import time
 
-PR_SET_NAME = 15
+from .proctitle import set_proctitle
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -18,9 +20,9 @@ def main() -> int:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     except OSError:
         pass
+    set_proctitle(name)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while os.getppid() == parent:
         time.sleep(0.5)
