@@ -1,4 +1,9 @@
-"""HTTP API of the stand-in engine: SGLang's native endpoints and the OpenAI completions API."""
+"""HTTP API of the stand-in engine: SGLang's native endpoints and the OpenAI completions and chat APIs.
+
+Outputs are greedy and deterministic: the tokens depend on the prompt only (``model.greedy_token``), never
+on batching (unless multi-stream overlap corrupts them, as modelled in ``engine``). A chat request's prompt
+is its messages rendered with a fixed ChatML-like template (``chat_prompt``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,39 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .engine import Engine
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+CHAT_DEFAULT_MAX_TOKENS = 2048
+
+
+def _message_text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError("only text content parts are supported: {'type': 'text', 'text': ...}")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise ValueError("message content must be a string or a list of content parts")
+
+
+def chat_prompt(messages: Any) -> str:
+    """The prompt a chat request decodes from: the messages in a fixed template, then the assistant's turn."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+            raise ValueError(f"each message needs a 'role' in {', '.join(CHAT_ROLES)}")
+        out.append(f"<|im_start|>{m['role']}\n{_message_text(m.get('content'))}<|im_end|>\n")
+    return "".join(out) + "<|im_start|>assistant\n"
+
+
+def _usage(prompt: str, completion_tokens: int) -> dict[str, int]:
+    n = len(prompt.split())
+    return {"prompt_tokens": n, "completion_tokens": completion_tokens, "total_tokens": n + completion_tokens}
 
 
 class State:
@@ -56,6 +94,18 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(data, dict):
             raise ValueError("expected a JSON object")
         return data
+
+    def _start_events(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, data: Any) -> None:
+        self.wfile.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode()) + b"\n\n")
+        self.wfile.flush()
 
     def _ready(self) -> bool:
         return self.state.ready.is_set() and not self.state.never_ready
@@ -124,11 +174,13 @@ class Handler(BaseHTTPRequestHandler):
             body = self._body()
             if path == "/v1/completions":
                 self._completions(body)
+            elif path == "/v1/chat/completions":
+                self._chat(body)
             elif path == "/generate":
                 self._generate(body)
             else:
                 self._json(404, {"error": {"message": f"no route {path}"}})
-        except (ValueError, json.JSONDecodeError) as exc:
+        except (ValueError, TypeError, json.JSONDecodeError) as exc:
             self._json(400, {"error": {"message": str(exc)}})
         except (BrokenPipeError, ConnectionResetError):
             return
@@ -188,12 +240,7 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._start_events()
         for tok in self.state.engine.stream(req):
             chunk = {
                 "id": rid,
@@ -218,6 +265,50 @@ class Handler(BaseHTTPRequestHandler):
         }
         self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
         self.wfile.flush()
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        """``POST /v1/chat/completions``: OpenAI-shaped, streaming (SSE chunks, ``[DONE]``) or not."""
+        prompt = chat_prompt(body.get("messages"))
+        if int(body.get("n") or 1) != 1:
+            raise ValueError("only n=1 is supported")
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = CHAT_DEFAULT_MAX_TOKENS if limit is None else int(limit)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        req = self.state.engine.submit(prompt, max_tokens, bool(body.get("ignore_eos", False)))
+        rid = "chatcmpl-" + uuid.uuid4().hex[:16]
+        model_name = body.get("model") or self.state.model_name
+        created = int(time.time())
+        if not body.get("stream"):
+            tokens = list(self.state.engine.stream(req))
+            message = {"role": "assistant", "content": " ".join(tokens), "tool_calls": None}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": req.finish_reason}
+            self._json(
+                200,
+                {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model_name,
+                    "choices": [choice],
+                    "usage": _usage(prompt, len(tokens)),
+                },
+            )
+            return
+        options = body.get("stream_options") or {}
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model_name}
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        self._start_events()
+        self._event(chunk({"role": "assistant", "content": ""}, None))
+        for i, tok in enumerate(self.state.engine.stream(req)):
+            self._event(chunk({"content": tok if i == 0 else " " + tok}, None))
+        self._event(chunk({}, req.finish_reason))
+        if options.get("include_usage"):
+            self._event({**head, "choices": [], "usage": _usage(prompt, len(req.tokens))})
+        self._event(b"[DONE]")
 
 
 def make_server(host: str, port: int, state: State) -> ThreadingHTTPServer:

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from knobfleet.lab.sim import model
 from knobfleet.lab.sim.engine import Engine, EngineConfig
-from knobfleet.lab.sim.server import State, make_server
+from knobfleet.lab.sim.server import State, chat_prompt, make_server
 from knobfleet.waves import KernelKnobs
 
 
@@ -141,3 +142,91 @@ def test_fail_start_exits_1_during_startup() -> None:
     assert proc.returncode == 1 and "illegal memory access" in proc.stderr
     assert "fired up" not in proc.stdout
 
+
+def post_status(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "explain split-K"}]
+
+
+def test_chat_completions_plain_is_openai_shaped_and_deterministic(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 10, "ignore_eos": True}
+    out = json.loads(post(url + "/v1/chat/completions", body))
+    assert out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-") and out["model"] == "m"
+    choice = out["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "length"
+    words = choice["message"]["content"].split(" ")
+    assert len(words) == 10 and out["usage"]["completion_tokens"] == 10
+    assert out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + 10
+    assert json.loads(post(url + "/v1/chat/completions", body))["choices"][0]["message"] == choice["message"]
+    # greedy: the tokens are the model's for the rendered prompt, whatever the batch
+    prompt = chat_prompt(MESSAGES)
+    assert words == [model.greedy_token(prompt, i) for i in range(10)]
+    # content parts read as their text; max_completion_tokens wins over max_tokens
+    parts = [
+        MESSAGES[0],
+        {"role": "user", "content": [{"type": "text", "text": "explain "}, {"type": "text", "text": "split-K"}]},
+    ]
+    again = json.loads(post(url + "/v1/chat/completions", {**body, "messages": parts}))
+    assert again["choices"][0]["message"] == choice["message"]
+    short = json.loads(post(url + "/v1/chat/completions", {**body, "max_completion_tokens": 3}))
+    assert short["usage"]["completion_tokens"] == 3
+
+
+def test_chat_completions_streaming_agrees_with_plain(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    body = {"messages": MESSAGES, "max_tokens": 12, "ignore_eos": True}
+    plain = json.loads(post(url + "/v1/chat/completions", body))
+    raw = post(url + "/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
+    events = [e for e in raw.decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == plain["choices"][0]["message"]["content"]
+    finals = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finals == ["length"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+    no_usage = post(url + "/v1/chat/completions", {**body, "stream": True}).decode()
+    assert '"usage"' not in no_usage
+
+
+def test_chat_without_ignore_eos_stops_at_eos(server: tuple[str, State]) -> None:
+    url, state = server
+    state.ready.set()
+    out = json.loads(post(url + "/v1/chat/completions", {"messages": MESSAGES}))
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["completion_tokens"] == model.eos_position(chat_prompt(MESSAGES))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"messages": []},
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        {"messages": MESSAGES, "n": 2},
+        {"messages": MESSAGES, "max_tokens": 0},
+    ],
+)
+def test_chat_rejects_bad_requests_with_400(server: tuple[str, State], body: dict[str, Any]) -> None:
+    url, state = server
+    state.ready.set()
+    code, raw = post_status(url + "/v1/chat/completions", body)
+    assert code == 400 and json.loads(raw)["error"]["message"]
+
+
+def test_chat_is_503_until_ready(server: tuple[str, State]) -> None:
+    url, _ = server
+    assert post_status(url + "/v1/chat/completions", {"messages": MESSAGES})[0] == 503
