@@ -122,7 +122,7 @@ def serve_script(host: LabHost) -> str:
         "# DSv4 decode server -- edit TARGET_CTAS here and restart sglang-dsv4-decode\n"
         "export SGLANG_SIM_GPU=rtx-pro-6000\n"
         "export SGLANG_SIM_STARTUP_S=1.5\n"
-        "export SGLANG_SIM_TIME_SCALE=0.02\n"
+        "export SGLANG_SIM_TIME_SCALE=0.25\n"
         "export SGLANG_SM120_MMA_TARGET_CTAS=256\n"
         "export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0\n"
         "exec /usr/bin/python3 -m sglang_sim.launch_server --model-path /models/DeepSeek-V4-sim \\\n"

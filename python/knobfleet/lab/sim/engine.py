@@ -98,6 +98,10 @@ class Engine:
         return model.greedy_token(req.prompt, index)
 
     def _loop(self) -> None:
+        # Steps run on a clock: a step's own CPU time and a late wake-up (GIL, a busy core) come out of the
+        # modelled step time instead of adding to it, and up to one step of lateness is caught up; only an
+        # engine that needs more CPU than a step lasts falls behind (then it is CPU-bound, not modelled).
+        next_at = 0.0
         while True:
             with self._lock:
                 while not self._running and not self._waiting and not self._stop:
@@ -116,7 +120,14 @@ class Engine:
             context = model.BASE_CONTEXT + sum(len(r.tokens) for r in batch) / len(batch)
             step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context)
             step *= self._drift.factor(step)
-            time.sleep(step * self.cfg.time_scale)
+            dt = step * self.cfg.time_scale
+            now = time.monotonic()
+            if next_at < now - dt:  # idle before, or more than a step behind: start the clock afresh
+                next_at = now
+            next_at += dt
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
             finished = []
             for req in batch:
                 with req.cond:
