@@ -143,7 +143,9 @@ def apply_summary(result: Any) -> str:
     for h in failed:
         out.append(f"error: {h.host}: {h.message}")
         r = h.restored
-        if r is not None and r.ok:
+        if r is not None and r.ok and r.uninstalled:
+            out.append(f"  restored: {h.host}: {r.message}")
+        elif r is not None and r.ok:
             gen = "-" if r.generation is None else f"{r.generation:04d}"
             out.append(
                 f"  restored: {h.host} is back on generation {gen} ({r.profile}@{r.version}), "

@@ -93,7 +93,7 @@ def test_shipped_ctas512_for_lab1(repo: Path) -> None:
     r = render_host(profile, hv)
     assert "export SGLANG_SM120_MMA_TARGET_CTAS=512\n" in r.script
     assert r.script.startswith("#!/bin/bash\n") and "set -euo pipefail\n" in r.script
-    assert "# profile: ctas512@1 sha256:" in r.script
+    assert "# profile: ctas512@2 sha256:" in r.script
     assert r.env["SGLANG_SM120_MMA_TARGET_CTAS"] == "512"
     assert r.argv[:6] == [
         "/usr/bin/python3",
@@ -103,20 +103,21 @@ def test_shipped_ctas512_for_lab1(repo: Path) -> None:
         "--host=127.0.1.1",
         "--port=30000",
     ]
-    assert "--disable-overlap-schedule" in r.argv and "--tp=2" in r.argv
+    assert "--disable-overlap-schedule" in r.argv and "--tp-size=2" in r.argv
     assert "TARGET_CTAS" not in r.unit and "ExecStart=/root/serve_dsv4_decode.sh\n" in r.unit
     assert "Type=exec\n" in r.unit
 
 
 def test_env_set_by_host_and_profile_is_an_error(repo: Path) -> None:
     profile = ProfileStore(repo / "profiles").resolve("ctas512")
-    hv = HostVars(host="lab1", host_env={"SGLANG_SM120_MMA_TARGET_CTAS": "1"}, host_args={"tp": "8"})
+    hv = HostVars(host="lab1", host_env={"SGLANG_SM120_MMA_TARGET_CTAS": "1"}, host_args={"tp-size": "8"})
     with pytest.raises(RenderError) as info:
         render_host(profile, hv)
     assert str(info.value).splitlines() == [
         "env SGLANG_SM120_MMA_TARGET_CTAS is set by the profile ctas512 and by host lab1's knob_serve_host_env; "
         "remove it from one of them",
-        "flag --tp is set by the profile ctas512 and by host lab1's knob_serve_host_args; remove it from one of them",
+        "flag --tp-size is set by the profile ctas512 and by host lab1's knob_serve_host_args; "
+        "remove it from one of them",
     ]
 
 

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
 from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
 
-SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
-SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+SAFE_PATH_RE = re.compile(r"/[A-Za-z0-9._/@+-]+")  # always fullmatch(): `$` lets "\n" through
+SERVICE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]*")
+USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")  # what lands in the unit's User=
+LISTEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")  # an address or host name: lands in argv and URLs
 PREFIX = "knob_serve_"
 # How Ansible reaches a host: kept so the SSH fast path (transport.py) connects exactly as Ansible would.
 CONNECTION_VARS = (
@@ -89,8 +91,37 @@ class HostVars(BaseModel):
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod
     def _safe_path(cls, value: str) -> str:
-        if not SAFE_PATH_RE.match(value):
+        if not SAFE_PATH_RE.fullmatch(value) or "/../" in value + "/" or "/./" in value + "/":
             raise ValueError("must be an absolute path of letters, digits and ._/@+- only")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not USER_RE.fullmatch(value):
+            raise ValueError("must be a plain user name (lower-case letters, digits, _ and -); it becomes User=")
+        return value
+
+    @field_validator("listen_host")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if not LISTEN_RE.fullmatch(value):
+            raise ValueError("must be an IP address or a host name (letters, digits, . : -)")
+        return value
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and (not value or any(not a or "\0" in a for a in value)):
+            raise ValueError("must be a non-empty list of non-empty arguments without NUL bytes")
+        return value
+
+    @field_validator("host_env", "host_args", mode="after")
+    @classmethod
+    def _no_nul(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, v in value.items():
+            if isinstance(v, str) and "\0" in v:
+                raise ValueError(f"{name}: a NUL byte cannot be in an env value or an argument")
         return value
 
     @field_validator("engine")
@@ -112,7 +143,7 @@ class HostVars(BaseModel):
     @field_validator("service")
     @classmethod
     def _service(cls, value: str) -> str:
-        if not SERVICE_RE.match(value):
+        if not SERVICE_RE.fullmatch(value):
             raise ValueError("must be a plain unit name without the .service suffix")
         return value.removesuffix(".service")
 
@@ -120,7 +151,7 @@ class HostVars(BaseModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not ENV_NAME_RE.match(name):
+            if not ENV_NAME_RE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid env var name")
         return value
 
@@ -128,7 +159,7 @@ class HostVars(BaseModel):
     @classmethod
     def _flag_names(cls, value: dict[str, str | bool]) -> dict[str, str | bool]:
         for name in value:
-            if not FLAG_NAME_RE.match(name):
+            if not FLAG_NAME_RE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid flag name (no leading dashes)")
         return value
 

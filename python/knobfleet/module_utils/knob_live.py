@@ -337,7 +337,7 @@ def _renamed(proc: dict[str, Any], main: int, expected: dict[str, str]) -> bool:
     if proc["pid"] == main or not expected:
         return False
     env = proc.get("env") or {}
-    cmd = proc.get("cmdline") or []
+    cmd = [c for c in proc.get("cmdline") or [] if c]  # a title written over argv leaves empty strings behind
     return not any(name in env for name in expected) and len(cmd) <= 1
 
 

@@ -35,6 +35,7 @@ class RestoreOutcome:
     version: int | None = None
     message: str = ""
     findings: list[str] = field(default_factory=list)
+    uninstalled: bool = False  # back to a bare host: knobfleet's files removed, the unit stopped
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -123,9 +124,16 @@ def restore(
         )
         if not hr.success:
             out.message = hr.first_failure()
+        elif res.get("uninstalled"):
+            out.uninstalled = True
+            removed = ", ".join(res.get("removed") or []) or "nothing"
+            out.message = (
+                f"the host had no engine files before knobfleet: stopped the unit and removed what the failed "
+                f"apply installed ({removed})"
+            )
         outcomes[hv.host] = out
     if verify_after:
-        ok_hosts = [hv for hv in chosen if outcomes[hv.host].ok]
+        ok_hosts = [hv for hv in chosen if outcomes[hv.host].ok and not outcomes[hv.host].uninstalled]
         if ok_hosts:
             for verdict in drift.check(ok_hosts, inventory, on_event=on_event):
                 out = outcomes[verdict.host]

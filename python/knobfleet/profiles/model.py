@@ -17,15 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints,
 
 SCHEMA_VERSION = 1
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-FLAG_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # always fullmatch()
+FLAG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+PROFILE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+ENGINE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 Scalar = str | bool | int | float
-ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME_RE.pattern)]
+ProfileName = Annotated[str, StringConstraints(pattern=f"^{PROFILE_NAME_RE.pattern}$")]
 # Any engine with a catalog file (profiles/catalogs/<engine>.yaml); the store checks that it exists.
-EngineName = Annotated[str, StringConstraints(pattern=ENGINE_NAME_RE.pattern)]
+EngineName = Annotated[str, StringConstraints(pattern=f"^{ENGINE_NAME_RE.pattern}$")]
 
 
 class _Strict(BaseModel):
@@ -139,6 +139,14 @@ class Knob(_Strict):
     default: Scalar | None = None
     restart: bool = True
     description: str = ""
+    # From the engine's registry (generated catalogs) and the overlay.
+    aliases: tuple[str, ...] = ()
+    deprecated: bool = False
+    replacement: str | None = None
+    negation: str | None = None
+    nargs: str | int | None = None
+    origin: str | None = Field(default=None, description="the patch a knob comes from, when it is not upstream")
+    secret: bool = False
 
 
 class Serve(_Strict):
@@ -161,6 +169,10 @@ class Serve(_Strict):
 class Catalog(_Strict):
     schema_version: Literal[1] = 1
     engine: EngineName
+    version: str | None = Field(default=None, description="engine version a generated catalog was read from")
+    generated: bool = False
+    source: str | None = None
+    model: dict[str, str] | None = None
     env_prefixes: tuple[str, ...]
     serve: Serve
     knobs: dict[str, Knob]
@@ -170,7 +182,7 @@ class Catalog(_Strict):
     def _names_are_valid(cls, knobs: dict[str, Knob]) -> dict[str, Knob]:
         for name, knob in knobs.items():
             pattern = ENV_NAME_RE if knob.kind == "env" else FLAG_NAME_RE
-            if not pattern.match(name):
+            if not pattern.fullmatch(name):
                 raise ValueError(f"invalid {knob.kind} name {name!r}")
         return knobs
 
@@ -179,6 +191,13 @@ class Catalog(_Strict):
 
     def flag_knobs(self) -> dict[str, Knob]:
         return {n: k for n, k in self.knobs.items() if k.kind == "flag"}
+
+    def flag_alias(self, name: str) -> Knob | None:
+        """The flag knob ``name`` is an alias of (``tensor-parallel-size`` for ``tp-size``), if any."""
+        for knob in self.knobs.values():
+            if knob.kind == "flag" and name in knob.aliases:
+                return knob
+        return None
 
     def is_engine_env(self, name: str) -> bool:
         return name.startswith(self.env_prefixes)

@@ -7,6 +7,8 @@ PyYAML's ``safe_load`` already refuses arbitrary objects; on top of that we refu
 
 from __future__ import annotations
 
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +49,46 @@ class _LimitedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def loads(text: str) -> Any:
+# What YAML 1.2 (and every reader but PyYAML's 1.1 resolver) takes as a bool, an int or a float. A plain
+# scalar PyYAML resolves otherwise (on/yes/no, 010, 0b1, 1_000, 12:30) silently changes meaning: refused.
+_BOOL_12 = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+_INT_12 = re.compile(r"[-+]?(0|[1-9][0-9]*)|0o[0-7]+|0x[0-9a-fA-F]+")
+_FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+
+
+def _ambiguous(loader: yaml.SafeLoader, node: Any, value: Any, ok: bool) -> Any:
+    if not ok and node.style is None:
+        line = node.start_mark.line + 1
+        raise YamlProblem(
+            f"line {line}: {node.value!r} is read by YAML 1.1 as {value!r}; quote it ('{node.value}') to keep "
+            f"the text, or write {str(value).lower() if isinstance(value, bool) else value!r}"
+        )
+    return value
+
+
+def _bool(loader: yaml.SafeLoader, node: Any) -> Any:
+    value = yaml.SafeLoader.construct_yaml_bool(loader, node)
+    return _ambiguous(loader, node, value, node.value in _BOOL_12)
+
+
+def _int(loader: yaml.SafeLoader, node: Any) -> Any:
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    return _ambiguous(loader, node, value, bool(_INT_12.fullmatch(node.value)))
+
+
+def _float(loader: yaml.SafeLoader, node: Any) -> Any:
+    value = yaml.SafeLoader.construct_yaml_float(loader, node)
+    return _ambiguous(loader, node, value, bool(_FLOAT_12.fullmatch(node.value)))
+
+
+_LimitedLoader.add_constructor("tag:yaml.org,2002:bool", _bool)
+_LimitedLoader.add_constructor("tag:yaml.org,2002:int", _int)
+_LimitedLoader.add_constructor("tag:yaml.org,2002:float", _float)
+
+
+def loads(text: str, max_bytes: int = MAX_BYTES) -> Any:
     """Parse one YAML document with the limits above; raises YamlProblem."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
     loader = _LimitedLoader(text)
     try:
@@ -62,17 +101,22 @@ def loads(text: str) -> Any:
         raise YamlProblem(f"{where}invalid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise YamlProblem(f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise YamlProblem("nested too deeply; profiles are flat maps of knobs") from None
     finally:
         loader.dispose()
 
 
-def load_file(path: Path) -> Any:
+def load_file(path: Path, max_bytes: int = MAX_BYTES) -> Any:
     """Read and parse a YAML file; raises YamlProblem for size, encoding and syntax problems."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except OSError as exc:
         raise YamlProblem(f"cannot read: {exc.strerror}") from None
-    if size > MAX_BYTES:
+    if not stat.S_ISREG(st.st_mode):
+        raise YamlProblem("is not a regular file; point at a YAML file")
+    size = st.st_size
+    if size > max_bytes:
         raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
     raw = path.read_bytes()
     try:
@@ -81,4 +125,4 @@ def load_file(path: Path) -> Any:
         raise YamlProblem(f"byte {exc.start}: not valid UTF-8; save the file as UTF-8") from None
     if "\x00" in text:
         raise YamlProblem("contains a NUL byte; remove it")
-    return loads(text)
+    return loads(text, max_bytes)

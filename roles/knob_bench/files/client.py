@@ -1,1 +1,1 @@
-../../../python/knobfleet/bench/client.py
+../../../python/knobfleet/experiment/bench/client.py

@@ -60,6 +60,12 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.knob_fs import UnsafePath, open_dir, private_dir
+from ansible.module_utils.knob_fs import exists as fs_exists
+from ansible.module_utils.knob_fs import read as fs_read
+from ansible.module_utils.knob_fs import sha256 as fs_sha256
+from ansible.module_utils.knob_fs import unlink as fs_unlink
+from ansible.module_utils.knob_fs import write as fs_write
 from ansible.module_utils.knob_live import actions, evaluate, expected_from_files, refusal
 from ansible.module_utils.knob_observe import dropins, observe
 
@@ -72,45 +78,30 @@ def now():
 
 
 def sha256(path):
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except FileNotFoundError:
-        return None
+    """sha256 of the regular file at path (None when absent); a symlink anywhere in the path is refused."""
+    return fs_sha256(path)
 
 
-def write_atomic(path, data, mode):
-    """Write bytes to path via a temp file in the same directory and rename; root-owned."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, ".%s.knobfleet-tmp" % os.path.basename(path))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chown(tmp, 0, 0)
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def write_atomic(path, data, mode, gid=0):
+    """Write bytes to path atomically, root-owned (group ``gid``), never following a symlink (module_utils
+    knob_fs: random O_EXCL temp name, fchown/fchmod on the descriptor, rename relative to the directory)."""
+    fs_write(path, data, mode, 0, gid, create_dirs=0o755)
 
 
 def read(path):
-    with open(path, "rb") as fh:
-        return fh.read()
+    return fs_read(path)
+
+
+def read_json_object(path):
+    data = json.loads(read(path).decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("%s is not a JSON object" % path)
+    return data
 
 
 class Store(object):
     def __init__(self, state_dir):
-        self.dir = state_dir
+        self.dir = state_dir.rstrip("/")
         self.gens = os.path.join(state_dir, "generations")
         self.staging = os.path.join(state_dir, "staging")
         self.lock = os.path.join(state_dir, "lock")
@@ -132,16 +123,27 @@ class Store(object):
             return None
 
     def meta(self, number):
-        path = os.path.join(self.gen_dir(number), "meta.json")
-        with open(path) as fh:
-            return json.load(fh)
+        return read_json_object(os.path.join(self.gen_dir(number), "meta.json"))
+
+    def ensure(self):
+        """Create the state directory root-only (or tighten one an older knobfleet left 0755); refuse one that
+        another user owns or can write to."""
+        parent = os.path.dirname(self.dir)
+        os.close(open_dir(parent, create_mode=0o755))
+        if os.path.isdir(self.dir) and not os.path.islink(self.dir):
+            st = os.lstat(self.dir)
+            if st.st_uid == 0 and st.st_mode & 0o077:
+                os.chmod(self.dir, 0o700)
+        os.close(private_dir(self.dir))
+        for d in (self.gens, self.staging):
+            os.close(private_dir(d))
 
     def write_meta(self, number, meta):
         write_atomic(os.path.join(self.gen_dir(number), "meta.json"),
                      (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
 
     def switch_current(self, number):
-        tmp = self.current_link + ".tmp"
+        tmp = "%s.%d.tmp" % (self.current_link, os.getpid())
         if os.path.lexists(tmp):
             os.unlink(tmp)
         os.symlink(os.path.join("generations", "%04d" % number), tmp)
@@ -149,7 +151,7 @@ class Store(object):
 
     def append_ledger(self, entry):
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, line)
             os.fsync(fd)
@@ -161,25 +163,45 @@ def store_generation(store, number, files, meta):
     """Write generations/NNNN atomically: fill a temp dir, then rename it into place."""
     final = store.gen_dir(number)
     tmp = os.path.join(store.gens, ".%04d.tmp" % number)
-    if os.path.isdir(tmp):
-        for name in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, name))
-        os.rmdir(tmp)
-    os.makedirs(tmp, 0o755)
+    if os.path.isdir(tmp) and not os.path.islink(tmp):
+        remove_tree(tmp)
+    os.mkdir(tmp, 0o700)
     for name, data, mode in files:
         write_atomic(os.path.join(tmp, name), data, mode)
     write_atomic(os.path.join(tmp, "meta.json"), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
     os.rename(tmp, final)
 
 
+def remove_tree(path):
+    """Remove a directory knobfleet made (files and one level of subdirectories), never following links."""
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            remove_tree(full)
+        else:
+            os.unlink(full)
+    os.rmdir(path)
+
+
 def lock_holder(store):
     try:
-        with open(store.lock) as fh:
-            return json.load(fh)
+        return read_json_object(store.lock)
     except FileNotFoundError:
         return None
-    except ValueError:
-        return {"run_id": "?", "operator": "?", "since": "?", "controller": "?", "corrupt": True}
+    except (OSError, ValueError) as exc:
+        return {"run_id": "?", "operator": "?", "since": "?", "controller": "?", "corrupt": str(exc)}
+
+
+def break_lock(store, p):
+    """Break a held lock atomically: rename it aside (only one breaker's rename can succeed; a second one
+    finds nothing and must then win the O_EXCL create like anyone else)."""
+    aside = "%s.broken-%s" % (store.lock, p["run_id"])
+    try:
+        os.rename(store.lock, aside)
+    except FileNotFoundError:
+        return False
+    os.unlink(aside)
+    return True
 
 
 def validate_staged(module, kind, path, script_path):
@@ -279,10 +301,7 @@ def begin(module, store, p):
         result["lock"] = holder
         result["generation"] = store.current()
         return result
-    for d in (store.dir, store.gens, store.staging):
-        if not os.path.isdir(d):
-            os.makedirs(d, 0o755)
-            result["changed"] = True
+    store.ensure()
     if holder and holder.get("run_id") != p["run_id"]:
         if not p["break_lock"]:
             module.fail_json(
@@ -290,7 +309,7 @@ def begin(module, store, p):
                     "with --break-lock" % (holder.get("operator"), holder.get("run_id"), holder.get("since"),
                                            holder.get("controller")),
                 lock=holder, lock_held=True)
-        os.unlink(store.lock)
+        break_lock(store, p)
         result["interrupted"] = mark_interrupted(store, p, holder)
         store.append_ledger({"time": now(), "event": "lock-broken", "holder": holder, "run_id": p["run_id"],
                              "operator": p["operator"], "interrupted": result["interrupted"]})
@@ -298,7 +317,7 @@ def begin(module, store, p):
     if not holder or holder.get("run_id") != p["run_id"]:
         entry = {"run_id": p["run_id"], "operator": p["operator"], "since": now(), "controller": p["controller"]}
         try:
-            fd = os.open(store.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(store.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             other = lock_holder(store) or {}
             module.fail_json(msg="locked by %s (run %s) since %s from %s" % (
@@ -310,9 +329,17 @@ def begin(module, store, p):
     if not store.numbers():
         files, present = [], {}
         for key, path, mode in (("script", p["script_path"], SCRIPT_MODE), ("unit", p["unit_path"], UNIT_MODE)):
-            if os.path.isfile(path):
-                files.append((os.path.basename(path), read(path), mode))
-                present[key] = {"path": path, "sha256": sha256(path), "name": os.path.basename(path)}
+            try:
+                data = read(path)
+            except FileNotFoundError:
+                continue
+            except UnsafePath as exc:
+                module.fail_json(msg="cannot adopt %s: %s; knobfleet manages regular files only: replace it with "
+                                     "a regular file (or remove it) and apply again; nothing was changed"
+                                     % (path, exc.strerror))
+            files.append((os.path.basename(path), data, 0o600))
+            present[key] = {"path": path, "sha256": hashlib.sha256(data).hexdigest(),
+                            "name": os.path.basename(path)}
         meta = {"generation": 0, "status": "adopted", "profile": None, "version": None, "hash": None,
                 "files": present, "created": now(), "updated": now(), "operator": p["operator"],
                 "run_id": p["run_id"], "reason": "files found before knobfleet's first apply"}
@@ -378,7 +405,8 @@ def commit(module, store, p):
     meta = {
         "generation": number, "status": "installing", "profile": profile.get("name"),
         "version": profile.get("version"), "hash": profile.get("hash"),
-        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name},
+        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name,
+                             "mode": p["script_mode"], "gid": p["script_gid"]},
                   "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name}},
         "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
         "previous": current, "reason": "", "engine": (p["engine"] or {}).get("name"),
@@ -397,17 +425,9 @@ def commit(module, store, p):
                          "apply again; nothing was installed, generation %s is still live"
                          % (number, store.gens, exc.strerror, "none" if current is None else "%04d" % current),
                          errno=exc.errno)
-    if remove:
-        backup = os.path.join(store.gen_dir(number), "dropins")
-        os.makedirs(backup, 0o700)
-        for path in remove:
-            write_atomic(os.path.join(backup, os.path.basename(path)), read(path), 0o644)
-            os.unlink(path)
-    for src, dest, mode in ((staged_script, p["script_path"], SCRIPT_MODE), (staged_unit, p["unit_path"], UNIT_MODE)):
-        parent = os.path.dirname(dest)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, 0o755)
-        write_atomic(dest, read(src), mode)
+    install_all(module, store, number, current, [
+        (staged_script, p["script_path"], p["script_mode"], p["script_gid"]),
+        (staged_unit, p["unit_path"], UNIT_MODE, 0)], remove)
     store.switch_current(number)
     store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
                          "profile": profile.get("name"), "version": profile.get("version"),
@@ -415,6 +435,56 @@ def commit(module, store, p):
                          "operator": p["operator"]})
     result.update(changed=True, generation=number)
     return result
+
+
+def install_all(module, store, number, current, files, remove):
+    """Install every file of generation ``number`` or none: when one write fails, the files already written
+    get their previous contents back (or are removed if there were none), removed drop-ins are put back, the
+    new generation is deleted, and the error says exactly that."""
+    done = []  # (path, previous bytes or None, previous mode)
+    moved = []
+    try:
+        if remove:
+            backup = os.path.join(store.gen_dir(number), "dropins")
+            os.mkdir(backup, 0o700)
+            for path in remove:
+                data = read(path)
+                write_atomic(os.path.join(backup, os.path.basename(path)), data, 0o600)
+                fs_unlink(path)
+                moved.append((path, data))
+        for src, dest, mode, gid in files:
+            try:
+                before, before_mode = read(dest), os.lstat(dest).st_mode & 0o7777
+            except FileNotFoundError:
+                before, before_mode = None, mode
+            write_atomic(dest, read(src), mode, gid)
+            done.append((dest, before, before_mode))
+    except OSError as exc:
+        undone = []
+        for dest, before, before_mode in reversed(done):
+            try:
+                if before is None:
+                    fs_unlink(dest)
+                else:
+                    write_atomic(dest, before, before_mode)
+                undone.append(dest)
+            except OSError:
+                pass
+        for path, data in moved:
+            try:
+                write_atomic(path, data, 0o644)
+            except OSError:
+                pass
+        try:
+            remove_tree(store.gen_dir(number))
+        except OSError:
+            pass
+        what = exc.filename or "a file"
+        back = (" %s put back as it was;" % ", ".join(undone)) if undone else ""
+        module.fail_json(msg="cannot install %s: %s;%s generation %04d removed; generation %s is still live"
+                             % (what, exc.strerror or exc, back, number,
+                                "none" if current is None else "%04d" % current),
+                         errno=exc.errno, rolled_back=True)
 
 
 def mark(module, store, p):
@@ -499,8 +569,10 @@ def restore(module, store, p):
                          "with --to N; nothing changed" % (gen_dir, exc))
     files = meta.get("files") or {}
     if not files:
-        module.fail_json(msg="generation %04d holds no files (nothing was installed before knobfleet); "
-                         "nothing changed" % target)
+        if p["event"] != "restore":
+            module.fail_json(msg="generation %04d holds no files (nothing was installed before knobfleet); "
+                             "nothing changed" % target)
+        return uninstall(module, store, p, target, current)
     plan = []
     for key, mode in (("script", SCRIPT_MODE), ("unit", UNIT_MODE)):
         f = files.get(key)
@@ -514,11 +586,11 @@ def restore(module, store, p):
         if digest != f.get("sha256"):
             module.fail_json(msg="generation %04d: %s does not match its recorded sha256; refusing; nothing changed"
                              % (target, src))
-        plan.append((src, f["path"], mode))
+        plan.append((src, f["path"], int(f.get("mode") or mode), int(f.get("gid") or 0)))
     if module.check_mode:
         return {"changed": target != current, "generation": target, "previous": current}
-    for src, dest, mode in plan:
-        write_atomic(dest, read(src), mode)
+    for src, dest, mode, gid in plan:
+        write_atomic(dest, read(src), mode, gid)
     put_back = []
     if current is not None and target < current:
         put_back = restore_dropins(store, current)
@@ -539,6 +611,37 @@ def restore(module, store, p):
     return {"changed": True, "generation": target, "previous": current, "profile": meta.get("profile"),
             "version": meta.get("version"), "hash": meta.get("hash"), "ready_url": meta.get("ready_url") or "",
             "dropins_restored": put_back}
+
+
+def uninstall(module, store, p, target, current):
+    """Back to a host that had no engine files before knobfleet (a failed first apply): stop and disable the
+    unit, remove the script and unit knobfleet installed, reload systemd."""
+    try:
+        left = store.meta(current) if current is not None else {}
+    except (OSError, ValueError):
+        left = {}
+    installed = [f.get("path") for f in (left.get("files") or {}).values() if f.get("path")]
+    if module.check_mode:
+        return {"changed": bool(installed), "generation": target, "previous": current, "uninstalled": True}
+    unit = os.path.basename(p["unit_path"] or "") if p["unit_path"] else None
+    unit = unit or next((os.path.basename(x) for x in installed if x.endswith(".service")), None)
+    if unit:
+        module.run_command(["systemctl", "disable", "--now", unit])
+    removed = [x for x in installed if fs_unlink(x)]
+    module.run_command(["systemctl", "daemon-reload"])
+    store.switch_current(target)
+    if current is not None and current != target:
+        try:
+            meta = store.meta(current)
+            meta.update(status=p["leave_status"] or meta.get("status"), updated=now(), reason=p["reason"])
+            store.write_meta(current, meta)
+        except (OSError, ValueError):
+            pass
+    store.append_ledger({"time": now(), "event": "uninstall", "generation": target, "previous": current,
+                         "removed": removed, "reason": p["reason"], "run_id": p["run_id"],
+                         "operator": p["operator"]})
+    return {"changed": True, "generation": target, "previous": current, "uninstalled": True, "removed": removed,
+            "ready_url": ""}
 
 
 def restore_dropins(store, leaving):
@@ -588,6 +691,8 @@ def main():
             leave_status=dict(type="str", default="rolled-back", choices=["failed", "rolled-back", ""]),
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
             engine=dict(type="dict"),
+            script_mode=dict(type="int", default=SCRIPT_MODE),
+            script_gid=dict(type="int", default=0),
             foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
             health_url=dict(type="str", default=""),
             info_url=dict(type="str", default=""),

@@ -21,6 +21,8 @@ from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
 
 CASES = Path(__file__).parents[1] / "live" / "verify_cases"
+# The recorded probes are of hosts running ctas512@1: plan against the profiles (and catalogs) of that time.
+PROFILES_V1 = Path(__file__).parents[1] / "data" / "profiles_v1"
 CLEAN = json.loads((CASES / "clean" / "probe.json").read_text())
 
 
@@ -30,7 +32,7 @@ def lab1() -> HostVars:
 
 
 def plan_for(doc: dict[str, Any], hv: HostVars, profile: str = "ctas512", policy: str = "fail") -> HostPlan:
-    p = ProfileStore().resolve(profile)
+    p = ProfileStore(PROFILES_V1).resolve(profile)
     return plan_host(doc, render_host(p, hv), Declared(p.name, p.version, p.content_hash), engine(), policy)
 
 

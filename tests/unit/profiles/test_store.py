@@ -22,7 +22,7 @@ def problems(d: Path, name: str) -> list[str]:
 
 def test_shipped_profiles_resolve_with_inheritance(profiles_dir: Path) -> None:
     p = ProfileStore(profiles_dir).resolve("ctas512")
-    assert p.ref == "ctas512@1"
+    assert p.ref == "ctas512@2"
     assert p.chain == ("base", "default", "ctas512")
     assert p.env["SGLANG_SM120_MMA_TARGET_CTAS"] == 512
     assert p.env["SGLANG_SM120_MMA_BLOCK_H"] == 32
@@ -84,7 +84,7 @@ def test_allow_unknown_and_other_env_are_accepted(profiles_dir: Path) -> None:
         profiles_dir,
         "x",
         "name: x\nversion: 1\nextends: default\nallow_unknown: [SGLANG_NEW_THING, --new-flag]\n"
-        "env:\n  SGLANG_NEW_THING: on\n  NCCL_DEBUG: INFO\nargs:\n  new-flag: 3\n",
+        "env:\n  SGLANG_NEW_THING: 'on'\n  NCCL_DEBUG: INFO\nargs:\n  new-flag: 3\n",
     )
     p = ProfileStore(profiles_dir).resolve("x")
     assert p.env["NCCL_DEBUG"] == "INFO" and p.args["new-flag"] == 3
@@ -94,10 +94,10 @@ def test_null_removes_inherited_key(profiles_dir: Path) -> None:
     write(
         profiles_dir,
         "x",
-        "name: x\nversion: 1\nextends: default\nenv:\n  SGLANG_EXPOSE_OWN_ENV_VARS: null\nargs:\n  tp: null\n",
+        "name: x\nversion: 1\nextends: default\nenv:\n  SGLANG_EXPOSE_OWN_ENV_VARS: null\nargs:\n  tp-size: null\n",
     )
     p = ProfileStore(profiles_dir).resolve("x")
-    assert "SGLANG_EXPOSE_OWN_ENV_VARS" not in p.env and "tp" not in p.args
+    assert "SGLANG_EXPOSE_OWN_ENV_VARS" not in p.env and "tp-size" not in p.args
 
 
 def test_extends_cycle_and_missing_parent(profiles_dir: Path) -> None:
@@ -138,18 +138,18 @@ def test_lock_detects_changed_published_version(profiles_dir: Path) -> None:
     path = profiles_dir / "ctas512.yaml"
     path.write_text(path.read_text().replace("TARGET_CTAS: 512", "TARGET_CTAS: 640"))
     (msg,) = problems(profiles_dir, "ctas512")
-    assert msg.startswith("profiles/ctas512.yaml: version: ctas512@1 is published with sha256:")
+    assert msg.startswith("profiles/ctas512.yaml: version: ctas512@2 is published with sha256:")
     assert msg.endswith("published versions are immutable: bump `version` and run `knobfleet profiles lock`")
-    path.write_text(path.read_text().replace("\nversion: 1", "\nversion: 2"))
+    path.write_text(path.read_text().replace("\nversion: 2", "\nversion: 3"))
     lock, added = st.write_lock()
-    assert added == ["ctas512@2"] and "ctas512@1" in lock
+    assert added == ["ctas512@3"] and "ctas512@2" in lock
 
 
 def test_base_change_requires_bump_of_children(profiles_dir: Path) -> None:
     st = ProfileStore(profiles_dir)
     st.write_lock()
     base = profiles_dir / "base.yaml"
-    base.write_text(base.read_text().replace("tp: 2", "tp: 4"))
+    base.write_text(base.read_text().replace("tp-size: 2", "tp-size: 4"))
     (msg,) = problems(profiles_dir, "ctas512")
     assert "(its content includes base, default)" in msg
 
