@@ -174,13 +174,14 @@ def sim_flags(generated: dict[str, Any], overlay: dict[str, Any] | None = None) 
 
 
 def sim_flags_from_catalogs(catalogs: Path | None = None, engine: str = "sglang") -> str:
-    """``sim_flags`` of ``<catalogs>/generated/<engine>.yaml`` and its overlay (default: the project's)."""
+    """``sim_flags`` of ``<catalogs>/generated/<engine>.yaml`` and its overlay ``<catalogs>/<engine>.overlay.yaml``
+    (default: the project's catalogs)."""
     import yaml
 
     from knobfleet import paths
 
-    base = (catalogs or paths.catalogs_dir()) / "generated"
-    generated = yaml.safe_load((base / f"{engine}.yaml").read_text(encoding="utf-8"))
+    base = catalogs or paths.catalogs_dir()
+    generated = yaml.safe_load((base / "generated" / f"{engine}.yaml").read_text(encoding="utf-8"))
     overlay_path = base / f"{engine}.overlay.yaml"
     overlay = yaml.safe_load(overlay_path.read_text(encoding="utf-8")) if overlay_path.is_file() else None
     return sim_flags(generated, overlay)

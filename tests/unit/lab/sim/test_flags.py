@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,12 @@ def test_sim_flags_adds_patch_flags_from_the_overlay_but_not_overlay_aliases() -
         "patched-flag": {"type": "int"},
         "tp-size": {"type": "int", "aliases": ["tensor-parallel-size"], "default": 1},
     }
+
+
+def test_sim_flags_from_catalogs_reads_the_overlay_next_to_generated(tmp_path: Path) -> None:
+    (tmp_path / "generated").mkdir()
+    gen = {"engine": "sglang", "version": "9", "knobs": {"a": {"kind": "flag", "type": "int"}}}
+    (tmp_path / "generated" / "sglang.yaml").write_text(yaml.safe_dump(gen), encoding="utf-8")
+    overlay = {"engine": "sglang", "knobs": {"b": {"kind": "flag", "type": "str", "origin": "patch"}}}
+    (tmp_path / "sglang.overlay.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    assert set(json.loads(hostfiles.sim_flags_from_catalogs(tmp_path))["flags"]) == {"a", "b"}
