@@ -66,7 +66,9 @@ def _short_names(names: list[str]) -> dict[str, str]:
     return {n: n[cut:] for n in names}
 
 
-def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int], cliffs: list[int]) -> str:
+def waves_table(
+    rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int], cliffs: list[int], note: str = ""
+) -> str:
     short = _short_names(list(knobs))
     knob_s = " ".join(f"{short[k]}={v}" for k, v in knobs.items())
     body = table(
@@ -87,7 +89,7 @@ def waves_table(rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int]
         ],
         align="rrrrrrrrr",
     )
-    lines = [f"{sms} SMs, {heads} heads, {knob_s}", body]
+    lines = [f"{sms} SMs, {heads} heads, {knob_s}", *([note] if note else []), body]
     for b in cliffs:
         lines.append(f"warning: cliff at batch {b}: attention cost per request rises as the batch grows")
     return "\n".join(lines)

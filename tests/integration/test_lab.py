@@ -57,7 +57,12 @@ def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     assert wait_http("http://127.0.1.1:30001/health") == 200
     pgrep = ssh(lab, "lab1", "pgrep -f sglang::scheduler_TP1").stdout.split()
     assert len(pgrep) == 1
+    # Like SGLang's schedulers, the worker renamed itself (setproctitle): its environ no longer shows the
+    # start-up variables; the main process still does.
     environ = ssh(lab, "lab1", f"tr '\\0' '\\n' < /proc/{pgrep[0]}/environ").stdout.splitlines()
+    assert "SGLANG_SM120_MMA_TARGET_CTAS=768" not in environ
+    main = ssh(lab, "lab1", "systemctl show -p MainPID --value kf-test").stdout.strip()
+    environ = ssh(lab, "lab1", f"tr '\\0' '\\n' < /proc/{main}/environ").stdout.splitlines()
     assert "SGLANG_SM120_MMA_TARGET_CTAS=768" in environ
 
     lab.down()

@@ -17,7 +17,7 @@ from knobfleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
 
 Handler = Callable[[argparse.Namespace], int]
 # The flat registry: command modules in the order `knobfleet --help` lists them.
-COMMANDS = ("profiles", "render", "apply", "drift", "history", "bench", "lab")
+COMMANDS = ("profiles", "catalog", "render", "apply", "drift", "history", "bench", "kernel", "lab")
 
 EPILOG = """exit codes:
   0   success / in sync
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None) -> int:
     parser = parser or build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["waves", "calibrate"]:  # `waves PROFILE` has a positional; calibrate is its own command
+        argv = ["waves-calibrate", *argv[2:]]
     args = parser.parse_args(argv)
     func: Handler | None = getattr(args, "func", None)
     if func is None:

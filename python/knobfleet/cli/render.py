@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
@@ -41,6 +42,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _waves_table(plan: Any) -> str:
+    from knobfleet import report
+    from knobfleet.ops import workspace as app
+
+    return report.waves_table(
+        plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
+    )
+
+
 def cmd_waves(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.ops import workspace as app
@@ -48,7 +58,9 @@ def cmd_waves(args: argparse.Namespace) -> int:
     if not args.profile and not args.knob:
         raise KnobfleetError(f"waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob {app.TARGET_KNOB}=512)")
     batches = app.parse_int_list(args.batch, "--batch")
-    plan, profile = app.wave_plan(args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context)
+    plan, profile = app.wave_plan(
+        args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context, not args.no_calibration
+    )
     if args.suggest:
         weights = app.parse_weights(args.weights)
         picks = app.suggest_ctas(plan, profile, weights, args.top, write=profile is not None and not args.no_write)
@@ -63,7 +75,11 @@ def cmd_waves(args: argparse.Namespace) -> int:
                 )
             )
             return EXIT_OK
-        _out(report.waves_table(plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs))
+        _out(
+            report.waves_table(
+                plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
+            )
+        )
         _out("\nThis is a prediction from the wave model, not a measurement: validate each pick with `knobfleet ab`.")
         rows = [[s.target_ctas, f"{s.weighted_cost:.5f}", f"{s.relative:+.1%}", s.written or "-"] for s in picks]
         _out(report.table(["TARGET_CTAS", "weighted cost/req", "vs current", "profile written"], rows, "rrrl"))
@@ -71,7 +87,11 @@ def cmd_waves(args: argparse.Namespace) -> int:
     if args.json:
         _out(report.to_json(plan.as_json()))
     else:
-        _out(report.waves_table(plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs))
+        _out(
+            report.waves_table(
+                plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
+            )
+        )
     return EXIT_OK
 
 
@@ -101,5 +121,6 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1")
     p.add_argument("--top", type=int, default=3)
     p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
+    p.add_argument("--no-calibration", action="store_true", help="use the uncalibrated wave model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_waves)

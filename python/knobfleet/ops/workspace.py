@@ -69,9 +69,14 @@ class WavePlan:
     knobs: waves.KernelKnobs
     rows: list[waves.WaveRow]
     cliffs: list[int]
+    calibration: waves.Calibration | None = None
+    calibration_note: str = ""
+    context: int = waves.L_REF
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "calibration": self.calibration.fingerprint if self.calibration else None,
+            "calibration_note": self.calibration_note,
             "sms": self.sms,
             "heads": self.heads,
             "knobs": knob_dict(self.knobs),
@@ -129,15 +134,22 @@ def wave_plan(
     heads: int,
     batches: list[int],
     context: int,
+    use_calibration: bool = True,
 ) -> tuple[WavePlan, Profile | None]:
+    """The wave table for a profile (or --knob values) on a GPU; with a stored calibration for that GPU
+    (``waves calibrate``) the costs are predicted µs per kernel call, else relative units."""
+    from knobfleet.kernel.commands import calibration_line
+
     profile = store().resolve(profile_name) if profile_name else None
     knobs = wave_knobs(profile, knob_args)
-    n_sms = resolve_sms(gpu, sms, profile)
+    name = gpu or (profile.fingerprint.gpu if profile else None)
+    cal, note = calibration_line(name, sms) if use_calibration else (None, "calibration: off (--no-calibration)")
+    n_sms = cal.sms if cal is not None and sms is None else resolve_sms(gpu, sms, profile)
     try:
-        rows = waves.table(batches, knobs, n_sms, heads, context)
+        rows = waves.table(batches, knobs, n_sms, heads, context, cal)
     except ValueError as exc:
         raise KnobfleetError(f"waves: {exc}") from None
-    return WavePlan(n_sms, heads, knobs, rows, waves.cliffs(rows)), profile
+    return WavePlan(n_sms, heads, knobs, rows, waves.cliffs(rows), cal, note, context), profile
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,7 @@ def suggest_ctas(
         total = sum(weights.values())
         cost = 0.0
         for b, w in weights.items():
-            r = waves.row(b, k, plan.sms, plan.heads)
-            cost += w / total * (r.cost + waves.combine_cost(b, r.nsplit, plan.heads)) / b
+            cost += w / total * waves.step_cost(b, k, plan.sms, plan.heads, plan.context, plan.calibration) / b
         return cost
 
     current = score(plan.knobs)

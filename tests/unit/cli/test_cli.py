@@ -58,7 +58,8 @@ def test_unknown_host_limit_is_a_clear_error(capsys: pytest.CaptureFixture[str],
 def test_waves_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = call(capsys, "waves", "ctas512", "--gpu", "rtx-pro-6000", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"sms", "heads", "knobs", "rows", "cliffs"}
+    assert code == 0 and set(data) == {"sms", "heads", "knobs", "rows", "cliffs", "calibration", "calibration_note"}
+    assert data["calibration"] is None and data["calibration_note"].startswith("calibration: none for rtx-pro-6000")
     assert data["sms"] == 188 and data["heads"] == 64
     assert set(data["rows"][0]) >= {"batch", "n_hg", "nsplit", "ctas", "waves", "waves_ceil", "last_wave_fill", "cost"}
     row96 = next(r for r in data["rows"] if r["batch"] == 96)
@@ -94,3 +95,22 @@ def test_version_and_help_are_fast_paths(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as info:
         run(["--version"])
     assert info.value.code == 0 and "knobfleet 0.1.0" in capsys.readouterr().out
+
+
+def test_waves_uses_the_stored_h200_calibration(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = call(capsys, "waves", "ctas512", "--gpu", "h200", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["calibration"] == "NVIDIA H200|sm90|132" and data["sms"] == 132
+    code, out, _ = call(capsys, "waves", "ctas512", "--gpu", "h200", "--no-calibration", "--json")
+    assert json.loads(out)["calibration"] is None
+
+
+@pytest.mark.parametrize("argv", [["apply"], ["drift", "--via", "scp"], ["no-such-command"]])
+def test_usage_errors_exit_64_never_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        run(argv)
+    assert info.value.code == 64
+
+
+def test_bare_knobfleet_prints_help_and_exits_64(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([]) == 64 and "exit codes:" in capsys.readouterr().err

@@ -28,7 +28,7 @@ CLEAN = json.loads((CASES / "clean" / "probe.json").read_text())
 
 @pytest.fixture(scope="module")
 def lab1() -> HostVars:
-    return load_hosts(Path(__file__).parents[3] / "inventories" / "lab", "lab1")[0]
+    return load_hosts(Path(__file__).parents[1] / "data" / "inventory_v1", "lab1")[0]
 
 
 def plan_for(doc: dict[str, Any], hv: HostVars, profile: str = "ctas512", policy: str = "fail") -> HostPlan:
