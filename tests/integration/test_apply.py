@@ -60,11 +60,15 @@ def test_first_apply_adopts_and_makes_the_knob_live(fleet: Fleet) -> None:
         assert pid != pids_before[host]
         pids = cgroup_pids(fleet, host)
         assert len(pids) == 4, pids  # main + 2 schedulers + detokenizer
-        for p in pids:
-            assert "SGLANG_SM120_MMA_TARGET_CTAS=512" in environ(fleet, host, p), (host, p)
+        assert "SGLANG_SM120_MMA_TARGET_CTAS=512" in environ(fleet, host, str(pid)), host
+        for p in pids:  # the workers renamed themselves like SGLang's: title only, start-up env overwritten
+            if p != str(pid):
+                title = fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{p}/cmdline").stdout.split()
+                assert title[0].startswith("sglang::"), (host, p, title)
+                assert "SGLANG_SM120_MMA_TARGET_CTAS=512" not in environ(fleet, host, p), (host, p)
         cmdline = fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/cmdline").stdout.splitlines()
         assert cmdline[:3] == ["/usr/bin/python3", "-m", "sglang_sim.launch_server"]
-        for flag in ("--disable-overlap-schedule", "--tp=2", "--trust-remote-code", "--mem-fraction-static=0.85"):
+        for flag in ("--disable-overlap-schedule", "--tp-size=2", "--trust-remote-code", "--mem-fraction-static=0.85"):
             assert flag in cmdline
         # The hand-written script is generation 0, byte for byte.
         adopted = fleet.ssh(host, f"cat {STATE}/generations/0000/serve_dsv4_decode.sh").stdout

@@ -137,7 +137,7 @@ def test_declared_profile_and_unreachable_host(fleet: Fleet, tmp_path: Path) -> 
     report = by_host(json.loads(proc.stdout))
     assert report["lab9"]["status"] == "unreachable"
     (f,) = report["lab3"]["findings"]
-    assert f["kind"] == "profile_mismatch" and f["expected"].startswith("ctas768@1")
+    assert f["kind"] == "profile_mismatch" and f["expected"].startswith("ctas768@2")
     prom = (tmp_path / "kf.prom").read_text()
     assert 'knobfleet_drift_findings{host="lab3",kind="profile_mismatch"} 1' in prom
     assert 'knobfleet_probe_success{host="lab9"} 0' in prom

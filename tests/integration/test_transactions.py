@@ -111,7 +111,7 @@ def test_failed_start_restores_previous_generation(
     proc = fleet.knobfleet("apply", str(fault_profiles / f"{profile}.yaml"), "--limit", "lab1", "--yes", *extra)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"error: lab1: {TASK_READY}: {why}" in proc.stdout
-    assert "restored: lab1 is back on generation 0001 (ctas512@1), restarted, ready and verified" in proc.stdout
+    assert "restored: lab1 is back on generation 0001 (ctas512@2), restarted, ready and verified" in proc.stdout
     st = assert_wholly_on(fleet, "lab1", 1, "512")  # the previous profile's knob is live again
     failed_gen = max(st["gens"])
     assert failed_gen > before["current"] and set(before["gens"]) <= set(st["gens"])
@@ -120,19 +120,28 @@ def test_failed_start_restores_previous_generation(
     assert st["ledger"]["event"] == "restore" and st["ledger"]["generation"] == 1
 
 
-def test_verification_mismatch_from_a_dropin_is_restored(fleet: Fleet) -> None:
+def test_a_foreign_dropin_is_refused_or_moved_into_the_backup(fleet: Fleet) -> None:
     dropin = f"/etc/systemd/system/{SVC}.service.d"
     fleet.ssh(
         "lab2",
         f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SGLANG_SM120_MMA_NSPLIT_MAX=4\\n' > "
         f"{dropin}/knobs.conf && systemctl daemon-reload",
     )
+    before = host_state(fleet, "lab2")
     proc = fleet.knobfleet("apply", "ctas768", "--limit", "lab2", "--yes")
     assert proc.returncode == 1
-    assert "SGLANG_SM120_MMA_NSPLIT_MAX='4' is live but not in the profile" in proc.stdout
-    assert "restored: lab2 is back on generation 0001" in proc.stdout
+    assert f"error: lab2: refused, nothing was changed: foreign drop-in {dropin}/knobs.conf changes the unit" in (
+        proc.stdout
+    )
+    assert host_state(fleet, "lab2") == before  # same files, generation, lock, engine PID
+    # policy remove: the drop-in goes into the new generation's backup; a rollback puts it back
+    fleet.knobfleet("apply", "ctas768", "--limit", "lab2", "--yes", "--foreign-dropins", "remove", check=True)
+    assert fleet.ssh("lab2", f"test -e {dropin}/knobs.conf", check=False).returncode != 0
     st = host_state(fleet, "lab2")
-    assert st["current"] == 1 and st["ctas"] == "512" and st["lock"] == "free"
+    assert "knobs.conf" in fleet.ssh("lab2", f"ls {STATE}/generations/{st['current']:04d}/dropins").stdout
+    assert fleet.knobfleet("verify", "--limit", "lab2").returncode == 0
+    fleet.knobfleet("rollback", "--limit", "lab2", "--yes", check=True)
+    assert fleet.ssh("lab2", f"test -e {dropin}/knobs.conf", check=False).returncode == 0
     fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && systemctl restart {SVC} && sleep 2.5")
     assert_wholly_on(fleet, "lab2", 1, "512")
 
@@ -180,13 +189,9 @@ def test_serial_rollout_stops_at_failing_batch_and_rollback_fleet(fleet: Fleet, 
 
 
 def test_failed_restore_exits_3_with_manual_steps_and_touches_no_more_hosts(fleet: Fleet) -> None:
-    # A drop-in makes the engine crash whatever generation runs: the restore cannot succeed either.
-    dropin = f"/etc/systemd/system/{SVC}.service.d"
-    fleet.ssh(
-        "lab2",
-        f"mkdir -p {dropin} && printf '[Service]\\nEnvironment=SGLANG_SIM_FAIL=start\\n' > "
-        f"{dropin}/crash.conf && systemctl daemon-reload",
-    )
+    # systemd's own manager environment makes the engine crash whatever generation runs: the restore
+    # cannot succeed either (knobfleet's files are all fine, so nothing refuses the host up front).
+    fleet.ssh("lab2", "systemctl set-environment SGLANG_SIM_FAIL=start")
     before3 = host_state(fleet, "lab3")
     proc = fleet.knobfleet("apply", "ctas768", "--limit", "lab2,lab3", "--serial", "1", "--yes")
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -195,7 +200,7 @@ def test_failed_restore_exits_3_with_manual_steps_and_touches_no_more_hosts(flee
     assert host_state(fleet, "lab3")["current"] == before3["current"]
     st = host_state(fleet, "lab2")
     assert st["current"] == 1 and st["lock"] == "free"  # files are back on the old generation
-    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && systemctl restart {SVC} && sleep 2.5")
+    fleet.ssh("lab2", f"systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart {SVC} && sleep 2.5")
     assert_wholly_on(fleet, "lab2", 1, "512")
 
 

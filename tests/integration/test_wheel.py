@@ -67,4 +67,6 @@ def test_wheel_installed_outside_the_repo_renders(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "export SGLANG_SM120_MMA_TARGET_CTAS=512\n" in proc.stdout
     assert Path(where[1], "roles", "knob_serve", "library", "knob_generation.py").is_file()
-    assert Path(where[1], "profiles", "catalogs", "sglang.yaml").is_file()
+    assert Path(where[1], "profiles", "catalogs", "sglang.overlay.yaml").is_file()
+    assert Path(where[1], "profiles", "catalogs", "generated", "sglang.yaml").is_file()
+    assert Path(where[1], "roles", "knob_serve", "module_utils", "knob_live.py").is_file()

@@ -22,13 +22,17 @@ from knobfleet.ops.drift import engine_rules
 
 
 @pytest.fixture
-def hv(host: Any) -> HostVars:
-    try:
-        variables = dict(host.ansible.get_variables())
-    except Exception:  # not an ansible:// host: the defaults
-        variables = {}
-    name = str(variables.get("inventory_hostname", host.backend.hostname))
-    return from_inventory_vars(name, variables, "testinfra")
+def hv(host: Any, request: pytest.FixtureRequest) -> HostVars:
+    """The host's knob_serve_* vars exactly as knobfleet reads them (templated through Ansible's inventory)."""
+    from pathlib import Path
+
+    from knobfleet.fleet.inventory import load_hosts
+
+    inventory = request.config.getoption("ansible_inventory", None)
+    name = host.backend.get_hostname()
+    if inventory:
+        return load_hosts(Path(inventory), name)[0]
+    return from_inventory_vars(name, {}, "testinfra")
 
 
 @pytest.fixture

@@ -585,3 +585,60 @@ def refusal(findings: list[dict[str, Any]], dropin_policy: str = "fail", break_l
 def restore_ok(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The findings that make a restored generation fail its verification (the rest predate the change)."""
     return [f for f in findings if not RULES[Kind(f["kind"])].restore_ok]
+
+
+# --- secrets --------------------------------------------------------------------------------------------------
+
+SECRET_PATTERNS = ("*_TOKEN", "*_API_KEY", "*_SECRET", "*_PASSWORD", "HF_TOKEN", "API_KEY", "TOKEN", "PASSWORD")
+
+
+def is_secret(name: str, secret: Any = ()) -> bool:
+    """Whether env var ``name`` holds a secret: listed in ``secret`` (names or fnmatch patterns, from the
+    catalog, the profile or the host), or matching knobfleet's default patterns (tokens, API keys, passwords)."""
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(name, p) for p in (*SECRET_PATTERNS, *(secret or ())))
+
+
+def redact_value(value: str) -> str:
+    """What a secret's value becomes wherever knobfleet shows or stores it: its hash, never the value. Equal
+    values give equal text, so drift still compares them."""
+    import hashlib
+
+    return "<secret sha256:%s>" % hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def redact_env(env: dict[str, str], secret: Any = ()) -> dict[str, str]:
+    return {k: redact_value(v) if is_secret(k, secret) else v for k, v in env.items()}
+
+
+def redact_tree(data: Any, secret: Any = ()) -> Any:
+    """An engine's JSON report (server args, env) with the values of secret-looking keys hashed: SGLang's server
+    info carries ``api_key``, vLLM's ``/server_info`` its env."""
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            if isinstance(v, str) and v and isinstance(k, str) and is_secret(k.upper(), secret):
+                out[k] = redact_value(v)
+            else:
+                out[k] = redact_tree(v, secret)
+        return out
+    if isinstance(data, list):
+        return [redact_tree(v, secret) for v in data]
+    return data
+
+
+def redact_script(text: str, secret: Any = ()) -> str:
+    """A serve script with every secret export's value replaced by its hash (line by line: knobfleet writes one
+    ``export NAME=value`` per line, and secret values never contain a newline)."""
+    out = []
+    for line in text.splitlines(True):
+        if line.startswith("export "):
+            env, _argv = script_env_argv(line)
+            if len(env) == 1:
+                ((name, value),) = env.items()
+                if is_secret(name, secret):
+                    nl = "\n" if line.endswith("\n") else ""
+                    line = "export %s='%s'%s" % (name, redact_value(value), nl)
+        out.append(line)
+    return "".join(out)

@@ -17,6 +17,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
+    from ansible.module_utils.knob_live import redact_env, redact_script, redact_tree
+except ImportError:  # on the controller
+    from knobfleet.module_utils.knob_live import redact_env, redact_script, redact_tree
+
 MAX_CONTENT = 64 * 1024  # text of a managed file kept in the document (scripts and units are far smaller)
 MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
 MAX_PROC = 1024 * 1024
@@ -261,9 +266,23 @@ def dropins(unit: str) -> list[dict[str, Any]]:
     return out
 
 
+def redact(doc: dict[str, Any], secret: Any) -> dict[str, Any]:
+    """Secret values never leave the host: each process's secret env vars and the secret exports of the serve
+    script (installed and stored) become their hashes (module_utils/knob_live.redact_value)."""
+    for proc in doc.get("processes") or []:
+        proc["env"] = redact_env(proc.get("env") or {}, secret)
+    doc["server_info"] = redact_tree(doc.get("server_info"), secret)
+    scripts = [(doc.get("files") or {}).get("script") or {}]
+    scripts += list(((doc.get("generations") or {}).get("current_files") or {}).values())
+    for f in scripts:
+        if isinstance(f.get("content"), str):
+            f["content"] = redact_script(f["content"], secret)
+    return doc
+
+
 def observe(p: dict[str, Any]) -> dict[str, Any]:
     """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
-    info_url, http_timeout_s). Read-only and bounded in time."""
+    info_url, http_timeout_s, secret). Read-only and bounded in time; secret values are hashed."""
     started = time.time()
     unit = p["service"] + ".service"
     props = unit_props(unit)
@@ -277,7 +296,7 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
             server_info = json.loads(info_raw)
         except ValueError:
             server_info = None
-    return {
+    doc = {
         "schema_version": 1,
         "service": p["service"],
         "unit": unit,
@@ -292,3 +311,4 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "server_info": server_info,
         "probe_s": round(time.time() - started, 3),
     }
+    return redact(doc, p.get("secret") or ())

@@ -108,9 +108,23 @@ UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
 
 
 def bundle(source: bytes, utils_dir: Path) -> bytes:
-    """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports."""
-    names = sorted({m.decode() for m in UTIL_IMPORT.findall(source)})
-    utils = [[n, (utils_dir / f"{n}.py").read_text(encoding="utf-8")] for n in names]
+    """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports, directly or
+    through each other, each after the ones it imports."""
+    order: list[str] = []
+    texts: dict[str, str] = {}
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        if name in texts or name in seen:
+            return
+        text = (utils_dir / f"{name}.py").read_text(encoding="utf-8")
+        for dep in sorted({m.decode() for m in UTIL_IMPORT.findall(text.encode())}):
+            visit(dep, (*seen, name))
+        texts[name] = text
+        order.append(name)
+
+    for name in sorted({m.decode() for m in UTIL_IMPORT.findall(source)}):
+        visit(name, ())
+    utils = [[n, texts[n]] for n in order]
     return json.dumps({"utils": utils, "module": source.decode("utf-8")}).encode("utf-8")
 
 
