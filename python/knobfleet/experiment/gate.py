@@ -84,27 +84,34 @@ def gate_host(
             return res
     new_runs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
     store_results(hv.host, new, {"runs": new_runs})
+    res.passed, res.reason, res.ratios = judge(base_runs, new_runs, new.gate.max_regression, baseline.ref, source)
+    return res
+
+
+def judge(
+    base_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], limit: float, baseline_ref: str, source: str
+) -> tuple[bool, str, dict[int, float]]:
+    """Pure: the gate's verdict on the new profile's benchmark runs against the baseline's — (passed, reason,
+    per-bucket throughput ratio - 1). Any request error fails it; so does any bucket more than ``limit`` slower
+    than the baseline (mean over the runs)."""
     n_err = sum(errors(d) for d in new_runs)
     if n_err:
-        res.reason = f"{n_err} requests failed during the benchmark"
-        return res
+        return False, f"{n_err} requests failed during the benchmark", {}
     old, cur = _means(base_runs), _means(new_runs)
-    res.ratios = {c: cur[c] / old[c] - 1 for c in cur if old.get(c)}
-    worst = min(res.ratios.items(), key=lambda kv: kv[1])
-    limit = new.gate.max_regression
+    ratios = {c: cur[c] / old[c] - 1 for c in cur if old.get(c)}
+    worst = min(ratios.items(), key=lambda kv: kv[1])
     if worst[1] < -limit:
-        res.reason = (
-            f"throughput at concurrency {worst[0]} is {worst[1]:+.1%} vs {baseline.ref} ({source} "
+        reason = (
+            f"throughput at concurrency {worst[0]} is {worst[1]:+.1%} vs {baseline_ref} ({source} "
             f"results), beyond the {limit:.0%} regression limit"
         )
-        return res
-    res.passed = True
-    res.reason = (
+        return False, reason, ratios
+    reason = (
         "consistent, no request errors, every bucket within "
-        + f"{limit:.0%} of {baseline.ref} "
-        + ("(" + ", ".join(f"C{c} {r:+.1%}" for c, r in sorted(res.ratios.items())) + ")")
+        + f"{limit:.0%} of {baseline_ref} "
+        + ("(" + ", ".join(f"C{c} {r:+.1%}" for c, r in sorted(ratios.items())) + ")")
     )
-    return res
+    return True, reason, ratios
 
 
 def gate_rollout(
