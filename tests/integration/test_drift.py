@@ -141,7 +141,7 @@ def test_declared_profile_and_unreachable_host(fleet: Fleet, tmp_path: Path) -> 
     prom = (tmp_path / "kf.prom").read_text()
     assert 'knobfleet_drift_findings{host="lab3",kind="profile_mismatch"} 1' in prom
     assert 'knobfleet_probe_success{host="lab9"} 0' in prom
-    assert 'knobfleet_profile_info{host="lab1",profile="ctas512",version="1",hash="sha256:' in prom
+    assert 'knobfleet_profile_info{host="lab1",profile="ctas512",version="2",hash="sha256:' in prom
 
 
 def test_verify_with_testinfra(fleet: Fleet) -> None:

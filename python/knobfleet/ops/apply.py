@@ -240,6 +240,9 @@ def pre_check(
         p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
         if p.in_sync or p.refused or opts.check:
             out[hv.host] = from_plan(p, opts.check, (o.doc.get("generations") or {}).get("current"))
+            lock = (o.doc.get("generations") or {}).get("lock")
+            if p.refused and isinstance(lock, dict) and "lock held by" in out[hv.host].message:
+                out[hv.host].message = out[hv.host].message.split(": an apply is running")[0] + _stale_hint(lock)
     return out
 
 
