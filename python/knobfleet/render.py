@@ -36,6 +36,20 @@ class Rendered:
     argv: list[str]
     script_path: str = ""
     unit_path: str = ""
+    secret: tuple[str, ...] = ()  # names/patterns of secret env vars: shown and stored only as hashes
+
+    @property
+    def script_shown(self) -> str:
+        """The script as knobfleet shows it: secret values replaced by their hashes."""
+        from knobfleet.module_utils.knob_live import redact_script
+
+        return redact_script(self.script, self.secret)
+
+    @property
+    def env_shown(self) -> dict[str, str]:
+        from knobfleet.module_utils.knob_live import redact_env
+
+        return redact_env(self.env, self.secret)
 
     @property
     def script_sha256(self) -> str:
@@ -162,5 +176,12 @@ def render_host(profile: Profile, hv: HostVars, template_dir: Path | None = None
     except jinja2.TemplateError as exc:
         raise RenderError(f"roles/knob_serve/templates: {exc}") from None
     return Rendered(
-        hv.host, script, unit, expected_env(profile, hv), expected_argv(profile, hv), hv.script_path, hv.unit_path
+        hv.host,
+        script,
+        unit,
+        expected_env(profile, hv),
+        expected_argv(profile, hv),
+        hv.script_path,
+        hv.unit_path,
+        tuple(hv.secrets(profile.engine)),
     )

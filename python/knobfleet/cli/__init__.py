@@ -62,6 +62,10 @@ def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = Non
     if argv[:2] == ["waves", "calibrate"]:  # `waves PROFILE` has a positional; calibrate is its own command
         argv = ["waves-calibrate", *argv[2:]]
     args = parser.parse_args(argv)
+    if getattr(args, "vault_password_file", None):  # for knobfleet's inventory reads and every ansible run
+        import os
+
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(args.vault_password_file)
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from knobfleet.cli.common import Sub
+from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, KnobfleetError
 
 
@@ -161,7 +161,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def _bench_opts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--inventory", type=Path, default=None)
+    inventory_opts(p, limit=False)
     p.add_argument("--limit", "-l", default=None, help="exactly one host")
     p.add_argument("--conc", default="48,64,80,96")
     p.add_argument("--n-mult", type=int, default=4)

@@ -21,6 +21,12 @@ def inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
     p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
     if limit:
         p.add_argument("--limit", "-l", default=None, help="Ansible host pattern to restrict the run to")
+    p.add_argument(
+        "--vault-password-file",
+        default=None,
+        metavar="FILE",
+        help="password file for vault-encrypted inventory vars (default: ANSIBLE_VAULT_PASSWORD_FILE / ansible.cfg)",
+    )
 
 
 def via_opt(p: argparse.ArgumentParser, what: str) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from knobfleet.cli.common import Sub
+from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
 
@@ -53,14 +52,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="generations and ledger of each host")
-    p.add_argument("-i", "--inventory", type=Path, default=None)
-    p.add_argument("--limit", "-l", default=None)
+    inventory_opts(p)
     p.add_argument("--ledger", type=int, default=0, metavar="N", help="also show the last N ledger entries")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")
-    p.add_argument("-i", "--inventory", type=Path, default=None)
-    p.add_argument("--limit", "-l", default=None)
+    inventory_opts(p)
     p.add_argument("--to", type=int, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)")
     p.add_argument("--break-lock", action="store_true")
     p.add_argument("--yes", "-y", action="store_true")

@@ -32,11 +32,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         if len(rendered) > 1:
             _out(f"# ---- {r.host} ----")
         if args.what == "script":
-            sys.stdout.write(r.script)
+            sys.stdout.write(r.script_shown)  # secret values as their hashes
         elif args.what == "unit":
             sys.stdout.write(r.unit)
         elif args.what == "env":
-            _out("\n".join(f"{k}={v}" for k, v in r.env.items()))
+            _out("\n".join(f"{k}={v}" for k, v in r.env_shown.items()))
         else:
             _out("\n".join(r.argv))
     return EXIT_OK

@@ -23,6 +23,7 @@ class Engine:
     ignore_env: tuple[str, ...]
     show: dict[str, str]
     known_env: tuple[str, ...]
+    secret_env: tuple[str, ...] = ()
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
@@ -60,6 +61,7 @@ class Engine:
             "reserved_flags": list(self.reserved_flags),
             "readiness_path": self.readiness_path,
             "info_path": self.info_path or "",
+            "secret_env": list(self.secret_env),
         }
 
     def short(self, knob: str) -> str:
@@ -84,6 +86,7 @@ def engine(name: str | None = None) -> Engine:
         ignore_env=s.ignore_env,
         show=dict(s.show),
         known_env=tuple(sorted(cat.env_knobs())),
+        secret_env=cat.secret_names(),
     )
 
 

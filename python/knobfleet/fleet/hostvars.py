@@ -78,6 +78,9 @@ class HostVars(BaseModel):
     readiness_timeout_s: int = Field(default=600, ge=1)
     readiness_grace_s: int = Field(default=0, ge=0)
     host_env: dict[str, str] = Field(default_factory=dict)
+    secret_env: tuple[str, ...] = Field(
+        default=(), description="env names or patterns whose values are secret (on top of the catalog's and *_TOKEN…)"
+    )
     host_args: dict[str, str | bool] = Field(default_factory=dict)
     restart_sec: int = Field(default=5, ge=0)
     timeout_start_s: int = Field(default=900, ge=1)
@@ -174,6 +177,22 @@ class HostVars(BaseModel):
     @property
     def service_state_dir(self) -> str:
         return f"{self.state_root}/{self.service}"
+
+    def secrets(self, engine: str | None = None) -> list[str]:
+        """Names and patterns of secret env vars on this host: declared here and marked in the engine's catalog
+        (knobfleet's own patterns — *_TOKEN, *_API_KEY, … — apply everywhere on top)."""
+        from knobfleet.profiles.catalog import catalog_for
+
+        try:
+            marked = catalog_for(engine or self.engine or self.adapter().name).secret_names()
+        except Exception:  # an unknown engine is reported where the catalog is needed
+            marked = ()
+        return sorted({*self.secret_env, *marked})
+
+    def has_secrets(self) -> bool:
+        from knobfleet.module_utils.knob_live import is_secret
+
+        return any(is_secret(k, self.secrets()) for k in self.host_env)
 
     @property
     def base_url(self) -> str:

@@ -94,9 +94,35 @@ def load_hosts(inventory: Path, limit: str | None = None) -> list[HostVars]:
     if cached is not None:
         return cached
     hosts, deterministic = _load(inventory, limit, where)
-    if key and deterministic:
+    if key and deterministic and not any(hv.has_secrets() for hv in hosts):  # secret values are never cached
         _write_cache(key, hosts)
     return hosts
+
+
+def vault_secrets(loader: Any) -> None:
+    """Give ansible's loader the vault secrets the user's Ansible setup names: ANSIBLE_VAULT_PASSWORD_FILE /
+    ANSIBLE_VAULT_IDENTITY_LIST (or their ansible.cfg keys), so vault-encrypted inventory vars decrypt here
+    exactly as they do for ansible-playbook."""
+    from ansible import constants as C
+    from ansible.cli import CLI
+
+    env_ids = os.environ.get("ANSIBLE_VAULT_IDENTITY_LIST")
+    ids = [i for i in env_ids.split(",") if i] if env_ids else list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
+    password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or C.DEFAULT_VAULT_PASSWORD_FILE
+    files = [password_file] if password_file else []
+    if ids or files:
+        loader.set_vault_secrets(CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False))
+
+
+def _plain(value: Any) -> Any:
+    """Vault-encrypted values decrypted into plain strings (decryption errors surface here, as AnsibleError)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if "Vault" in type(value).__name__:
+        return str(value)
+    return value
 
 
 def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
@@ -114,6 +140,10 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
 
     loader = DataLoader()
     try:
+        vault_secrets(loader)
+    except AnsibleError as exc:
+        raise InventoryError(f"{where}: cannot read the vault password: {str(exc).splitlines()[0]}") from None
+    try:
         manager = InventoryManager(loader=loader, sources=[str(inventory)])
     except AnsibleError as exc:
         raise InventoryError(f"{where}: cannot parse inventory: {exc}") from None
@@ -130,12 +160,18 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
         templar = Templar(loader=loader, variables=raw)
         wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in CONNECTION_VARS}
-        text = json.dumps(wanted, default=str)
+        text = json.dumps(wanted, default=lambda o: "lookup(vault)" if "Vault" in type(o).__name__ else str(o))
         deterministic = deterministic and not any(call in text for call in _NONDETERMINISTIC)
+        secrets = {k: True for k in SECRET_VARS if raw.get(k)}
         try:
             resolved = templar.template(wanted, fail_on_undefined=True)
+            out.append(from_inventory_vars(host.name, {**_plain(resolved), **secrets}, where))
         except AnsibleError as exc:
-            raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {exc}") from None
-        secrets = {k: True for k in SECRET_VARS if raw.get(k)}
-        out.append(from_inventory_vars(host.name, {**resolved, **secrets}, where))
+            text = str(exc).splitlines()[0]
+            if "vault" in text.lower():
+                raise InventoryError(
+                    f"{where}: host {host.name}: a vault-encrypted var cannot be decrypted ({text}); set "
+                    "ANSIBLE_VAULT_PASSWORD_FILE (or vault_password_file in ansible.cfg) to its password file"
+                ) from None
+            raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
     return out, deterministic

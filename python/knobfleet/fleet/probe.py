@@ -28,6 +28,7 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
         "health_url": hv.health_url,
         "info_url": hv.base_url + engine.info_path if engine.info_path else "",
         "http_timeout_s": HTTP_TIMEOUT_S,
+        "secret": hv.secrets(),
     }
 
 

@@ -208,14 +208,18 @@ def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None
     }, None
 
 
-def expected_from_files(script_path: str, script: str, unit_path: str, unit: str, sha: Any) -> dict[str, Any]:
-    """What should be live once ``script`` and ``unit`` are installed (``sha``: a sha256 function)."""
-    env, argv = script_env_argv(script)
+def expected_from_files(
+    script_path: str, script: str, unit_path: str, unit: str, sha: Any, secret: Any = ()
+) -> dict[str, Any]:
+    """What should be live once ``script`` and ``unit`` are installed (``sha``: a sha256 function). Secret
+    values are compared by their hashes, as the host reports them."""
+    shown = redact_script(script, secret)
+    env, argv = script_env_argv(shown)
     return {
         "generation": None,
         "profile": None,
         "files": {
-            "script": {"path": script_path, "sha256": sha(script.encode("utf-8")), "content": script},
+            "script": {"path": script_path, "sha256": sha(script.encode("utf-8")), "content": shown},
             "unit": {"path": unit_path, "sha256": sha(unit.encode("utf-8")), "content": unit},
         },
         "env": env,

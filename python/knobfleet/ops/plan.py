@@ -146,7 +146,7 @@ def plan_host(
     files = doc.get("files") or {}
     diffs, changes = [], []
     for key, text, path in (
-        ("script", rendered.script, rendered.script_path),
+        ("script", rendered.script_shown, rendered.script_path),
         ("unit", rendered.unit, rendered.unit_path),
     ):
         have = files.get(key) or {}

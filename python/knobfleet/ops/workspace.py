@@ -250,6 +250,6 @@ def rendered_json(r: Rendered) -> dict[str, Any]:
         "host": r.host,
         "script_sha256": r.script_sha256,
         "unit_sha256": r.unit_sha256,
-        "env": r.env,
+        "env": r.env_shown,
         "argv": r.argv,
     }

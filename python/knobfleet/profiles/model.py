@@ -192,6 +192,15 @@ class Catalog(_Strict):
     def flag_knobs(self) -> dict[str, Knob]:
         return {n: k for n, k in self.knobs.items() if k.kind == "flag"}
 
+    def secret_names(self) -> tuple[str, ...]:
+        """Env knobs the catalog marks secret (on top of knobfleet's patterns: *_TOKEN, *_API_KEY, ...)."""
+        return tuple(sorted(n for n, k in self.knobs.items() if k.secret and k.kind == "env"))
+
+    def is_secret(self, name: str) -> bool:
+        from knobfleet.module_utils.knob_live import is_secret
+
+        return is_secret(name, self.secret_names())
+
     def flag_alias(self, name: str) -> Knob | None:
         """The flag knob ``name`` is an alias of (``tensor-parallel-size`` for ``tp-size``), if any."""
         for knob in self.knobs.values():

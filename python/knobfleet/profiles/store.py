@@ -110,6 +110,13 @@ class ProfileStore:
         cat = catalogs.catalog_for(engine, self.catalog_dir)
         problems: list[str] = []
         for key, (value, origin) in merged.env.items():
+            if cat.is_secret(key):
+                problems.append(
+                    f"{paths.display(origin)}: env.{key}: a secret does not belong in a profile (it would be in git "
+                    f"and in every report); set it in the host vars as knob_serve_host_env.{key}, from Ansible Vault "
+                    f"or lookup('env', '{key}')"
+                )
+                continue
             why = catalogs.check_env(cat, key, value, tuple(allow))
             if why:
                 problems.append(f"{paths.display(origin)}: env.{key}: {why}")

@@ -21,6 +21,7 @@ options:
   health_url: {type: str, default: ""}
   info_url: {type: str, default: ""}
   http_timeout_s: {type: float, default: 2.0}
+  secret: {type: list, elements: str, default: [], description: Secret env names/patterns; values leave as hashes.}
 author: knobfleet
 """
 
@@ -47,7 +48,8 @@ def main():
         argument_spec=dict(service=dict(type="str", required=True), script_path=dict(type="path", required=True),
                            unit_path=dict(type="path", required=True), state_dir=dict(type="path", required=True),
                            health_url=dict(type="str", default=""), info_url=dict(type="str", default=""),
-                           http_timeout_s=dict(type="float", default=2.0)),
+                           http_timeout_s=dict(type="float", default=2.0),
+                           secret=dict(type="list", elements="str", default=[])),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

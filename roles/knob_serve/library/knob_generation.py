@@ -42,6 +42,8 @@ options:
   event: {type: str, default: rollback}
   engine: {type: dict, description: The engine part of the live-state rule (knobfleet passes it).}
   foreign_dropins: {type: str, default: ignore, choices: [fail, remove, ignore]}
+  secret: {type: list, elements: str, default: [], description: Secret env names/patterns; values shown as hashes.}
+  service_user: {type: str, default: root, description: The engine's user; may read a script holding a secret.}
   health_url: {type: str, default: ""}
   info_url: {type: str, default: ""}
 author: knobfleet
@@ -66,7 +68,7 @@ from ansible.module_utils.knob_fs import read as fs_read
 from ansible.module_utils.knob_fs import sha256 as fs_sha256
 from ansible.module_utils.knob_fs import unlink as fs_unlink
 from ansible.module_utils.knob_fs import write as fs_write
-from ansible.module_utils.knob_live import actions, evaluate, expected_from_files, refusal
+from ansible.module_utils.knob_live import actions, evaluate, expected_from_files, redact_script, refusal
 from ansible.module_utils.knob_observe import dropins, observe
 
 SCRIPT_MODE = 0o755
@@ -243,8 +245,10 @@ def stage(module, store, p):
             continue  # staged files that did not change were validated when they were written
         result["changed"] = True
         result["staged"].append(kind)
-        diffs.append({"before_header": installed, "after_header": installed,
-                      "before": "" if old is None else old.decode("utf-8", "replace"), "after": content})
+        before = "" if old is None else old.decode("utf-8", "replace")
+        if kind == "script":  # secret values leave the host only as their hashes
+            before, content = redact_script(before, p["secret"]), redact_script(content, p["secret"])
+        diffs.append({"before_header": installed, "after_header": installed, "before": before, "after": content})
         if not module.check_mode:
             write_atomic(staged, data, mode)
             validate_staged(module, kind, staged, p["script_path"])
@@ -357,9 +361,11 @@ def live_actions(p, script, unit):
     already right: [] (nothing), or e.g. ["daemon-reload", "restart"], and the finding kinds behind it."""
     doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
                    "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
-                   "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0})
+                   "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
+                   "secret": p["secret"]})
     expected = expected_from_files(p["script_path"], script.decode("utf-8", "replace"), p["unit_path"],
-                                   unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest())
+                                   unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest(),
+                                   p["secret"])
     findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
     # A stopped engine is started by the readiness step, and foreign drop-ins were settled by begin (refused)
     # or above (removed into a new generation): neither is a reason to restart here.
@@ -405,8 +411,7 @@ def commit(module, store, p):
     meta = {
         "generation": number, "status": "installing", "profile": profile.get("name"),
         "version": profile.get("version"), "hash": profile.get("hash"),
-        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name,
-                             "mode": p["script_mode"], "gid": p["script_gid"]},
+        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name},
                   "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name}},
         "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
         "previous": current, "reason": "", "engine": (p["engine"] or {}).get("name"),
@@ -425,8 +430,11 @@ def commit(module, store, p):
                          "apply again; nothing was installed, generation %s is still live"
                          % (number, store.gens, exc.strerror, "none" if current is None else "%04d" % current),
                          errno=exc.errno)
+    mode, gid = script_access(module, p, read(staged_script))
+    meta["files"]["script"].update(mode=mode, gid=gid)
+    store.write_meta(number, meta)
     install_all(module, store, number, current, [
-        (staged_script, p["script_path"], p["script_mode"], p["script_gid"]),
+        (staged_script, p["script_path"], mode, gid),
         (staged_unit, p["unit_path"], UNIT_MODE, 0)], remove)
     store.switch_current(number)
     store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
@@ -435,6 +443,24 @@ def commit(module, store, p):
                          "operator": p["operator"]})
     result.update(changed=True, generation=number)
     return result
+
+
+def script_access(module, p, script):
+    """Mode and group of the installed serve script: 0755 root:root, or — when it holds a secret — readable by
+    root and the service user only (0750 root:<the user's group>, 0700 when the engine runs as root)."""
+    text = script.decode("utf-8", "replace")
+    if redact_script(text, p["secret"]) == text:
+        return SCRIPT_MODE, 0
+    user = p["service_user"] or "root"
+    if user == "root":
+        return 0o700, 0
+    try:
+        import pwd
+
+        return 0o750, pwd.getpwnam(user).pw_gid
+    except KeyError:
+        module.fail_json(msg="the serve script holds a secret and must be readable by the service user %r, "
+                             "which does not exist on this host; create it or fix knob_serve_user" % user)
 
 
 def install_all(module, store, number, current, files, remove):
@@ -677,7 +703,7 @@ def main():
             state_dir=dict(type="path", required=True),
             script_path=dict(type="path"),
             unit_path=dict(type="path"),
-            script_content=dict(type="str"),
+            script_content=dict(type="str", no_log=True),  # may hold secrets: never in logs or artifacts
             unit_content=dict(type="str"),
             run_id=dict(type="str", required=True),
             operator=dict(type="str", default="unknown"),
@@ -691,8 +717,8 @@ def main():
             leave_status=dict(type="str", default="rolled-back", choices=["failed", "rolled-back", ""]),
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
             engine=dict(type="dict"),
-            script_mode=dict(type="int", default=SCRIPT_MODE),
-            script_gid=dict(type="int", default=0),
+            secret=dict(type="list", elements="str", default=[]),
+            service_user=dict(type="str", default="root"),
             foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
             health_url=dict(type="str", default=""),
             info_url=dict(type="str", default=""),

@@ -31,6 +31,7 @@ options:
   unit_path: {type: path}
   state_dir: {type: path}
   info_url: {type: str, default: ""}
+  secret: {type: list, elements: str, default: []}
 author: knobfleet
 """
 
@@ -105,7 +106,8 @@ def main():
                            daemon_reload=dict(type="bool", default=False), enable=dict(type="bool", default=False),
                            restart=dict(type="bool", default=False), start=dict(type="bool", default=False),
                            script_path=dict(type="path"), unit_path=dict(type="path"), state_dir=dict(type="path"),
-                           info_url=dict(type="str", default="")),
+                           info_url=dict(type="str", default=""),
+                           secret=dict(type="list", elements="str", default=[])),
         supports_check_mode=True,
     )
     p = module.params
@@ -154,7 +156,8 @@ def main():
     if p["script_path"] and p["unit_path"] and p["state_dir"]:
         result["probe"] = observe({"service": p["service"].rsplit(".service", 1)[0],
                                    "script_path": p["script_path"], "unit_path": p["unit_path"],
-                                   "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"]})
+                                   "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"],
+                                   "secret": p["secret"]})
     module.exit_json(**result)
 
 

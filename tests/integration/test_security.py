@@ -1,0 +1,92 @@
+"""Hostile hosts and secrets on the real lab: an unprivileged owner of the script's directory cannot make the
+role overwrite another file, and a secret in the host env reaches the engine but no output, report or
+artifact on the controller, and is readable on the host by root only."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from tests.integration.conftest import Fleet
+
+SVC = "sglang-dsv4-decode"
+TOKEN = "hf_LabSecret_4f1c2e9d7a"
+
+
+def _inventory(fleet: Fleet, tmp_path: Path, host: str, extra: dict[str, object]) -> Path:
+    inv = tmp_path / "inv"
+    shutil.copytree(fleet.inventory, inv)
+    group = yaml.safe_load((inv / "group_vars" / "all" / "main.yml").read_text())
+    merged = {k: v for k, v in extra.items()}
+    if "knob_serve_host_env" in extra:
+        merged["knob_serve_host_env"] = {**group["knob_serve_host_env"], **extra["knob_serve_host_env"]}  # type: ignore[dict-item]
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(merged))
+    return inv
+
+
+def kf(fleet: Fleet, inv: Path, *args: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "knobfleet", *args, "-i", str(inv)], capture_output=True, text=True, timeout=300
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_secret_reaches_the_engine_and_nothing_else(fleet: Fleet, tmp_path: Path, lab_state: Path) -> None:
+    inv = _inventory(fleet, tmp_path, "lab1", {"knob_serve_host_env": {"HF_TOKEN": TOKEN}})
+    code, out = kf(fleet, inv, "apply", "ctas512", "--limit", "lab1", "--yes", "--json")
+    assert code == 0, out
+    outputs = [out]
+    for args in (
+        ("drift", "--limit", "lab1", "--json"),
+        ("verify", "--limit", "lab1"),
+        ("plan", "ctas768", "--limit", "lab1", "--json"),
+        ("render", "ctas512", "--host", "lab1"),
+        ("history", "--limit", "lab1", "--ledger", "20"),
+    ):
+        code, text = kf(fleet, inv, *args)
+        outputs.append(text)
+    assert kf(fleet, inv, "drift", "--limit", "lab1")[0] == 0  # compared by hash: in sync
+    assert all(TOKEN not in text for text in outputs)
+    assert "<secret sha256:" in outputs[4]
+    # nothing the controller keeps holds it: run artifacts, caches, saved probes
+    kf(fleet, inv, "drift", "--limit", "lab1", "--save-probes", str(tmp_path / "probes"))
+    for path in [*lab_state.rglob("*"), *(tmp_path / "probes").rglob("*")]:
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert TOKEN.encode() not in path.read_bytes(), path
+    # on the host: the engine has it, only root can read the script, no log or ledger line has it
+    pid = fleet.ssh("lab1", f"systemctl show -p MainPID --value {SVC}").stdout.strip()
+    assert f"HF_TOKEN={TOKEN}" in fleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
+    assert fleet.ssh("lab1", "stat -c '%a %U' /root/serve_dsv4_decode.sh").stdout.split() == ["700", "root"]
+    assert fleet.ssh("lab1", f"grep -rl {TOKEN} /var/lib/knobfleet/{SVC}/ledger.jsonl", check=False).returncode == 1
+    fleet.knobfleet("apply", "ctas512", "--limit", "lab1", "--yes", check=True)
+
+
+def test_the_owner_of_the_script_directory_cannot_redirect_roots_writes(fleet: Fleet, tmp_path: Path) -> None:
+    host = "lab2"
+    fleet.ssh(host, "id engine >/dev/null 2>&1 || useradd -m engine; install -d -o engine -g engine /srv/engine")
+    inv = _inventory(fleet, tmp_path, host, {"knob_serve_script_path": "/srv/engine/serve.sh"})
+    victim = "/etc/knobfleet-victim"
+    fleet.ssh(host, f"echo root-only > {victim}")
+    # The attacker pre-creates the temp names an older knobfleet used, and links the script path at the victim.
+    fleet.ssh(
+        host,
+        f"su engine -s /bin/sh -c 'ln -s {victim} /srv/engine/.serve.sh.knobfleet-tmp; "
+        f"ln -s {victim} /srv/engine/serve.sh'",
+    )
+    code, out = kf(fleet, inv, "apply", "ctas512", "--limit", host, "--yes")
+    assert fleet.ssh(host, f"cat {victim}").stdout == "root-only\n"  # never written through a link
+    assert code == 1 and "is a symlink" in out, out
+    # Without the link the apply works and installs a root-owned regular file.
+    fleet.ssh(host, "rm -f /srv/engine/serve.sh")
+    code, out = kf(fleet, inv, "apply", "ctas512", "--limit", host, "--yes")
+    assert code == 0, out
+    assert fleet.ssh(host, "stat -c '%F %U %a' /srv/engine/serve.sh").stdout.strip() == "regular file root 755"
+    assert fleet.ssh(host, f"cat {victim}").stdout == "root-only\n"
+    fleet.ssh(host, f"rm -f {victim}")
+    fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
