@@ -106,7 +106,7 @@ def test_vault_encrypted_vars_decrypt_with_the_users_password_file(
     blob = VaultLib([("default", secret)]).encrypt(TOKEN, secret).decode()
     value = "!vault |\n" + "".join(f"      {line}\n" for line in blob.splitlines())
     inv = _inventory(tmp_path, value)
-    with pytest.raises(InventoryError, match="vault-encrypted var cannot be decrypted.*ANSIBLE_VAULT_PASSWORD_FILE"):
+    with pytest.raises(InventoryError, match=r"vault-encrypted var cannot be decrypted.*ANSIBLE_VAULT_PASSWORD_FILE"):
         load_hosts(inv)
     pw = tmp_path / "vault.pw"
     pw.write_text("correct horse\n")
