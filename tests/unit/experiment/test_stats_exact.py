@@ -54,10 +54,6 @@ def test_interval_arithmetic() -> None:
     assert iv.low == pytest.approx(0.04 - 2.0 * s / 2) and iv.high == pytest.approx(0.04 + 2.0 * s / 2)
     assert iv.ratio == pytest.approx(math.exp(0.04))
     assert list(iv.as_ratios()) == pytest.approx([math.exp(0.04), math.exp(iv.low), math.exp(iv.high)])
-        pytest.approx(math.exp(0.04)),
-        pytest.approx(math.exp(iv.low)),
-        pytest.approx(math.exp(iv.high)),
-    )
 
 
 def test_classify_boundaries_are_strict() -> None:
