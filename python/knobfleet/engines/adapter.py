@@ -24,6 +24,8 @@ class Engine:
     show: dict[str, str]
     known_env: tuple[str, ...]
     secret_env: tuple[str, ...] = ()
+    info_args: bool = False
+    info_args_ignore: tuple[str, ...] = ()
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
@@ -47,6 +49,8 @@ class Engine:
             "env_prefixes": list(self.env_prefixes),
             "ignore_env": list(self.ignore_env),
             "info_env": list(self.info_env) if self.info_env else None,
+            "info_args": self.info_args,
+            "info_args_ignore": list(self.info_args_ignore),
         }
         if with_known:
             out["known_env"] = list(self.known_env)
@@ -87,6 +91,8 @@ def engine(name: str | None = None) -> Engine:
         show=dict(s.show),
         known_env=tuple(sorted(cat.env_knobs())),
         secret_env=cat.secret_names(),
+        info_args=s.info_args,
+        info_args_ignore=s.info_args_ignore,
     )
 
 

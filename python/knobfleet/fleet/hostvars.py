@@ -139,6 +139,8 @@ class HostVars(BaseModel):
     @field_validator("readiness_path")
     @classmethod
     def _readiness(cls, value: str | None) -> str | None:
+        if value == "":
+            return None  # empty: the engine's own readiness path (as in the role's defaults)
         if value is not None and not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value):
             raise ValueError("must be a URL path such as /health (letters, digits and ._~/- only)")
         return value

@@ -77,7 +77,26 @@ MASKED_UNITS = (
     "systemd-logind.service",
 )
 # What stays enabled from multi-user.target.wants of the machine's root.
-KEEP_WANTS = ("ssh.service", "dbus.service", f"{SERVICE}.service", "remote-fs.target")
+# A lab host can run real vLLM (CPU build, tiny local model: knobfleet.lab.vllm_install) instead of the stand-in.
+VLLM_SERVICE = "vllm-tiny"
+VLLM_SCRIPT_PATH = "/root/serve_vllm.sh"
+VLLM_PORT = 8000
+# Both cores for 2-3 instances (no binding to core 0), a 1 GiB KV cache, eager mode (every lab host starts with
+# an empty compile cache), the dev-mode /server_info that reports the resolved config, nothing from a hub.
+VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_SERVER_DEV_MODE": "1",
+}
+KEEP_WANTS = (
+    "ssh.service",
+    "dbus.service",
+    f"{SERVICE}.service",
+    f"{VLLM_SERVICE}.service",
+    "remote-fs.target",
+)
 
 
 @dataclass(frozen=True)
@@ -130,14 +149,30 @@ def serve_script(host: LabHost) -> str:
     )
 
 
-def serve_unit() -> str:
+def vllm_serve_script(host: LabHost, vllm: str, model: str) -> str:
+    """The hand-written vLLM serve script of a vLLM lab host (adopted as generation 0 by the first apply)."""
+    env = "".join(f"export {k}={v}\n" for k, v in sorted(VLLM_ENV.items()))
+    return (
+        "#!/bin/bash\n"
+        "# tiny-llama on vLLM (CPU) -- started by hand\n"
+        f"{env}"
+        f"exec {vllm} serve {model} --host {host.address} --port {VLLM_PORT} \\\n"
+        "    --max-model-len 512 --dtype float32 --enforce-eager\n"
+    )
+
+
+def vllm_serve_unit() -> str:
+    return serve_unit("vLLM tiny-llama server", VLLM_SCRIPT_PATH)
+
+
+def serve_unit(description: str = "SGLang DSv4 decode server", script: str = SCRIPT_PATH) -> str:
     return (
         "[Unit]\n"
-        "Description=SGLang DSv4 decode server\n"
+        f"Description={description}\n"
         "After=network.target\n"
         "\n"
         "[Service]\n"
-        f"ExecStart={SCRIPT_PATH}\n"
+        f"ExecStart={script}\n"
         "Restart=always\n"
         "RestartSec=3\n"
         "\n"

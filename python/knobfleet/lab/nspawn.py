@@ -21,6 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from knobfleet import paths
 from knobfleet.errors import LabError
@@ -43,6 +44,8 @@ class HostStatus:
 class Lab:
     def __init__(self, state: Path | None = None) -> None:
         self.dir = (state or paths.state_dir() / "lab").resolve()
+        self.vllm: Any = None  # a vllm_install.VllmInstall while booting vLLM hosts
+        self.vllm_hosts: set[str] = set()
         self.ssh_dir = self.dir / "ssh"
         self.key = self.ssh_dir / "id_ed25519"
         self.known_hosts = self.ssh_dir / "known_hosts"
@@ -114,13 +117,25 @@ class Lab:
         if not self.key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
 
-    def up(self, count: int) -> list[HostStatus]:
-        """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned."""
+    def up(self, count: int, vllm: tuple[str, ...] = ()) -> list[HostStatus]:
+        """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
+        in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in."""
         if not 1 <= count <= 64:
             raise LabError(f"lab up: -n {count}: choose 1..64 hosts")
+        hosts = [LabHost(i) for i in range(1, count + 1)]
+        unknown = sorted(set(vllm) - {h.name for h in hosts})
+        if unknown:
+            raise LabError(f"lab up: --vllm {','.join(unknown)}: not among lab1..lab{count}")
         self.preflight()
         self.ensure_keys()
-        hosts = [LabHost(i) for i in range(1, count + 1)]
+        if vllm:
+            from knobfleet.lab import vllm_install
+
+            self.vllm = vllm_install.ensure()  # before any host boots: a host's writes land in its own tmpfs
+        running = {h.name for h in hosts if self.pid(h) is not None}
+        self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
         started: list[LabHost] = []
         for host in hosts:
             if self.pid(host) is not None:
@@ -166,13 +181,16 @@ class Lab:
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
         _write(root / "root/.ssh/authorized_keys", self.key.with_suffix(".pub").read_text(), 0o600)
         os.chmod(root / "root/.ssh", 0o700)
-        _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), hostfiles.serve_script(host), 0o755)
         unit_dir = root / "etc/systemd/system"
-        _write(unit_dir / f"{hostfiles.SERVICE}.service", hostfiles.serve_unit())
-        _link(
-            unit_dir / "multi-user.target.wants" / f"{hostfiles.SERVICE}.service",
-            f"/etc/systemd/system/{hostfiles.SERVICE}.service",
-        )
+        if host.name in self.vllm_hosts and self.vllm is not None:
+            script = hostfiles.vllm_serve_script(host, str(self.vllm.vllm), str(self.vllm.model_dir))
+            service, unit = hostfiles.VLLM_SERVICE, hostfiles.vllm_serve_unit()
+            _write(root / hostfiles.VLLM_SCRIPT_PATH.lstrip("/"), script, 0o755)
+        else:
+            service, unit = hostfiles.SERVICE, hostfiles.serve_unit()
+            _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), hostfiles.serve_script(host), 0o755)
+        _write(unit_dir / f"{service}.service", unit)
+        _link(unit_dir / "multi-user.target.wants" / f"{service}.service", f"/etc/systemd/system/{service}.service")
         self._mask_units(root)
         self._install_sim(root)
         for stale in ("var/lib/knobfleet", "run/nologin", "etc/nologin"):
@@ -316,15 +334,50 @@ class Lab:
             "    decode:",
             "      hosts:",
         ]
+        vllm_hosts = self.vllm_host_names()
         for host in hosts:
-            lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
+            if host.name not in vllm_hosts:
+                lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
+        if vllm_hosts & {h.name for h in hosts}:
+            lines += ["    vllm:", "      hosts:"]
+            for host in hosts:
+                if host.name in vllm_hosts:
+                    lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
         _write(inv / "hosts.yml", "\n".join(lines) + "\n")
         default = paths.default_inventory() / "group_vars" / "all"
         shutil.copy2(default / "main.yml", inv / "group_vars" / "all" / "main.yml")
+        if vllm_hosts:
+            _write(inv / "group_vars" / "vllm.yml", self.vllm_group_vars())
         _write(inv / "group_vars" / "all" / "lab_ssh.yml", self.ssh_vars())
         if self.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
             _write(default / "lab_ssh.yml", self.ssh_vars())
         return inv
+
+    def vllm_host_names(self) -> set[str]:
+        try:
+            return {ln.strip() for ln in (self.dir / "vllm-hosts").read_text().splitlines() if ln.strip()}
+        except OSError:
+            return set()
+
+    def vllm_group_vars(self) -> str:
+        """Host vars of the lab's vLLM hosts (group ``vllm``): the engine, its service, launcher and model."""
+        from knobfleet.lab import vllm_install
+
+        inst = self.vllm or vllm_install.layout()
+        env = "".join(f"  {k}: {v!r}\n" for k, v in sorted(hostfiles.VLLM_ENV.items()))
+        return (
+            "# Written by `knobfleet lab up --vllm`: these hosts run real vLLM (CPU build) on a tiny local model.\n"
+            "knob_engine: vllm\n"
+            f"knob_serve_service: {hostfiles.VLLM_SERVICE}\n"
+            f"knob_serve_script_path: {hostfiles.VLLM_SCRIPT_PATH}\n"
+            f"knob_serve_launcher: [{inst.vllm}]\n"
+            f"knob_serve_model_path: {inst.model_dir}\n"
+            f"knob_serve_port: {hostfiles.VLLM_PORT}\n"
+            "knob_serve_readiness_path: ''\n"
+            "knob_serve_readiness_timeout_s: 300\n"
+            "knob_serve_timeout_stop_s: 30\n"
+            f"knob_serve_host_env:\n{env}"
+        )
 
     # --- down -----------------------------------------------------------------------------------
 

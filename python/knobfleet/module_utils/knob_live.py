@@ -428,6 +428,70 @@ def _engine_env(doc: dict[str, Any], main: dict[str, Any], engine: dict[str, Any
             )
 
 
+def _find_key(tree: Any, key: str) -> tuple[bool, Any]:
+    """The value under ``key`` at the shallowest depth of a nested JSON report (breadth first)."""
+    level = [tree]
+    for _ in range(6):
+        nxt: list[Any] = []
+        for node in level:
+            if isinstance(node, dict):
+                if key in node:
+                    return True, node[key]
+                nxt.extend(v for v in node.values() if isinstance(v, dict | list))
+            elif isinstance(node, list):
+                nxt.extend(v for v in node if isinstance(v, dict | list))
+        level = nxt
+    return False, None
+
+
+def _same(expected: str, actual: Any) -> bool:
+    if isinstance(actual, bool):
+        return expected.lower() in (("true", "1") if actual else ("false", "0"))
+    if isinstance(actual, int | float):
+        try:
+            return float(expected) == float(actual)
+        except ValueError:
+            return False
+    return expected == str(actual)
+
+
+def flags_of(argv: list[str]) -> dict[str, str]:
+    """``--name=value`` and bare ``--name`` (true) tokens of an argv."""
+    out = {}
+    for token in argv:
+        if token.startswith("--") and len(token) > 2:
+            name, sep, value = token[2:].partition("=")
+            out[name] = value if sep else "true"
+    return out
+
+
+def _engine_args(
+    doc: dict[str, Any], main: dict[str, Any], argv: list[str], engine: dict[str, Any], out: list[dict[str, Any]]
+) -> None:
+    """The engine's own report of the arguments it resolved (SGLang's server info, vLLM's /server_info) against
+    the profile's flags: a flag the engine reports with another value did not take effect."""
+    if not engine.get("info_args") or not isinstance(doc.get("server_info"), dict):
+        return
+    skip = set(engine.get("info_args_ignore") or ())
+    for name, value in sorted(flags_of(argv).items()):
+        if name in skip:
+            continue
+        found, actual = _find_key(doc["server_info"], name.replace("-", "_"))
+        if found and not isinstance(actual, dict | list) and actual is not None and not _same(value, actual):
+            out.append(
+                finding(
+                    Kind.ARGV_MISMATCH,
+                    "engine reports %s=%s but pid %d was started with --%s=%s"
+                    % (name.replace("-", "_"), actual, main["pid"], name, value),
+                    pid=main["pid"],
+                    name=name,
+                    expected=value,
+                    actual=actual,
+                    source="engine",
+                )
+            )
+
+
 def _interrupted(doc: dict[str, Any], run_id: str | None, out: list[dict[str, Any]]) -> None:
     gens = doc.get("generations") or {}
     lock = gens.get("lock")
@@ -514,6 +578,8 @@ def evaluate(
             )
         if main is not None:
             _engine_env(doc, main, engine, out)
+            if main.get("cmdline") == argv:  # the argv it was started with is right: did the engine take it?
+                _engine_args(doc, main, argv, engine, out)
     have = expected.get("profile") or {}
     if (
         declared is not None

@@ -158,11 +158,15 @@ class Serve(_Strict):
         description="arguments every launch carries, with {model}, {host} and {port} filled in from host vars"
     )
     readiness_path: str = Field(pattern=r"^/[A-Za-z0-9._~/-]*$")
-    info_path: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._~/-]*$")
+    info_path: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._~/-]*(\?[A-Za-z0-9._~=&-]*)?$")
     info_env: tuple[str | int, ...] | None = Field(
         default=None, description="where in the info endpoint's JSON the engine reports its env vars"
     )
     ignore_env: tuple[str, ...] = Field(default=(), description="env vars the engine sets itself in its processes")
+    info_args: bool = Field(default=False, description="the info endpoint reports the resolved server arguments")
+    info_args_ignore: tuple[str, ...] = Field(
+        default=(), description="flags the engine reports in another spelling (not comparable as text)"
+    )
     show: dict[str, str] = Field(default_factory=dict, description="knob -> short label shown in summaries")
 
 

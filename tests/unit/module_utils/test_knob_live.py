@@ -132,3 +132,26 @@ def test_the_lexer_exists_once() -> None:
         assert "def shell_statements" not in text and "def cgroup_pids" not in text, module
     assert "from ansible.module_utils.knob_live import" in (roles / "knob_serve/library/knob_generation.py").read_text()
     assert knob_live.script_env_argv("export A=1\nexec a b\n") == ({"A": "1"}, ["a", "b"])
+
+
+REPORTED = {"server_args": {"tp_size": 2, "disable_overlap_schedule": True}, "sched": {"max_num_seqs": 8}}
+
+
+@pytest.mark.parametrize(
+    ("argv", "report", "mismatched"),
+    [
+        (["/x", "--tp-size=2", "--disable-overlap-schedule"], REPORTED, []),
+        (["/x", "--tp-size=4"], REPORTED, ["tp-size"]),
+        (["/x", "--max-num-seqs=8", "--not-reported=1"], REPORTED, []),
+        (["/x", "--max-num-seqs=16"], REPORTED, ["max-num-seqs"]),
+        (["/x", "--dtype=float32"], {"model_config": {"dtype": "torch.float32"}}, []),  # ignored spelling
+    ],
+)
+def test_the_engines_resolved_arguments_are_checked(argv: list[str], report: Any, mismatched: list[str]) -> None:
+    d = doc({**MAIN, "cmdline": argv})
+    d["server_info"] = report
+    expected = {**EXPECTED, "env": {"K": "1"}, "argv": argv}
+    engine = {**SGLANG, "info_args": True, "info_args_ignore": ["dtype"]}
+    found = [f for f in evaluate(d, expected, engine) if f.get("source") == "engine"]
+    assert [f["name"] for f in found] == mismatched
+    assert all(f["kind"] == "argv_mismatch" for f in found)
