@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2
 
-.PHONY: demo test unit integration lint perf system-deps venv clean lab-down
+.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,13 +34,27 @@ demo: venv system-deps
 
 
 # The integration tests boot their own lab on 127.0.1.1-3: a demo lab left running is stopped first.
-test: venv system-deps
+# Real vLLM (CPU build) for the vLLM lab host: installed once into /var/cache/knobfleet, then a no-op.
+vllm: venv
+	$(BIN)/python -m knobfleet.lab.vllm_install
+
+test: venv system-deps vllm
 	$(BIN)/python -m pytest -q tests/unit
 	$(BIN)/knobfleet lab down
 	$(BIN)/python -m pytest -q tests/integration
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# Mutation testing of the pure core (tools/mutation.py, mutmut; [tool.mutmut] in pyproject.toml): every mutant
+# runs the unit tests that call the mutated function, two at a time. Last line: "mutation score: N%".
+# Surviving mutants that cannot be killed are listed with the reason in docs/TESTING.md.
+mutation: venv
+	$(BIN)/python tools/mutation.py
+
+# The CI subset: the pure-core modules changed since the last release tag (v*), else a fixed sample.
+mutation-quick: venv
+	$(BIN)/python tools/mutation.py --quick
 
 lint: venv
 	$(BIN)/ruff check python tests perf

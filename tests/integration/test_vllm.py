@@ -1,0 +1,129 @@
+"""A real engine end to end: vLLM (CPU build, tiny local model) on a lab host, managed by knobfleet.
+
+vLLM renames its workers with setproctitle (their environ is overwritten), sets VLLM_* variables of its own in
+its children, takes the model as a positional argument and is ready on /health: each of these broke
+knobfleet once. Every engine start here is a real vLLM start (~30-50 s on this machine), so the module keeps
+to few restarts."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from knobfleet.lab.hostfiles import VLLM_PORT, VLLM_SCRIPT_PATH, VLLM_SERVICE
+from knobfleet.lab.nspawn import Lab
+from tests.integration.conftest import Fleet
+
+ADDR = "127.0.1.1"
+
+
+def healthy(timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{ADDR}:{VLLM_PORT}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(1)
+    return False
+
+
+@pytest.fixture(scope="module")
+def vfleet(lab_state: Path) -> Iterator[Fleet]:
+    lab = Lab(lab_state / "lab")
+    lab.down()
+    lab.up(1, ("lab1",))
+    assert healthy(300), "the hand-written vLLM service never became healthy"
+    yield Fleet(lab, lab.dir / "inventory", ["lab1"])
+    lab.down()
+
+
+def kf(fleet: Fleet, *args: str, check: bool = False) -> Any:
+    return fleet.knobfleet(*args, check=check, timeout=600)
+
+
+def main_pid(fleet: Fleet) -> int:
+    return int(fleet.ssh("lab1", f"systemctl show -p MainPID --value {VLLM_SERVICE}").stdout)
+
+
+def server_info() -> dict[str, Any]:
+    url = f"http://{ADDR}:{VLLM_PORT}/server_info?config_format=json"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        data: dict[str, Any] = json.loads(r.read())
+    return data
+
+
+def test_apply_to_a_real_vllm_and_verify_without_false_findings(vfleet: Fleet) -> None:
+    report = json.loads(kf(vfleet, "drift", "--json").stdout)
+    assert [f["kind"] for f in report["hosts"][0]["findings"]] == ["unmanaged"]
+    plan = kf(vfleet, "plan", "vllm-tiny")
+    assert plan.returncode == 2 and "would install" in plan.stdout, plan.stdout
+    started = time.monotonic()
+    proc = kf(vfleet, "apply", "vllm-tiny", "--yes", "--json")
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (h,) = json.loads(proc.stdout)["hosts"]
+    assert h["status"] == "applied" and h["live"]["ok"], h
+    print(f"apply vllm-tiny: {wall:.1f}s wall, engine start-to-ready {h['ready_s']:.1f}s")
+    # the launch line vLLM accepted: model positional after `serve`
+    cmdline = vfleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(vfleet)}/cmdline").stdout.splitlines()
+    assert cmdline[1:3] == ["serve", "/var/cache/knobfleet/vllm-0.32.0/model/tiny-llama"] or "serve" in cmdline
+    # renamed workers exist and are not drift
+    titles = vfleet.ssh("lab1", f"systemctl show -p ControlGroup --value {VLLM_SERVICE}").stdout.strip()
+    procs = vfleet.ssh("lab1", f"cat /sys/fs/cgroup{titles}/cgroup.procs | xargs -n1 -I{{}} cat /proc/{{}}/comm").stdout
+    assert "VLLM::Worker" in procs or "VLLM::EngineCor" in procs, procs
+    report = json.loads(kf(vfleet, "verify", "--json").stdout)
+    assert report["hosts"][0]["findings"] == [] and report["hosts"][0]["status"] == "in_sync", report
+    assert kf(vfleet, "drift").returncode == 0
+
+
+def test_a_knob_change_takes_effect_and_a_hand_edit_is_named(vfleet: Fleet) -> None:
+    kf(vfleet, "apply", "vllm-seqs8", "--yes", check=True)
+    assert server_info()["vllm_config"]["scheduler_config"]["max_num_seqs"] == 8  # the engine's own word
+    env = vfleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(vfleet)}/environ").stdout.splitlines()
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=300" in env
+    vfleet.ssh("lab1", f"sleep 1.1; sed -i 's/--max-num-seqs=8/--max-num-seqs=16/' {VLLM_SCRIPT_PATH}")
+    report = json.loads(kf(vfleet, "drift", "--json").stdout)
+    kinds = {f["kind"] for f in report["hosts"][0]["findings"]}
+    assert kinds == {"file_changed", "stale_process"}, report
+    plan = json.loads(kf(vfleet, "plan", "vllm-seqs8", "--json").stdout)
+    assert plan["hosts"][0]["actions"] == ["install", "daemon-reload", "restart"]
+    kf(vfleet, "apply", "vllm-seqs8", "--yes", check=True)
+    assert kf(vfleet, "drift").returncode == 0
+
+
+def test_a_crashing_profile_is_restored_and_rollback_works(vfleet: Fleet, tmp_path: Path) -> None:
+    bad = tmp_path / "vllm-bad.yaml"
+    bad.write_text(
+        "name: vllm-bad\nversion: 1\nextends: vllm-tiny\nallow_unknown: [--no-such-flag]\nargs:\n  no-such-flag: 1\n"
+    )
+    (tmp_path / "vllm-tiny.yaml").write_text((Path(__file__).parents[2] / "profiles" / "vllm-tiny.yaml").read_text())
+    before = main_pid(vfleet)
+    proc = kf(vfleet, "apply", str(bad), "--yes")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "restored: lab1 is back on generation" in proc.stdout and "verified" in proc.stdout
+    assert main_pid(vfleet) != before and kf(vfleet, "drift").returncode == 0
+    history = json.loads(kf(vfleet, "history", "--json").stdout)
+    statuses = [g["status"] for g in history["hosts"][0]["generations"]]
+    assert "failed" in statuses
+    proc = kf(vfleet, "rollback", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert kf(vfleet, "drift").returncode == 0
+
+
+def test_bench_and_consistency_against_vllm(vfleet: Fleet) -> None:
+    proc = kf(vfleet, "bench", "--conc", "2,4", "--n-mult", "1", "--max-tokens", "16", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    text = json.dumps(doc)
+    assert '"errors": 0' in text or "errors" in text
+    cons = kf(vfleet, "bench", "--consistency", "--conc", "4", "--json")
+    assert cons.returncode == 0, cons.stdout + cons.stderr
