@@ -1,54 +1,146 @@
 """Where knobfleet finds its data (roles, playbooks, profiles, inventories) and keeps its state.
 
-Run from a checkout, the checkout's top-level folders are used; installed from a wheel outside a
-checkout, the copies shipped in ``knobfleet/_data`` are used. ``KNOBFLEET_HOME`` overrides both.
+Three places, in this order:
+
+* ``KNOBFLEET_HOME``: a folder laid out like this repository (roles/, playbooks/, profiles/, inventories/).
+* A user's project, found from the working directory upward by its ``knobfleet.toml`` (``knobfleet init``):
+  its profiles, catalog overlays and default inventory; roles and playbooks are the Ansible collection
+  shipped in the package (``knobfleet/_data/ansible``), catalogs the package's.
+* A checkout of this repository (found upward from the working directory, else the one the package was
+  imported from): its top-level folders, roles run straight from ``roles/`` (the lab and the tests).
+
+Installed from a wheel with neither, the built-in examples are used only when asked (``--examples`` /
+``KNOBFLEET_EXAMPLES=1``); anything else says how to make a project.
 """
 
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from knobfleet.project import Project
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = _PACKAGE_DIR / "_data"
+COLLECTION = ("knobfleet", "serving")
 
 
 def _is_project(path: Path) -> bool:
     return (path / "roles" / "knob_serve").is_dir() and (path / "profiles").is_dir()
 
 
-def project_root() -> Path:
-    """The folder holding roles/, playbooks/, profiles/ and inventories/."""
-    env = os.environ.get("KNOBFLEET_HOME")
-    if env:
-        return Path(env).resolve()
-    cwd = Path.cwd().resolve()
+def examples() -> bool:
+    """Whether the built-in example profiles are asked for (``--examples`` sets KNOBFLEET_EXAMPLES=1)."""
+    return os.environ.get("KNOBFLEET_EXAMPLES", "") not in ("", "0")
+
+
+@cache
+def _discover(cwd: Path, home: str | None) -> tuple[str, Path]:
+    """(kind, root): kind is ``home``, ``project`` (a knobfleet.toml), ``checkout`` or ``installed``."""
+    if home:
+        return "home", Path(home).resolve()
     for candidate in (cwd, *cwd.parents):
+        if (candidate / "knobfleet.toml").is_file():
+            return "project", candidate
         if _is_project(candidate):
-            return candidate
+            return "checkout", candidate
     source_checkout = _PACKAGE_DIR.parent.parent
     if _is_project(source_checkout):
-        return source_checkout
-    return _PACKAGE_DIR / "_data"
+        return "checkout", source_checkout
+    return "installed", DATA_DIR
+
+
+def _where() -> tuple[str, Path]:
+    return _discover(Path.cwd().resolve(), os.environ.get("KNOBFLEET_HOME") or None)
+
+
+def project() -> Project | None:
+    """The user's project (a folder with knobfleet.toml at or above the working directory), or None."""
+    kind, root = _where()
+    if kind != "project":
+        return None
+    from knobfleet.project import load
+
+    return load(root)
+
+
+def project_root() -> Path:
+    """The user's project, else the folder holding roles/, playbooks/, profiles/ and inventories/."""
+    return _where()[1]
+
+
+def data_root() -> Path:
+    """Where knobfleet's own files are: the checkout (or KNOBFLEET_HOME), else the package's ``_data``."""
+    kind, root = _where()
+    return root if kind in ("home", "checkout") else DATA_DIR
+
+
+def uses_collection() -> bool:
+    """Whether Ansible runs use the collection shipped in the package (installed, or in a user's project)
+    rather than this checkout's roles/."""
+    return data_root() == DATA_DIR
+
+
+def ansible_dir() -> Path:
+    """The shipped playbooks, with the knobfleet.serving collection beside them (``collections/``): Ansible
+    looks for collections next to the playbook first, so the CLI always runs its own copy."""
+    return DATA_DIR / "ansible"
+
+
+def collection_dir() -> Path:
+    return ansible_dir() / "collections" / "ansible_collections" / COLLECTION[0] / COLLECTION[1]
 
 
 def profiles_dir() -> Path:
-    return project_root() / "profiles"
+    if examples():
+        return data_root() / "profiles"
+    proj = project()
+    if proj is not None:
+        return proj.profiles
+    kind, root = _where()
+    if kind == "installed":
+        from knobfleet.errors import UsageError
+
+        raise UsageError(
+            f"{Path.cwd()}: no knobfleet project here or above (no knobfleet.toml); create one with "
+            "`knobfleet init DIR`, or pass --examples for the built-in example profiles"
+        )
+    return root / "profiles"
 
 
 def catalogs_dir() -> Path:
-    return profiles_dir() / "catalogs"
+    """The engine catalogs knobfleet ships (generated/<engine>.yaml + <engine>.overlay.yaml)."""
+    return data_root() / "profiles" / "catalogs"
+
+
+def catalog_overlay_dirs() -> list[Path]:
+    """A project's own catalog overlays, applied on top of the shipped catalogs (empty outside a project)."""
+    proj = project()
+    return [proj.catalogs] if proj is not None and proj.catalogs.is_dir() else []
 
 
 def roles_dir() -> Path:
-    return project_root() / "roles"
+    return collection_dir() / "roles" if uses_collection() else data_root() / "roles"
 
 
 def playbooks_dir() -> Path:
-    return project_root() / "playbooks"
+    return ansible_dir() if uses_collection() else data_root() / "playbooks"
+
+
+def module_source(role: str, module: str) -> Path:
+    """An on-host module's source: the role's library/ in a checkout, the collection's plugins/modules else."""
+    if uses_collection():
+        return collection_dir() / "plugins" / "modules" / f"{module}.py"
+    return data_root() / "roles" / role / "library" / f"{module}.py"
 
 
 def default_inventory() -> Path:
-    return project_root() / "inventories" / "lab"
+    """This checkout's lab inventory (``inventories/lab``). What a command uses without -i is
+    ``fleet.inventory.default()``: the project's, ANSIBLE_INVENTORY, or the running lab's."""
+    return data_root() / "inventories" / "lab"
 
 
 def state_dir() -> Path:
@@ -57,7 +149,7 @@ def state_dir() -> Path:
     if env:
         return Path(env).resolve()
     root = project_root()
-    if root.name != "_data" and os.access(root, os.W_OK):
+    if root != DATA_DIR and os.access(root, os.W_OK):
         return root / ".state"
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "knobfleet"
 

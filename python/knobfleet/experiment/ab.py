@@ -62,8 +62,10 @@ def summarise_runs(docs: list[dict[str, Any]]) -> list[BucketStat]:
     for c, xs in sorted(per.items()):
         m = statistics.mean(xs)
         if len(xs) > 1:
-            half = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
-            out.append(BucketStat(c, m, m - half, m + half, xs))
+            from knobfleet.experiment.stats import mean_interval_95
+
+            low, high = mean_interval_95(xs)  # Student-t: at 3 runs the normal 1.96 is 2.2x too narrow
+            out.append(BucketStat(c, m, low, high, xs))
         else:
             out.append(BucketStat(c, m, None, None, xs))
     return out

@@ -42,8 +42,14 @@ def fmt(ratio_minus_one: float) -> str:
     return f"{ratio_minus_one * 100:+.1f}%"
 
 
-def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
+def plot(doc: dict[str, Any], path: Path) -> bool:
+    """Write the PNG; False (nothing written) without matplotlib: it is the optional extra knobfleet[plots]."""
+    from knobfleet.experiment.stats import t_quantile_975
+
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -56,7 +62,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             xs.append(b["concurrency"])
             ys.append(statistics.mean(runs))
             sd = statistics.stdev(runs) if len(runs) > 1 else 0.0
-            errs.append(1.96 * sd / math.sqrt(len(runs)))
+            errs.append(t_quantile_975(len(runs) - 1) * sd / math.sqrt(len(runs)) if len(runs) > 1 else 0.0)
         name = doc["a"] if arm == "A" else doc["b"]
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, color=color, label=f"{arm}: {name}")
     ax.set_xlabel("concurrency")
@@ -67,3 +73,4 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True

@@ -69,6 +69,7 @@ class RunRequest:
     forks: int = 10
     on_event: Callable[[Event], None] | None = None
     run_id: str = ""
+    verbose: bool = field(default_factory=lambda: verbosity() > 0)
 
 
 @dataclass
@@ -109,6 +110,14 @@ class RunResult:
         return self.hosts.setdefault(name, HostResult(name))
 
 
+def verbosity() -> int:
+    """-v / -vv (KNOBFLEET_VERBOSE): 1 shows Ansible's output and each run's artifact folder; 2 adds -vv."""
+    try:
+        return int(os.environ.get("KNOBFLEET_VERBOSE", "0") or 0)
+    except ValueError:
+        return 0
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
@@ -121,30 +130,61 @@ def operator() -> str:
     return os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
 
 
+CLI_ROLE_VARS = {"knob_serve_restore_on_failure": False, "knob_serve_verify": False, "knob_serve_restore_verify": False}
+# What knobfleet sets only where the user's Ansible (ansible.cfg or ANSIBLE_*) leaves Ansible's default, and why.
+PREFERRED: dict[str, tuple[str, str, str]] = {
+    # name in ansible_cfg.SETTINGS: (environment variable, value, why)
+    "pipelining": ("ANSIBLE_PIPELINING", "True", "one SSH round trip per module instead of ~4"),
+    "ssh_args": ("ANSIBLE_SSH_ARGS", " ".join(SSH_ARGS), "multiplexed connections, shared with the fast path"),
+    "timeout": ("ANSIBLE_TIMEOUT", "15", "a dead host fails within 15 s"),
+    "interpreter_python": ("ANSIBLE_PYTHON_INTERPRETER", "auto_silent", "no interpreter discovery warnings"),
+    "nocolor": ("ANSIBLE_NOCOLOR", "1", "artifacts and -v output stay plain text"),
+    "deprecation_warnings": ("ANSIBLE_DEPRECATION_WARNINGS", "False", "warnings knobfleet's users cannot act on"),
+    "system_warnings": ("ANSIBLE_SYSTEM_WARNINGS", "False", "warnings knobfleet's users cannot act on"),
+}
+# What knobfleet always sets (documented in docs/OWN_FLEET.md, "What knobfleet overrides"):
+#   ANSIBLE_CONFIG                  the project's ansible.cfg, unless ANSIBLE_CONFIG is set (runs start elsewhere)
+#   ANSIBLE_SSH_CONTROL_PATH(_DIR)  <state>/cp/%C: the SSH fast path reuses Ansible's connections and vice versa
+#   ANSIBLE_LOCAL_TEMP              <state>/tmp when the user set none
+#   ANSIBLE_ROLES_PATH, ANSIBLE_MODULE_UTILS   from a checkout only: its roles/ and module_utils
+#   stdout callback                 ansible-runner's own (it turns the run into events); callbacks_enabled is kept
+
+
+def user_settings() -> dict[str, str]:
+    from knobfleet.fleet import ansible_cfg
+
+    return ansible_cfg.user_settings(paths.project_root())
+
+
 def _env(forks: int) -> dict[str, str]:
+    from knobfleet.fleet import ansible_cfg
+
     state = paths.state_dir()
     cp = paths.control_dir()
     (state / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
-    return {
-        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
-        "ANSIBLE_MODULE_UTILS": str(paths.module_utils_dir()),
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_SSH_ARGS": " ".join(SSH_ARGS),
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
-        # ssh's own %C (a hash of host, port, user): the SSH fast path computes the same socket path.
-        "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_GATHERING": "explicit",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_LOCAL_TEMP": str(state / "tmp"),
-        "ANSIBLE_FORKS": str(forks),
-        "ANSIBLE_TIMEOUT": "15",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_DEPRECATION_WARNINGS": "False",
-        "ANSIBLE_SYSTEM_WARNINGS": "False",
-        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
-        "ANSIBLE_CALLBACKS_ENABLED": "",
-    }
+    user = user_settings()
+    env: dict[str, str] = {}
+    cfg = ansible_cfg.config_file(paths.project_root())
+    if "ANSIBLE_CONFIG" not in os.environ and cfg is not None:
+        env["ANSIBLE_CONFIG"] = str(cfg)
+    env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(cp)
+    # ssh's own %C (a hash of host, port, user): the SSH fast path computes the same socket path.
+    env["ANSIBLE_SSH_CONTROL_PATH"] = "%(directory)s/%%C"
+    if "local_tmp" not in user:
+        env["ANSIBLE_LOCAL_TEMP"] = str(state / "tmp")
+    if not paths.uses_collection():  # a checkout: its roles and module_utils, before any of the user's
+        env["ANSIBLE_ROLES_PATH"] = os.pathsep.join(
+            p for p in (str(paths.roles_dir()), os.environ.get("ANSIBLE_ROLES_PATH", "")) if p
+        )
+        env["ANSIBLE_MODULE_UTILS"] = os.pathsep.join(
+            p for p in (str(paths.module_utils_dir()), os.environ.get("ANSIBLE_MODULE_UTILS", "")) if p
+        )
+    for name, (var, value, _why) in PREFERRED.items():
+        if name not in user:
+            env[var] = value
+    if "forks" not in user:
+        env["ANSIBLE_FORKS"] = str(forks)
+    return env
 
 
 def _message(res: dict[str, Any]) -> str:
@@ -176,13 +216,18 @@ def run_playbook(req: RunRequest) -> RunResult:
     pdd = paths.state_dir() / "runs" / run_id
     (pdd / "env").mkdir(parents=True, exist_ok=True)
     vars_file = pdd / "knob_vars.yml"
-    vars_file.write_text(dump_vars(req.trusted_vars, req.unsafe_vars), encoding="utf-8")
+    # The CLI restores and verifies from the controller with its own rule (ops/transaction.py): the role's
+    # on-host restore and verify steps, there for plain ansible-playbook, stay off under knobfleet.
+    trusted = {**CLI_ROLE_VARS, **req.trusted_vars}
+    vars_file.write_text(dump_vars(trusted, req.unsafe_vars), encoding="utf-8")
     os.chmod(vars_file, 0o600)
     playbook = paths.playbooks_dir() / req.playbook
     bindir = str(Path(sys.executable).parent)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     cmdline = f"-e @{vars_file}" + (" --check" if req.check else "") + (" --diff" if req.diff else "")
+    if verbosity() > 1:
+        cmdline += " -" + "v" * (verbosity() - 1)
     result = RunResult(run_id, 0, "", {}, pdd / "artifacts" / run_id, 0.0)
 
     def handler(event: Event) -> bool:
@@ -208,6 +253,9 @@ def run_playbook(req: RunRequest) -> RunResult:
             req.on_event(event)
         return True  # keep the event in the run's artifacts
 
+    envvars = _env(req.forks)
+    if req.verbose:
+        sys.stderr.write(f"knobfleet: ansible-playbook {playbook}; artifacts in {pdd / 'artifacts' / run_id}\n")
     started = time.monotonic()
     try:
         r = ansible_runner.run(
@@ -216,12 +264,12 @@ def run_playbook(req: RunRequest) -> RunResult:
             inventory=str(req.inventory.resolve()),
             limit=req.limit,
             cmdline=cmdline,
-            envvars=_env(req.forks),
-            quiet=True,
+            envvars=envvars,
+            quiet=not req.verbose,
             ident=run_id,
             event_handler=handler,
-            settings={"suppress_ansible_output": True},
-            forks=req.forks,
+            settings={"suppress_ansible_output": not req.verbose},
+            **({} if "forks" in user_settings() else {"forks": req.forks}),
         )
     except Exception as exc:  # ansible-runner raises plain exceptions for setup problems
         raise RunError(f"ansible-runner could not start {req.playbook}: {exc}") from None

@@ -48,13 +48,17 @@ def load_catalog(path: Path) -> Catalog:
 def catalog_files(engine: str, directory: Path | None = None) -> list[Path]:
     """The files an engine's catalog is made of: ``generated/<engine>.yaml`` (from the engine's own registry,
     `knobfleet catalog sync`) plus the curated ``<engine>.overlay.yaml``; or one hand-written ``<engine>.yaml``
-    for an engine without a registry to sync from."""
+    for an engine without a registry to sync from. A project's own ``<engine>.overlay.yaml`` (its
+    ``catalogs`` folder) comes last, on top; a project may also add a whole ``<engine>.yaml``."""
     base = directory or paths.catalogs_dir()
+    extra = [d / f"{engine}.overlay.yaml" for d in paths.catalog_overlay_dirs()]
+    extra = [f for f in extra if f.is_file()]
     overlay = base / f"{engine}.overlay.yaml"
     if overlay.is_file():
         generated = base / "generated" / f"{engine}.yaml"
-        return [generated, overlay] if generated.is_file() else [overlay]
-    return [base / f"{engine}.yaml"]
+        return [generated, overlay, *extra] if generated.is_file() else [overlay, *extra]
+    own = [d / f"{engine}.yaml" for d in paths.catalog_overlay_dirs() if (d / f"{engine}.yaml").is_file()]
+    return [own[0] if own else base / f"{engine}.yaml", *extra]
 
 
 def _merged(files: list[Path]) -> dict[str, Any]:
@@ -62,13 +66,16 @@ def _merged(files: list[Path]) -> dict[str, Any]:
         return _read(files[0])
     from knobfleet.engines.sync.build import merge
 
-    overlay = _read(files[-1])
-    generated = _read(files[0]) if len(files) == 2 else {"engine": overlay.get("engine"), "knobs": {}}
-    try:
-        merged = merge(generated, overlay)
-    except ValueError as exc:
-        raise ProfileError([f"{paths.display(files[-1])}: {exc}"]) from None
-    merged.setdefault("env_prefixes", overlay.get("env_prefixes", ()))
+    first = _read(files[0])
+    overlays = files[1:] if not files[0].name.endswith(".overlay.yaml") else files
+    merged = first if overlays is not files else {"engine": first.get("engine"), "knobs": {}}
+    for f in overlays:
+        overlay = _read(f)
+        try:
+            merged = merge(merged, overlay)
+        except ValueError as exc:
+            raise ProfileError([f"{paths.display(f)}: {exc}"]) from None
+        merged.setdefault("env_prefixes", overlay.get("env_prefixes", ()))
     return merged
 
 
@@ -117,6 +124,8 @@ def engine_names(directory: Path | None = None) -> list[str]:
     base = directory or paths.catalogs_dir()
     names = {p.stem for p in base.glob("*.yaml") if "." not in p.stem}
     names |= {p.name.removesuffix(".overlay.yaml") for p in base.glob("*.overlay.yaml")}
+    for d in paths.catalog_overlay_dirs():
+        names |= {p.stem for p in d.glob("*.yaml") if "." not in p.stem}
     return sorted(names)
 
 

@@ -34,7 +34,9 @@ class ProfileStore:
 
     def __init__(self, directory: Path | None = None, catalog_dir: Path | None = None) -> None:
         self.directory = (directory or paths.profiles_dir()).resolve()
-        self.catalog_dir = catalog_dir or self.directory / "catalogs"
+        own = self.directory / "catalogs"
+        # A checkout keeps its catalogs under profiles/; a user's project uses the ones knobfleet ships.
+        self.catalog_dir = catalog_dir or (own if own.is_dir() else paths.catalogs_dir())
 
     @property
     def lock_path(self) -> Path:

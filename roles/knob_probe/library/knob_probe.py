@@ -10,24 +10,70 @@ short_description: Observe a knobfleet-managed engine service (read-only)
 description:
   - Returns managed files (sha256, mode, owner, mtime, content when small), systemd unit properties and
     drop-ins, every process of the unit's cgroup with its environ, cmdline and start time, the generations
-    and C(current), the lock, the engine's health and /get_server_info.
+    and C(current), the lock, the engine's health and its info endpoint.
   - Changes nothing. Bounded in time; files are read without following symlinks and with a size bound.
   - The document is what knobfleet's live-state rule (module_utils knob_live) reads.
-options:
-  service: {type: str, required: true}
-  script_path: {type: path, required: true}
-  unit_path: {type: path, required: true}
-  state_dir: {type: path, required: true}
-  health_url: {type: str, default: ""}
-  info_url: {type: str, default: ""}
-  http_timeout_s: {type: float, default: 2.0}
-  secret: {type: list, elements: str, default: [], description: Secret env names/patterns; values leave as hashes.}
+version_added: "0.1.0"
 author: knobfleet
+options:
+  service:
+    description: The unit name without C(.service).
+    type: str
+    required: true
+  script_path:
+    description: The installed serve script.
+    type: path
+    required: true
+  unit_path:
+    description: The installed unit.
+    type: path
+    required: true
+  state_dir:
+    description: The service's state folder (generations, ledger, lock).
+    type: path
+    required: true
+  health_url:
+    description: Health URL to query (empty skips it).
+    type: str
+    default: ""
+  info_url:
+    description: The engine's info URL (empty skips it).
+    type: str
+    default: ""
+  http_timeout_s:
+    description: Bound of each HTTP request.
+    type: float
+    default: 2.0
+  secret:
+    description: Secret env names or patterns; values leave the host only as hashes.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode (it changes nothing either way).
+"""
+
+EXAMPLES = r"""
+- name: Observe the engine service
+  knobfleet.serving.knob_probe:
+    service: sglang-decode
+    script_path: /opt/serving/serve_decode.sh
+    unit_path: /etc/systemd/system/sglang-decode.service
+    state_dir: /var/lib/knobfleet/sglang-decode
+    health_url: http://127.0.0.1:30000/health_generate
+  register: knob_probe_result
 """
 
 RETURN = r"""
-step: {description: Always C(probe); knobfleet keys results by it., returned: always, type: str}
-probe: {description: The probe document (schema_version 1)., returned: always, type: dict}
+step:
+  description: Always C(probe); knobfleet keys results by it.
+  returned: always
+  type: str
+  sample: probe
+probe:
+  description: The probe document (schema_version 1).
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.knob_observe import observe

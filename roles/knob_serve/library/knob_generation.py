@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: knob_generation
-short_description: Lock, adopt, store and install knobfleet generations of a service
+short_description: Lock, adopt, store, install, restore and verify knobfleet generations of a service
 description:
   - C(begin) refuses the host, changing nothing, when a foreign drop-in is present and C(foreign_dropins)
     is C(fail); takes the per-service lock (failing fast with the holder's name) and, the first time,
@@ -22,37 +22,165 @@ description:
   - C(release) frees the lock held by this run.
   - C(restore) installs generation N (default the previous good one) again after checking its stored
     files against meta.json; refuses, changing nothing, when they are missing or altered.
-options:
-  action: {type: str, required: true, choices: [begin, stage, commit, mark, release, restore]}
-  state_dir: {type: path, required: true}
-  script_path: {type: path}
-  unit_path: {type: path}
-  script_content: {type: str}
-  unit_content: {type: str}
-  run_id: {type: str, required: true}
-  operator: {type: str, default: unknown}
-  controller: {type: str, default: ""}
-  profile: {type: dict}
-  generation: {type: int}
-  status: {type: str, choices: [good, failed, rolled-back]}
-  reason: {type: str, default: ""}
-  break_lock: {type: bool, default: false}
-  keep: {type: int, default: 10}
-  leave_status: {type: str, default: rolled-back}
-  event: {type: str, default: rollback}
-  engine: {type: dict, description: The engine part of the live-state rule (knobfleet passes it).}
-  foreign_dropins: {type: str, default: ignore, choices: [fail, remove, ignore]}
-  secret: {type: list, elements: str, default: [], description: Secret env names/patterns; values shown as hashes.}
-  service_user: {type: str, default: root, description: The engine's user; may read a script holding a secret.}
-  health_url: {type: str, default: ""}
-  info_url: {type: str, default: ""}
+  - C(verify) observes the host (files, unit, every process of the unit with its /proc environ and cmdline)
+    and checks it against the current generation with knobfleet's live-state rule; fails naming what differs.
+  - Standard library only on the host; part of the C(knobfleet.serving) collection, used by its
+    C(knob_serve) role.
+version_added: "0.1.0"
 author: knobfleet
+options:
+  action:
+    description: What to do (see above).
+    type: str
+    required: true
+    choices: [begin, stage, commit, mark, release, restore, verify]
+  after:
+    description: For C(verify), what came before. After a C(restore), findings that may predate the change
+      (a drop-in put back) do not fail the check.
+    type: str
+    default: apply
+    choices: [apply, restore]
+  state_dir:
+    description: The service's state folder (generations, ledger, lock), root-only.
+    type: path
+    required: true
+  script_path:
+    description: Where the serve script is installed.
+    type: path
+  unit_path:
+    description: Where the systemd unit is installed.
+    type: path
+  script_content:
+    description: The rendered serve script (C(stage)). Never logged.
+    type: str
+  unit_content:
+    description: The rendered systemd unit (C(stage)).
+    type: str
+  run_id:
+    description: The controller's run id; owns the lock.
+    type: str
+    required: true
+  operator:
+    description: Who applies; recorded in meta.json and the ledger.
+    type: str
+    default: unknown
+  controller:
+    description: Controller host and PID holding the lock.
+    type: str
+    default: ""
+  profile:
+    description: The profile's C(name), C(version) and C(hash) (C(commit)).
+    type: dict
+  generation:
+    description: The generation to mark or restore (C(restore) defaults to the previous good one).
+    type: int
+  status:
+    description: Status for C(mark).
+    type: str
+    choices: [good, failed, rolled-back]
+  reason:
+    description: Why (recorded with a status or a restore).
+    type: str
+    default: ""
+  break_lock:
+    description: Break a lock left by a killed applier (its generation is marked interrupted).
+    type: bool
+    default: false
+  keep:
+    description: Good generations to keep when marking one good (older ones are pruned).
+    type: int
+    default: 10
+  leave_status:
+    description: Status given to the generation a restore leaves (empty keeps it).
+    type: str
+    default: rolled-back
+    choices: [failed, rolled-back, ""]
+  event:
+    description: Ledger event of a restore; C(restore) also uninstalls when the target held no files.
+    type: str
+    default: rollback
+    choices: [rollback, restore]
+  engine:
+    description: The engine part of the live-state rule (C(knob_serve_engine)).
+    type: dict
+  foreign_dropins:
+    description: A drop-in knobfleet did not write; C(fail) refuses, C(remove) moves it into the generation.
+    type: str
+    default: ignore
+    choices: [fail, remove, ignore]
+  secret:
+    description: Secret env names or patterns; their values are shown and stored only as hashes.
+    type: list
+    elements: str
+    default: []
+  service_user:
+    description: The engine's user; may read a script holding a secret.
+    type: str
+    default: root
+  health_url:
+    description: The engine's health URL (recorded; used by C(verify)).
+    type: str
+    default: ""
+  info_url:
+    description: The engine's info URL, where it reports its env.
+    type: str
+    default: ""
+notes:
+  - Supports check mode (C(stage) returns diffs; C(commit) and C(restore) report what they would do).
+"""
+
+EXAMPLES = r"""
+- name: Take the host lock and adopt pre-knobfleet files as generation 0
+  knobfleet.serving.knob_generation:
+    action: begin
+    state_dir: /var/lib/knobfleet/sglang-decode
+    script_path: /opt/serving/serve_decode.sh
+    unit_path: /etc/systemd/system/sglang-decode.service
+    run_id: manual
+
+- name: Go back to generation 3
+  knobfleet.serving.knob_generation:
+    action: restore
+    state_dir: /var/lib/knobfleet/sglang-decode
+    unit_path: /etc/systemd/system/sglang-decode.service
+    generation: 3
+    reason: rollback requested
+    run_id: manual
+
+- name: Check that the live engine runs the current generation
+  knobfleet.serving.knob_generation:
+    action: verify
+    state_dir: /var/lib/knobfleet/sglang-decode
+    script_path: /opt/serving/serve_decode.sh
+    unit_path: /etc/systemd/system/sglang-decode.service
+    run_id: manual
 """
 
 RETURN = r"""
-step: {description: The action that ran; knobfleet keys results by it., returned: always, type: str}
-generation: {description: The current generation after the action., returned: success, type: int}
-previous: {description: The generation that was current before., returned: success, type: int}
+step:
+  description: The action that ran; knobfleet keys results by it.
+  returned: always
+  type: str
+  sample: commit
+generation:
+  description: The current generation after the action.
+  returned: success
+  type: int
+  sample: 4
+previous:
+  description: The generation that was current before.
+  returned: success
+  type: int
+  sample: 3
+findings:
+  description: What the live-state rule found (C(verify)), each with kind, severity, action and message.
+  returned: when action is verify
+  type: list
+  elements: dict
+verified:
+  description: True when C(verify) found nothing blocking.
+  returned: when action is verify
+  type: bool
 """
 
 import datetime
@@ -68,7 +196,15 @@ from ansible.module_utils.knob_fs import read as fs_read
 from ansible.module_utils.knob_fs import sha256 as fs_sha256
 from ansible.module_utils.knob_fs import unlink as fs_unlink
 from ansible.module_utils.knob_fs import write as fs_write
-from ansible.module_utils.knob_live import actions, evaluate, expected_from_files, redact_script, refusal
+from ansible.module_utils.knob_live import (
+    actions,
+    evaluate,
+    expected_from_files,
+    expected_from_generation,
+    redact_script,
+    refusal,
+    restore_ok,
+)
 from ansible.module_utils.knob_observe import dropins, observe
 
 SCRIPT_MODE = 0o755
@@ -688,6 +824,27 @@ def restore_dropins(store, leaving):
     return out
 
 
+def verify(module, store, p):
+    """The live-state rule (module_utils knob_live) on this host now: the current generation's files, unit,
+    and every engine process's /proc environ and cmdline. After a restore, findings that may predate the
+    change (a drop-in put back, RULES[kind].restore_ok) are reported but do not fail."""
+    doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
+                   "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
+                   "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
+                   "secret": p["secret"]})
+    expected, why = expected_from_generation(doc)
+    if why is not None:
+        module.fail_json(msg="cannot verify: %s" % why)
+    findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
+    blocking = restore_ok(findings) if p["after"] == "restore" else findings
+    generation = (expected or {}).get("generation")
+    if blocking:
+        module.fail_json(msg="generation %s does not verify: %s" % (
+            "none" if generation is None else "%04d" % generation,
+            "; ".join(f["message"] for f in blocking[:3])), findings=findings)
+    return {"changed": False, "generation": generation, "verified": True, "findings": findings}
+
+
 def release(module, store, p):
     holder = lock_holder(store)
     if module.check_mode or not holder or holder.get("run_id") != p["run_id"]:
@@ -699,7 +856,9 @@ def release(module, store, p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["begin", "stage", "commit", "mark", "release", "restore"]),
+            action=dict(type="str", required=True,
+                        choices=["begin", "stage", "commit", "mark", "release", "restore", "verify"]),
+            after=dict(type="str", default="apply", choices=["apply", "restore"]),
             state_dir=dict(type="path", required=True),
             script_path=dict(type="path"),
             unit_path=dict(type="path"),
@@ -726,7 +885,8 @@ def main():
         required_if=[("action", "begin", ["script_path", "unit_path"]),
                      ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
                      ("action", "commit", ["script_path", "unit_path", "profile"]),
-                     ("action", "mark", ["generation", "status"])],
+                     ("action", "mark", ["generation", "status"]),
+                     ("action", "verify", ["script_path", "unit_path"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -734,7 +894,7 @@ def main():
     module.fail_json = lambda **kw: fail(step=p["action"], **kw)  # every result names its step
     store = Store(p["state_dir"])
     handlers = {"begin": begin, "stage": stage, "commit": commit, "mark": mark, "release": release,
-                "restore": restore}
+                "restore": restore, "verify": verify}
     try:
         result = handlers[p["action"]](module, store, p)
     except OSError as exc:

@@ -17,30 +17,104 @@ description:
   - With C(grace_s), keeps watching after readiness that the same main process stays up.
   - Returns the main PID and, when the service's paths are given, the probe document of the ready engine
     (module_utils knob_observe), which knobfleet checks with its live-state rule.
-options:
-  service: {type: str, required: true}
-  url: {type: str, required: true}
-  timeout_s: {type: int, default: 600}
-  grace_s: {type: int, default: 0}
-  since_restart: {type: bool, default: false}
-  daemon_reload: {type: bool, default: false}
-  enable: {type: bool, default: false}
-  restart: {type: bool, default: false}
-  start: {type: bool, default: false}
-  script_path: {type: path}
-  unit_path: {type: path}
-  state_dir: {type: path}
-  info_url: {type: str, default: ""}
-  secret: {type: list, elements: str, default: []}
+version_added: "0.1.0"
 author: knobfleet
+options:
+  service:
+    description: The systemd unit (with or without C(.service)).
+    type: str
+    required: true
+  url:
+    description: Health URL that must answer 200.
+    type: str
+    required: true
+  timeout_s:
+    description: Readiness deadline in seconds.
+    type: int
+    default: 600
+  grace_s:
+    description: Seconds the same main process must stay up after readiness.
+    type: int
+    default: 0
+  since_restart:
+    description: Recorded with the result (the wait follows a restart).
+    type: bool
+    default: false
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) first.
+    type: bool
+    default: false
+  enable:
+    description: Enable the unit when it is not.
+    type: bool
+    default: false
+  restart:
+    description: Restart the unit.
+    type: bool
+    default: false
+  start:
+    description: Start the unit when it is not active (ignored with C(restart)).
+    type: bool
+    default: false
+  script_path:
+    description: With C(unit_path) and C(state_dir), return the ready engine's probe document.
+    type: path
+  unit_path:
+    description: The installed unit (for the probe document).
+    type: path
+  state_dir:
+    description: The service's state folder (for the probe document).
+    type: path
+  info_url:
+    description: The engine's info URL (for the probe document).
+    type: str
+    default: ""
+  secret:
+    description: Secret env names or patterns; values leave the host only as hashes.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode (reports what it would do in C(would)).
+"""
+
+EXAMPLES = r"""
+- name: Restart the engine and wait until it answers
+  knobfleet.serving.knob_ready:
+    service: sglang-decode.service
+    url: http://127.0.0.1:30000/health_generate
+    daemon_reload: true
+    restart: true
+    timeout_s: 900
+    grace_s: 30
 """
 
 RETURN = r"""
-step: {description: Always C(ready); knobfleet keys results by it., returned: always, type: str}
-done: {description: What was done (daemon-reload, enable, restart, start)., returned: success, type: list}
-ready_s: {description: Seconds until the health URL answered 200., returned: success, type: float}
-main_pid: {description: The engine's main PID once ready., returned: success, type: int}
-probe: {description: The probe document of the ready engine (when paths were given)., returned: success, type: dict}
+step:
+  description: Always C(ready); knobfleet keys results by it.
+  returned: always
+  type: str
+  sample: ready
+done:
+  description: What was done (daemon-reload, enable, restart, start).
+  returned: success
+  type: list
+  elements: str
+  sample: [daemon-reload, restart]
+ready_s:
+  description: Seconds until the health URL answered 200.
+  returned: success
+  type: float
+  sample: 1.7
+main_pid:
+  description: The engine's main PID once ready.
+  returned: success
+  type: int
+  sample: 577
+probe:
+  description: The probe document of the ready engine (when the paths were given).
+  returned: success
+  type: dict
 """
 
 import time

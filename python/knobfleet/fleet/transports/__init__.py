@@ -39,7 +39,7 @@ class ModuleCall:
     def source(self) -> bytes:
         from knobfleet import paths
 
-        return (paths.roles_dir() / self.role / "library" / f"{self.module}.py").read_bytes()
+        return paths.module_source(self.role, self.module).read_bytes()
 
 
 class Transport(Protocol):

@@ -30,7 +30,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -45,9 +45,17 @@ CONNECT_TIMEOUT_S = 15
 DEFAULT_PYTHON = "/usr/bin/python3"
 
 
-def ineligible(hv: HostVars) -> str | None:
+def config_defaults() -> dict[str, str]:
+    """The user's ansible.cfg / ANSIBLE_* connection settings, as the inventory vars they default."""
+    from knobfleet import paths
+    from knobfleet.fleet import ansible_cfg
+
+    return ansible_cfg.connection_defaults(ansible_cfg.user_settings(paths.project_root()))
+
+
+def ineligible(hv: HostVars, defaults: Mapping[str, str] | None = None) -> str | None:
     """Why ``hv`` cannot be reached over plain SSH exactly as Ansible would, or None."""
-    c = hv.connection
+    c = {**(defaults or {}), **hv.connection}
     conn = c.get("ansible_connection", "ssh")
     if conn not in ("ssh", "smart", "ansible.builtin.ssh"):
         return f"{hv.host}: ansible_connection={conn}"
@@ -58,14 +66,16 @@ def ineligible(hv: HostVars) -> str | None:
     return None
 
 
-def _python(hv: HostVars) -> str:
-    interp = hv.connection.get("ansible_python_interpreter", "")
+def _python(hv: HostVars, defaults: Mapping[str, str] | None = None) -> str:
+    c = {**(defaults or {}), **hv.connection}
+    interp = c.get("ansible_python_interpreter", "")
     return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
 
 
-def ssh_argv(hv: HostVars, control_dir: Path) -> list[str]:
-    """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command)."""
-    c = hv.connection
+def ssh_argv(hv: HostVars, control_dir: Path, defaults: Mapping[str, str] | None = None) -> list[str]:
+    """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command).
+    ``defaults``: ansible.cfg's connection settings as inventory vars (``config_defaults``); host vars win."""
+    c = {**(defaults or {}), **hv.connection}
     argv = [c.get("ansible_ssh_executable", "ssh")]
     argv += shlex.split(c["ansible_ssh_args"]) if "ansible_ssh_args" in c else list(SSH_ARGS)
     argv += [
@@ -105,18 +115,26 @@ BOOT = (
     "sys.stdout.write(json.dumps(m.{func}(json.loads({args!r}))))\n"
 )
 UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
+# The collection's copies import their utils by FQCN; BOOT registers them under ansible.module_utils.
+COLLECTION_UTILS = b"ansible_collections.knobfleet.serving.plugins.module_utils."
+
+
+def _plain_imports(source: bytes) -> bytes:
+    return source.replace(COLLECTION_UTILS, b"ansible.module_utils.")
 
 
 def bundle(source: bytes, utils_dir: Path) -> bytes:
     """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports, directly or
-    through each other, each after the ones it imports."""
+    through each other, each after the ones it imports. Works with either copy: the repository's
+    (``ansible.module_utils.knob_*``) or the collection's (imports by FQCN, rewritten back here)."""
     order: list[str] = []
     texts: dict[str, str] = {}
+    source = _plain_imports(source)
 
     def visit(name: str, seen: tuple[str, ...]) -> None:
         if name in texts or name in seen:
             return
-        text = (utils_dir / f"{name}.py").read_text(encoding="utf-8")
+        text = _plain_imports((utils_dir / f"{name}.py").read_bytes()).decode("utf-8")
         for dep in sorted({m.decode() for m in UTIL_IMPORT.findall(text.encode())}):
             visit(dep, (*seen, name))
         texts[name] = text
@@ -128,10 +146,12 @@ def bundle(source: bytes, utils_dir: Path) -> bytes:
     return json.dumps({"utils": utils, "module": source.decode("utf-8")}).encode("utf-8")
 
 
-def remote_command(hv: HostVars, module_name: str, func: str, args: dict[str, Any]) -> str:
+def remote_command(
+    hv: HostVars, module_name: str, func: str, args: dict[str, Any], defaults: Mapping[str, str] | None = None
+) -> str:
     """The shell command for the host: isolated python3 running ``func(args)`` of the module on stdin."""
     boot = BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))
-    return f"{shlex.quote(_python(hv))} -I -c {shlex.quote(boot)}"
+    return f"{shlex.quote(_python(hv, defaults))} -I -c {shlex.quote(boot)}"
 
 
 @dataclass(frozen=True)
@@ -245,13 +265,15 @@ def run_function(
     timeout_s: float = 60.0,
     plan_key: str | None = None,
     started: Started | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Outcome]:
     """Run ``func(args[host])`` from the module ``source`` on every host in parallel, each bounded by
     ``timeout_s``. Processes in ``started`` whose argv is exactly the one computed here are used as they are."""
     control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     started = dict(started or {})
     argvs = {
-        hv.host: [*ssh_argv(hv, control_dir), remote_command(hv, module_name, func, args[hv.host])] for hv in hosts
+        hv.host: [*ssh_argv(hv, control_dir, defaults), remote_command(hv, module_name, func, args[hv.host], defaults)]
+        for hv in hosts
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     failed: dict[str, Outcome] = {}
@@ -283,7 +305,7 @@ def run_function(
             return Outcome(
                 host, error=HostFailure("error", f"no answer within {timeout_s:g} s; the ssh process was stopped")
             )
-        return interpret(host, proc.returncode, out, err, _python(by_name[host]))
+        return interpret(host, proc.returncode, out, err, _python(by_name[host], defaults))
 
     if not hosts:
         return {}
@@ -318,7 +340,7 @@ class SshTransport:
     name: ClassVar[str] = "ssh"
 
     def ineligible(self, hv: HostVars) -> str | None:
-        return ineligible(hv)
+        return ineligible(hv, config_defaults())
 
     def warm_up(self, key: str, source: bytes) -> None:
         stop_unused()
@@ -346,4 +368,5 @@ class SshTransport:
             timeout_s=call.timeout_s,
             plan_key=_EARLY_KEY[0],
             started=started,
+            defaults=config_defaults(),
         )

@@ -1,0 +1,112 @@
+"""The user's own Ansible settings, as ansible-playbook would read them, without importing ansible.
+
+Which file: ``ANSIBLE_CONFIG``, else the project's ``ansible.cfg`` (knobfleet runs playbooks from a per-run
+folder, so it points Ansible at that file itself), else ``~/.ansible.cfg``, else ``/etc/ansible/ansible.cfg``
+(Ansible's own order, with the project's folder as the working directory). An ``ANSIBLE_*`` environment
+variable beats the file, as in Ansible.
+
+knobfleet uses this to override only what the user left at Ansible's default (``runner._env``), and to build
+the SSH fast path's command line from the same ssh settings (``connection_defaults``). Pure but for reading
+one file; cached per (file, environment).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+
+# knobfleet's name -> (environment variable, ansible.cfg section, key). Only settings knobfleet has an opinion on.
+SETTINGS: dict[str, tuple[str, str, str]] = {
+    "pipelining": ("ANSIBLE_PIPELINING", "ssh_connection", "pipelining"),
+    "ssh_args": ("ANSIBLE_SSH_ARGS", "ssh_connection", "ssh_args"),
+    "ssh_common_args": ("ANSIBLE_SSH_COMMON_ARGS", "ssh_connection", "ssh_common_args"),
+    "ssh_extra_args": ("ANSIBLE_SSH_EXTRA_ARGS", "ssh_connection", "ssh_extra_args"),
+    "ssh_executable": ("ANSIBLE_SSH_EXECUTABLE", "ssh_connection", "ssh_executable"),
+    "control_path": ("ANSIBLE_SSH_CONTROL_PATH", "ssh_connection", "control_path"),
+    "forks": ("ANSIBLE_FORKS", "defaults", "forks"),
+    "timeout": ("ANSIBLE_TIMEOUT", "defaults", "timeout"),
+    "remote_user": ("ANSIBLE_REMOTE_USER", "defaults", "remote_user"),
+    "remote_port": ("ANSIBLE_REMOTE_PORT", "defaults", "remote_port"),
+    "private_key_file": ("ANSIBLE_PRIVATE_KEY_FILE", "defaults", "private_key_file"),
+    "interpreter_python": ("ANSIBLE_PYTHON_INTERPRETER", "defaults", "interpreter_python"),
+    "local_tmp": ("ANSIBLE_LOCAL_TEMP", "defaults", "local_tmp"),
+    "roles_path": ("ANSIBLE_ROLES_PATH", "defaults", "roles_path"),
+    "module_utils": ("ANSIBLE_MODULE_UTILS", "defaults", "module_utils"),
+    "nocolor": ("ANSIBLE_NOCOLOR", "defaults", "nocolor"),
+    "deprecation_warnings": ("ANSIBLE_DEPRECATION_WARNINGS", "defaults", "deprecation_warnings"),
+    "system_warnings": ("ANSIBLE_SYSTEM_WARNINGS", "defaults", "system_warnings"),
+    "become": ("ANSIBLE_BECOME", "privilege_escalation", "become"),
+    "connection": ("ANSIBLE_TRANSPORT", "defaults", "transport"),
+}
+# Pipelining may also be set in [defaults] or [connection] (ansible-core reads all three).
+_ALSO = {"pipelining": (("defaults", "pipelining"), ("connection", "pipelining"))}
+
+
+def config_file(project_dir: Path | None = None) -> Path | None:
+    """The ansible.cfg Ansible reads for a run from ``project_dir`` (None: none exists)."""
+    env = os.environ.get("ANSIBLE_CONFIG")
+    if env:
+        p = Path(env).expanduser()
+        return p / "ansible.cfg" if p.is_dir() else p
+    candidates = [project_dir / "ansible.cfg"] if project_dir else []
+    candidates += [Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+@cache
+def _read(path: str | None, mtime: float) -> dict[str, str]:
+    if path is None:
+        return {}
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    try:
+        parser.read(path, encoding="utf-8")
+    except (OSError, configparser.Error):
+        return {}
+    out: dict[str, str] = {}
+    for name, (_env, section, key) in SETTINGS.items():
+        for sec, k in ((section, key), *_ALSO.get(name, ())):
+            if parser.has_option(sec, k):
+                out[name] = parser.get(sec, k).strip()
+                break
+    return out
+
+
+def user_settings(project_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings the user set (environment or ansible.cfg), by knobfleet's name; unset ones are absent."""
+    environ = os.environ if environ is None else environ
+    path = config_file(project_dir)
+    try:
+        mtime = path.stat().st_mtime if path else 0.0
+    except OSError:
+        path, mtime = None, 0.0
+    out = dict(_read(str(path) if path else None, mtime))
+    for name, (env, _section, _key) in SETTINGS.items():
+        if env in environ:
+            out[name] = environ[env]
+    return out
+
+
+def truthy(value: str | None) -> bool:
+    return str(value or "").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def connection_defaults(settings: Mapping[str, str]) -> dict[str, str]:
+    """ansible.cfg's connection settings as the inventory vars they are defaults of (host vars win)."""
+    names = {
+        "ssh_args": "ansible_ssh_args",
+        "ssh_common_args": "ansible_ssh_common_args",
+        "ssh_extra_args": "ansible_ssh_extra_args",
+        "ssh_executable": "ansible_ssh_executable",
+        "remote_user": "ansible_user",
+        "remote_port": "ansible_port",
+        "private_key_file": "ansible_ssh_private_key_file",
+        "interpreter_python": "ansible_python_interpreter",
+        "connection": "ansible_connection",
+    }
+    out = {var: settings[name] for name, var in names.items() if settings.get(name)}
+    if truthy(settings.get("become")):
+        out["ansible_become"] = "true"
+    return out
