@@ -108,6 +108,20 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
     }
 
 
+# The host vars the engine's fixed arguments are filled from ({model}, {host}, {port} in its catalog).
+PLACEHOLDER_VARS = {"{model}": "knob_serve_model_path", "{host}": "knob_serve_listen_host", "{port}": "knob_serve_port"}
+
+
+def host_var_of(adapter: Any, flag: str) -> str:
+    """The knob_serve_* var behind a reserved flag (``--host={host}`` → knob_serve_listen_host)."""
+    for token in adapter.fixed_args:
+        if token.startswith(f"--{flag}="):
+            for placeholder, var in PLACEHOLDER_VARS.items():
+                if placeholder in token:
+                    return var
+    return "knob_serve_launcher"
+
+
 def check_conflicts(profile: Profile, hv: HostVars) -> None:
     """A key set by both the host vars and the profile is an error naming both places; so is a profile for
     another engine than the host declares."""
@@ -116,7 +130,8 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
             f"profile {profile.name} is for engine {profile.engine}, but host {hv.host} runs {hv.engine} "
             "(inventory var knob_engine); apply a profile of that engine, or change knob_engine"
         )
-    reserved = hv.adapter(profile.engine).reserved_flags
+    adapter = hv.adapter(profile.engine)
+    reserved = adapter.reserved_flags
     problems = []
     for name in sorted(set(profile.env) & set(hv.host_env)):
         problems.append(
@@ -124,7 +139,7 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
             f"knob_serve_host_env; remove it from one of them"
         )
     for flag in sorted(set(profile.args) & (set(hv.host_args) | set(reserved))):
-        source = "knob_serve_host_args" if flag in hv.host_args else f"knob_serve_{flag.replace('-', '_')}"
+        source = "knob_serve_host_args" if flag in hv.host_args else host_var_of(adapter, flag)
         problems.append(
             f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
             f"{source}; remove it from one of them"

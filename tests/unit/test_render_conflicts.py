@@ -72,11 +72,6 @@ def test_flags_the_launch_line_sets_from_host_vars_are_reserved(engine: str, fla
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the message names knob_serve_host, a variable that does not exist: the listen address is "
-    "knob_serve_listen_host (roles/knob_serve/defaults); render.check_conflicts derives the name from the flag",
-)
 def test_a_reserved_host_flag_names_the_listen_host_var() -> None:
     assert problems(profile(args={"host": "0.0.0.0"}), HostVars(host="h")) == [
         "flag --host is set by the profile p and by host h's knob_serve_listen_host; remove it from one of them"

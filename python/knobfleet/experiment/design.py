@@ -93,7 +93,11 @@ def decide(
             )
             return d
     floor = math.log1p(s.min_effect)
-    if gain.low > 0 and gain.estimate >= floor:
+    # Promotion also needs every bucket confidently inside the guardrail: one-sided 95% per bucket (the gain
+    # itself carries the multiple-look correction). A bucket truly beyond it is then (almost) never promoted.
+    z_guard = stats.normal_quantile(0.95)
+    unsure = [b for b, xs in sorted(per_bucket.items()) if stats.interval(xs, z_guard).low <= limit]
+    if gain.low > 0 and gain.estimate >= floor and not unsure:
         d.verdict = "promote"
         d.reason = (
             f"B gains {_pct(gain.estimate)} traffic-weighted ({_pct(gain.low)} to {_pct(gain.high)}) "
@@ -110,6 +114,11 @@ def decide(
         d.reason = (
             f"after {rounds} rounds the weighted gain is {_pct(gain.estimate)} ({_pct(gain.low)} to "
             f"{_pct(gain.high)}): not certain either way, so A stays"
+        )
+    elif unsure and gain.low > 0:
+        d.reason = (
+            f"B gains {_pct(gain.estimate)} traffic-weighted, but concurrency {unsure[0]} may still be beyond the "
+            f"{s.max_regression:.0%} regression guardrail"
         )
     else:
         d.reason = f"gain {_pct(gain.estimate)} ({_pct(gain.low)} to {_pct(gain.high)}) not certain yet"

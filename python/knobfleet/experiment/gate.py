@@ -99,6 +99,12 @@ def judge(
         return False, f"{n_err} requests failed during the benchmark", {}
     old, cur = _means(base_runs), _means(new_runs)
     ratios = {c: cur[c] / old[c] - 1 for c in cur if old.get(c)}
+    if not ratios:
+        reason = (
+            f"no bucket to compare with {baseline_ref} ({source} results): the runs share no concurrency with "
+            f"throughput above zero; bench the baseline at the same --gate-conc"
+        )
+        return False, reason, ratios
     worst = min(ratios.items(), key=lambda kv: kv[1])
     if worst[1] < -limit:
         reason = (

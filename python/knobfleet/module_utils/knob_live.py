@@ -703,12 +703,14 @@ def redact_script(text: str, secret: Any = ()) -> str:
     ``export NAME=value`` per line, and secret values never contain a newline)."""
     out = []
     for line in text.splitlines(True):
-        if line.startswith("export "):
+        if line.lstrip().startswith("export "):
             env, _argv = script_env_argv(line)
-            if len(env) == 1:
-                ((name, value),) = env.items()
-                if is_secret(name, secret):
-                    nl = "\n" if line.endswith("\n") else ""
-                    line = "export %s='%s'%s" % (name, redact_value(value), nl)
+            if any(is_secret(name, secret) for name in env):
+                nl = "\n" if line.endswith("\n") else ""
+                shown = " ".join(
+                    "%s='%s'" % (n, redact_value(v) if is_secret(n, secret) else v.replace("'", "'\\''"))
+                    for n, v in env.items()
+                )
+                line = "export %s%s" % (shown, nl)
         out.append(line)
     return "".join(out)

@@ -75,13 +75,6 @@ def test_buckets_the_baseline_lacks_are_not_compared() -> None:
     assert set(judge(zero, new, 0.05, "b@1", "stored")[2]) == {64}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: when no bucket can be compared (the baseline has none of the new run's buckets, or zero "
-    "throughput in all of them) judge() (before the factoring: gate_host) crashes with 'min() arg is an "
-    "empty sequence' instead of rejecting with a reason",
-)
 def test_nothing_to_compare_is_a_rejection_not_a_crash() -> None:
     passed, reason, _ = judge([run({48: 0.0})], [run({48: 1000.0})], 0.05, "b@1", "stored")
     assert not passed and reason
