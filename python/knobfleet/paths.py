@@ -72,22 +72,60 @@ def project_root() -> Path:
     return _where()[1]
 
 
+def _source_checkout() -> Path | None:
+    """The checkout the package is imported from (an editable install), or None (installed from a wheel)."""
+    root = _PACKAGE_DIR.parent.parent
+    return root if _is_project(root) else None
+
+
 def data_root() -> Path:
-    """Where knobfleet's own files are: the checkout (or KNOBFLEET_HOME), else the package's ``_data``."""
+    """Where knobfleet's own files are: the checkout (or KNOBFLEET_HOME), else the package's ``_data`` (or, for
+    an editable install used from a project, the checkout it was installed from)."""
     kind, root = _where()
-    return root if kind in ("home", "checkout") else DATA_DIR
+    if kind in ("home", "checkout"):
+        return root
+    return DATA_DIR if DATA_DIR.is_dir() else (_source_checkout() or DATA_DIR)
 
 
 def uses_collection() -> bool:
-    """Whether Ansible runs use the collection shipped in the package (installed, or in a user's project)
-    rather than this checkout's roles/."""
-    return data_root() == DATA_DIR
+    """Whether Ansible runs use the knobfleet.serving collection (installed, or in a user's project) rather
+    than a checkout's roles/ directly."""
+    return _where()[0] in ("project", "installed")
 
 
 def ansible_dir() -> Path:
-    """The shipped playbooks, with the knobfleet.serving collection beside them (``collections/``): Ansible
-    looks for collections next to the playbook first, so the CLI always runs its own copy."""
-    return DATA_DIR / "ansible"
+    """The playbooks the CLI runs, with the knobfleet.serving collection beside them (``collections/``): Ansible
+    looks for collections next to the playbook first, so the CLI always runs its own copy. Shipped in the
+    wheel; generated on demand (and regenerated when the sources change) for an editable install."""
+    shipped = DATA_DIR / "ansible"
+    src = _source_checkout()
+    if shipped.is_dir() or src is None:
+        return shipped
+    return _staged(src)
+
+
+@cache
+def _staged(src: Path) -> Path:
+    import hashlib
+
+    from knobfleet import collection
+
+    h = hashlib.sha256()
+    for base in ("roles", "playbooks", "collection", "python/knobfleet/module_utils", "python/knobfleet/collection.py"):
+        for f in sorted(p for p in [src / base, *(src / base).rglob("*")] if p.is_file()):
+            h.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes())
+    dest = src / "build" / "ansible-dev" / "ansible"
+    stamp = dest.parent / "stamp"
+    if not (stamp.is_file() and stamp.read_text() == h.hexdigest() and dest.is_dir()):
+        tmp = dest.parent / f".ansible.{os.getpid()}"
+        collection.stage_ansible_dir(src, tmp)
+        if dest.exists():
+            import shutil
+
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+        stamp.write_text(h.hexdigest())
+    return dest
 
 
 def collection_dir() -> Path:

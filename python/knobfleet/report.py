@@ -17,15 +17,44 @@ def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
-    """A plain aligned text table. ``align`` holds one 'l'/'r' per column (default: left)."""
+def terminal_width() -> int | None:
+    """Columns to fit tables into: $COLUMNS, else the terminal's width when stdout is one; None (no limit) when
+    writing to a pipe or file, so scripts and saved outputs get one line per row."""
+    import os
+    import shutil
+    import sys
+
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((120, 24)).columns
+    return None
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "", width: int | None = None) -> str:
+    """A plain aligned text table. ``align`` holds one 'l'/'r' per column (default: left). Wider than ``width``
+    (default: ``terminal_width()``), the last column (notes, messages) wraps onto continuation lines."""
+    import textwrap
+
     cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     aligns = (align or "l" * len(headers)).ljust(len(headers), "l")
+    limit = terminal_width() if width is None else width
+    wrap_at = 0
+    if limit and len(headers) > 1 and aligns[-1] == "l":
+        lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+        if lead + widths[-1] > limit and limit - lead >= 20:
+            wrap_at = limit - lead
+            widths[-1] = max(len(cells[0][-1]), min(widths[-1], wrap_at))
     lines = []
     for n, r in enumerate(cells):
-        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, aligns, strict=True)]
+        tail = textwrap.wrap(r[-1], wrap_at, break_long_words=True) if wrap_at and n and len(r[-1]) > wrap_at else []
+        row = [*r[:-1], tail[0]] if tail else r
+        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, widths, aligns, strict=True)]
         lines.append("  ".join(parts).rstrip())
+        pad = " " * (sum(widths[:-1]) + 2 * (len(widths) - 1))
+        lines += [pad + more for more in tail[1:]]
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

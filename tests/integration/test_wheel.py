@@ -51,6 +51,7 @@ def test_wheel_installed_outside_the_repo_renders(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             str(env_dir / "bin" / "knobfleet"),
+            "--examples",
             "render",
             "ctas512",
             "-i",
@@ -66,7 +67,9 @@ def test_wheel_installed_outside_the_repo_renders(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "export SGLANG_SM120_MMA_TARGET_CTAS=512\n" in proc.stdout
-    assert Path(where[1], "roles", "knob_serve", "library", "knob_generation.py").is_file()
+    coll = Path(where[1], "ansible", "collections", "ansible_collections", "knobfleet", "serving")
+    assert (coll / "plugins" / "modules" / "knob_generation.py").is_file()
+    assert Path(where[1], "ansible", "apply.yml").is_file()
     assert Path(where[1], "profiles", "catalogs", "sglang.overlay.yaml").is_file()
     assert Path(where[1], "profiles", "catalogs", "generated", "sglang.yaml").is_file()
-    assert Path(where[1]).parent.joinpath("module_utils", "knob_live.py").is_file()  # ANSIBLE_MODULE_UTILS
+    assert Path(where[1]).parent.joinpath("module_utils", "knob_live.py").is_file()  # the fast path's copy

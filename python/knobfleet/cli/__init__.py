@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (shell completion with the optional extra knobfleet[completion])
 """Thin command layer: each module in this package is one command group with a ``register(sub)``; a command
 parses, calls one use case (ops/, experiment/, lab/), prints through ``report`` and returns an exit code.
 One error boundary (``run``) maps every exception to its exit code; ``--debug`` shows the traceback.
@@ -17,17 +18,26 @@ from knobfleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
 
 Handler = Callable[[argparse.Namespace], int]
 # The flat registry: command modules in the order `knobfleet --help` lists them.
-COMMANDS = ("profiles", "catalog", "render", "apply", "drift", "history", "bench", "kernel", "lab")
+COMMANDS = ("init", "profiles", "catalog", "render", "apply", "drift", "history", "bench", "kernel", "lab")
 
 EPILOG = """exit codes:
   0   success / in sync
   1   error, or a failed apply (after restoring the previous generation)
-  2   drift, verification mismatch, or changes pending (plan)
+  2   drift, verification mismatch, changes pending (plan), or an inconclusive A/B (ab)
   3   a restore failed: manual steps are printed
   4   some host unreachable or erroring during a read-only check
   6   both 2 and 4
   64  usage error (bad command line)
-  130 interrupted"""
+  130 interrupted
+
+environment:
+  KNOBFLEET_INVENTORY, KNOBFLEET_LIMIT, KNOBFLEET_VIA   defaults of -i, --limit, --via
+  KNOBFLEET_VERBOSE=1|2, KNOBFLEET_EXAMPLES=1            as -v / -vv and --examples
+  KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
+  ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
+
+shell completion: pip install 'knobfleet[completion]'; eval "$(register-python-argcomplete knobfleet)"
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,10 +60,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"knobfleet {__version__}")
     parser.add_argument("--debug", action="store_true", help="show a traceback for unexpected errors")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=None,
+        help="show Ansible's output and each run's artifact folder; -vv also runs ansible-playbook -v "
+        "(default: $KNOBFLEET_VERBOSE)",
+    )
+    parser.add_argument(
+        "--examples",
+        action="store_true",
+        help="use knobfleet's built-in example profiles instead of the project's (or $KNOBFLEET_EXAMPLES=1)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"knobfleet.cli.{name}").register(sub)
+    _complete(parser)
     return parser
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion when argcomplete (the optional extra knobfleet[completion]) is installed and the shell
+    asked for it; otherwise nothing."""
+    import os
+
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
 
 
 def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None) -> int:
@@ -62,10 +100,7 @@ def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = Non
     if argv[:2] == ["waves", "calibrate"]:  # `waves PROFILE` has a positional; calibrate is its own command
         argv = ["waves-calibrate", *argv[2:]]
     args = parser.parse_args(argv)
-    if getattr(args, "vault_password_file", None):  # for knobfleet's inventory reads and every ansible run
-        import os
-
-        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(args.vault_password_file)
+    _environment(args)
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
@@ -82,6 +117,20 @@ def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = Non
         if getattr(args, "debug", False):
             raise
         return _unexpected(exc)
+
+
+def _environment(args: argparse.Namespace) -> None:
+    """Global options become the environment knobfleet's layers (and the Ansible runs) read."""
+    import os
+
+    if getattr(args, "vault_password_file", None):  # for knobfleet's inventory reads and every ansible run
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(args.vault_password_file)
+    if getattr(args, "vault_id", None):
+        os.environ["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(args.vault_id)
+    if getattr(args, "verbose", None):
+        os.environ["KNOBFLEET_VERBOSE"] = str(args.verbose)
+    if getattr(args, "examples", False):
+        os.environ["KNOBFLEET_EXAMPLES"] = "1"
 
 
 def _unexpected(exc: Exception) -> int:

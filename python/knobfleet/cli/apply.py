@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
-from knobfleet.errors import KnobfleetError, LockHeld, UsageError
-
-
-def _confirm(n_hosts: int, profile: str, args: argparse.Namespace) -> None:
-    """Changing hosts needs a yes: an interactive confirmation, or ``--yes``. Without a terminal, refuse."""
-    if args.yes or args.check:
-        return
-    if args.json or not sys.stdin.isatty():
-        raise UsageError(f"apply: refusing to change {n_hosts} host(s) without confirmation; pass --yes")
-    answer = input(f"Apply {profile} to {n_hosts} host(s)? [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
-        raise KnobfleetError("apply: cancelled; nothing was changed")
+from knobfleet.errors import LockHeld, UsageError
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet import paths
     from knobfleet.fleet import probe
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     probe.warm_up(inventory, args.limit, args.via)  # the pre-check's probes start now, while the rest loads
     from knobfleet import report
     from knobfleet.ops import apply as apply_uc
@@ -35,7 +23,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     profile = app.store().resolve(args.profile)
     hosts = app.hosts(inventory, args.limit)
-    _confirm(len(hosts), profile.ref, args)
+    if not args.check:
+        common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
     overrides: dict[str, int] = {}
     if getattr(args, "readiness_timeout", None) is not None:
         overrides["knob_serve_readiness_timeout_s"] = args.readiness_timeout
@@ -112,7 +101,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="a drop-in knobfleet did not write: fail = refuse the host, change nothing (default, or the host's "
         "knob_serve_foreign_dropins); remove = move it into the new generation's backup (rollback puts it back)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    common.json_opt(p)
     p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
 
 
@@ -129,7 +118,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         default=0.0,
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    common.yes_opt(p)
     p.add_argument(
         "--gate",
         action="store_true",
@@ -138,9 +127,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--baseline", default=None, help="gate baseline profile (default: the profile's gate.baseline)")
     p.add_argument("--gate-conc", default=None, help="gate buckets (default: the profile's gate.concurrency)")
-    p.add_argument("--gate-n-mult", type=int, default=4)
-    p.add_argument("--gate-max-tokens", type=int, default=256)
-    p.add_argument("--gate-repeats", type=int, default=2)
+    p.add_argument("--gate-n-mult", type=int, default=4, help="gate: requests per bucket = N x concurrency (4)")
+    p.add_argument("--gate-max-tokens", type=int, default=256, help="gate: tokens per request (256)")
+    p.add_argument("--gate-repeats", type=int, default=2, help="gate: bench runs per profile (2)")
     p.add_argument(
         "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
     )

@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
-from knobfleet.errors import EXIT_ERROR, EXIT_OK, KnobfleetError
+from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError
 
 
 def _out(text: str) -> None:
@@ -16,10 +17,9 @@ def _out(text: str) -> None:
 
 
 def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-def]
-    from knobfleet import paths
     from knobfleet.ops import workspace as app
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     hosts = app.hosts(inventory, args.limit)
     if len(hosts) != 1:
         names = ", ".join(h.host for h in hosts[:5])
@@ -103,6 +103,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     hv, inventory = _one_host(args, "ab")
     st = app.store()
+    common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     a, b = st.resolve(args.a), st.resolve(args.b)
     weights = app.parse_weights(args.weights)
     spec = _spec(args)
@@ -136,6 +137,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             check_consistency=not args.no_consistency,
             on_event=progress,
         )
+    plotted = (report_dir / "report.png").is_file()
     if args.json:
         _out(report.to_json(doc))
     else:
@@ -155,38 +157,47 @@ def cmd_ab(args: argparse.Namespace) -> int:
         _out(report.table(["conc", "A tok/s", "B tok/s", "B/A", "interval", "class"], rows, "rrrrrl"))
         _out(
             f"consistency: A {doc['consistency']['A']}, B {doc['consistency']['B']}; live now: {doc['winner']}; "
-            f"reports in {paths.display(report_dir)}/report.{{json,md,png}}"
+            f"reports in {paths.display(report_dir)}/report.{{json,md{',png' if plotted else ''}}}"
         )
-    return EXIT_OK
+        if not plotted:
+            _out("report.png not written: plots need the optional extra (pip install 'knobfleet[plots]')")
+    # The verdict is the exit status: decided (promote or keep) 0, inconclusive 2.
+    return EXIT_OK if doc["verdict"] in ("promote", "keep") else EXIT_DRIFT
 
 
 def _bench_opts(p: argparse.ArgumentParser) -> None:
     inventory_opts(p, limit=False)
     p.add_argument("--limit", "-l", default=None, help="exactly one host")
-    p.add_argument("--conc", default="48,64,80,96")
-    p.add_argument("--n-mult", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--conc", default="48,64,80,96", help="concurrency buckets, comma-separated (48,64,80,96)")
+    p.add_argument("--n-mult", type=int, default=4, help="requests per bucket = N x concurrency (4)")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens generated per request (256)")
     p.add_argument("--timeout", type=int, default=1800, help="bound per bench run, seconds")
-    p.add_argument("--json", action="store_true")
+    common.json_opt(p)
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="throughput sweep on one host (current profile, or apply PROFILE first)")
-    p.add_argument("profile", nargs="?")
+    p.add_argument("profile", nargs="?", help="apply this profile first (default: measure what runs)")
     _bench_opts(p)
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1, help="runs per bucket; 2+ gives a 95%% Student-t interval")
     p.add_argument(
         "--consistency", action="store_true", help="run the output-consistency check instead (exit 1 on fail)"
     )
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("ab", help="interleaved A/B experiment with a statistical verdict")
-    p.add_argument("a")
-    p.add_argument("b")
+    p = sub.add_parser(
+        "ab",
+        help="interleaved A/B experiment with a statistical verdict (exit 0 decided, 2 inconclusive)",
+    )
+    p.add_argument("a", help="profile A (the incumbent)")
+    p.add_argument("b", help="profile B (the candidate)")
     _bench_opts(p)
-    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1")
-    p.add_argument("--max-rounds", type=int, default=15)
-    p.add_argument("--min-effect", type=float, default=0.01)
-    p.add_argument("--max-regression", type=float, default=0.03)
-    p.add_argument("--report", default=None, metavar="DIR")
+    p.add_argument(
+        "--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per concurrency bucket (C=W,…)"
+    )
+    p.add_argument("--max-rounds", type=int, default=15, help="stop after N AB/BA rounds at most (15)")
+    p.add_argument("--min-effect", type=float, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
+    p.add_argument("--max-regression", type=float, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)")
+    p.add_argument("--report", default=None, metavar="DIR", help="where report.{json,md,png} go")
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")
+    common.yes_opt(p)
     p.set_defaults(func=cmd_ab)

@@ -1,8 +1,13 @@
-"""What every command module shares: output helpers and the common options."""
+"""What every command module shares: output helpers, the common options and the confirmation rule.
+
+Common options take their defaults from ``KNOBFLEET_*`` environment variables (named in each --help):
+KNOBFLEET_INVENTORY, KNOBFLEET_LIMIT, KNOBFLEET_VIA, KNOBFLEET_VERBOSE (-v), KNOBFLEET_EXAMPLES (--examples).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,15 +23,43 @@ def err(text: str) -> None:
 
 
 def inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
-    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory (default: inventories/lab)")
+    p.add_argument(
+        "-i",
+        "--inventory",
+        type=Path,
+        default=None,
+        help="Ansible inventory (default: $KNOBFLEET_INVENTORY, $ANSIBLE_INVENTORY, the project's knobfleet.toml "
+        "inventory, else the running lab's)",
+    )
     if limit:
-        p.add_argument("--limit", "-l", default=None, help="Ansible host pattern to restrict the run to")
+        p.add_argument(
+            "--limit",
+            "-l",
+            default=os.environ.get("KNOBFLEET_LIMIT") or None,
+            help="Ansible host pattern to restrict the run to (default: $KNOBFLEET_LIMIT, else every host)",
+        )
     p.add_argument(
         "--vault-password-file",
         default=None,
         metavar="FILE",
         help="password file for vault-encrypted inventory vars (default: ANSIBLE_VAULT_PASSWORD_FILE / ansible.cfg)",
     )
+    p.add_argument(
+        "--vault-id",
+        action="append",
+        default=None,
+        metavar="ID@SOURCE",
+        help="a vault identity, as ansible-playbook's --vault-id (repeatable; sets ANSIBLE_VAULT_IDENTITY_LIST)",
+    )
+
+
+def inventory(args: argparse.Namespace) -> Path:
+    """-i, else the default inventory (fleet.inventory.default)."""
+    if getattr(args, "inventory", None):
+        return Path(args.inventory)
+    from knobfleet.fleet.inventory import default
+
+    return default()
 
 
 def via_opt(p: argparse.ArgumentParser, what: str) -> None:
@@ -35,7 +68,34 @@ def via_opt(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--via",
         choices=VIA,
-        default="auto",
-        help=f"how to reach hosts for {what}: auto (default: ssh where it reaches a host as Ansible would, "
-        "else ansible), ssh (the fast path) or ansible (a playbook run)",
+        default=os.environ.get("KNOBFLEET_VIA") or "auto",
+        help=f"how to reach hosts for {what}: auto (default, or $KNOBFLEET_VIA: ssh where it reaches a host as "
+        "Ansible would, else ansible), ssh (the fast path) or ansible (a playbook run)",
     )
+
+
+def json_opt(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+
+
+def yes_opt(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="do not ask for confirmation (needed without a terminal: cron, CI, pipes, --json)",
+    )
+
+
+def confirm(command: str, question: str, n_hosts: int, args: argparse.Namespace) -> None:
+    """Changing hosts needs a yes: ``--yes``, or an interactive answer. Without a terminal (cron, CI, a pipe) or
+    with --json, refuse (exit 64) rather than proceed silently."""
+    from knobfleet.errors import KnobfleetError, UsageError
+
+    if getattr(args, "yes", False):
+        return
+    if getattr(args, "json", False) or not sys.stdin.isatty():
+        raise UsageError(f"{command}: refusing to change {n_hosts} host(s) without confirmation; pass --yes")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise KnobfleetError(f"{command}: cancelled; nothing was changed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 
@@ -13,7 +14,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from knobfleet import paths
     from knobfleet.ops import drift
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     from knobfleet.fleet import probe
 
     probe.warm_up(inventory, args.limit, args.via)  # probes start now, while the rest of the command loads
@@ -54,7 +55,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _opts(p: argparse.ArgumentParser) -> None:
     inventory_opts(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    common.json_opt(p)
     p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
     via_opt(p, "the probe")
 

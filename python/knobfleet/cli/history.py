@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
@@ -14,11 +15,11 @@ def _out(text: str) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report
+    from knobfleet import report
     from knobfleet.ops import workspace as app
     from knobfleet.ops.history import history
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     result = history(app.hosts(inventory, args.limit), inventory)
     if args.json:
         _out(report.to_json({"hosts": [h.as_json() for h in result]}))
@@ -28,19 +29,17 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report
+    from knobfleet import report
     from knobfleet.ops import workspace as app
     from knobfleet.ops.history import rollback
     from knobfleet.progress import Progress
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     hosts = app.hosts(inventory, args.limit)
     if args.to is not None and args.to < 0:
         raise app.KnobfleetError(f"--to {args.to}: generation numbers start at 0")
-    if not (args.yes or args.json or len(hosts) <= 1 or not sys.stdin.isatty()):
-        target = "the previous good generation" if args.to is None else f"generation {args.to:04d}"
-        if input(f"Roll {len(hosts)} hosts back to {target}? [y/N] ").strip().lower() not in ("y", "yes"):
-            raise app.KnobfleetError("rollback: cancelled; nothing was changed")
+    target = "the previous good generation" if args.to is None else f"generation {args.to:04d}"
+    common.confirm("rollback", f"Roll {len(hosts)} host(s) back to {target}?", len(hosts), args)
     with Progress(enabled=not args.json) as progress:
         outcomes = rollback(hosts, inventory, args.to, break_lock=args.break_lock, on_event=progress)
     if args.json:
@@ -54,12 +53,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="generations and ledger of each host")
     inventory_opts(p)
     p.add_argument("--ledger", type=int, default=0, metavar="N", help="also show the last N ledger entries")
-    p.add_argument("--json", action="store_true")
+    common.json_opt(p)
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")
     inventory_opts(p)
     p.add_argument("--to", type=int, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)")
-    p.add_argument("--break-lock", action="store_true")
-    p.add_argument("--yes", "-y", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
+    common.yes_opt(p)
+    common.json_opt(p)
     p.set_defaults(func=cmd_rollback)

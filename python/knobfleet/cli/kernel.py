@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import argparse
 
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK
 
 
 def cmd_kernel_bench(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report
+    from knobfleet import report
     from knobfleet.kernel import commands
     from knobfleet.progress import Progress
 
-    inventory = args.inventory or paths.default_inventory()
+    inventory = common.inventory(args)
     with Progress(enabled=not args.json) as progress:
         summary = commands.kernel_bench(
             inventory,

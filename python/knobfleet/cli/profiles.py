@@ -11,16 +11,21 @@ from knobfleet.errors import EXIT_OK
 
 
 def cmd_profiles_list(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import paths, report
     from knobfleet.ops import workspace as app
     from knobfleet.profiles.loader import load_doc
 
     st = app.store()
-    rows = []
-    for name in st.names():
-        doc = load_doc(st.path_of(name))
-        rows.append((doc.name, str(doc.version), doc.extends or "-", doc.description[:60]))
-    _out(report.profile_list(rows))
+    docs = [load_doc(st.path_of(name)) for name in st.names()]
+    if args.json:
+        items = [
+            {"name": d.name, "version": d.version, "extends": d.extends, "description": d.description, "path": str(p)}
+            for d, p in zip(docs, (st.path_of(n) for n in st.names()), strict=True)
+        ]
+        _out(report.to_json({"directory": str(st.directory), "profiles": items}))
+        return EXIT_OK
+    rows = [(d.name, str(d.version), d.extends or "-", d.description[:60]) for d in docs]
+    _out(report.profile_list(rows) if rows else f"no profiles in {paths.display(st.directory)}")
     return EXIT_OK
 
 
@@ -38,8 +43,22 @@ def cmd_profiles_show(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles_validate(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.errors import EXIT_ERROR, ProfileError
     from knobfleet.ops import workspace as app
 
+    if args.json:
+        try:
+            result = app.validate_profiles(args.names)
+        except ProfileError as exc:
+            _out(report.to_json({"ok": False, "problems": exc.problems, "profiles": []}))
+            return EXIT_ERROR
+        profiles = [
+            {"ref": p.ref, "hash": p.content_hash, "chain": list(p.chain), "locked": p.ref not in result.unlocked}
+            for p in result.ok
+        ]
+        _out(report.to_json({"ok": True, "problems": [], "profiles": profiles}))
+        return EXIT_OK
     result = app.validate_profiles(args.names)
     for p in result.ok:
         _out(f"ok  {p.ref:<16} {p.content_hash[:19]}…  ({' -> '.join(p.chain)})")
@@ -70,13 +89,15 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     prof = sub.add_parser("profiles", help="list, show, validate and lock profiles")
     psub = prof.add_subparsers(dest="profiles_command", metavar="SUBCOMMAND", required=True)
     p = psub.add_parser("list", help="every profile with version and parent")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_profiles_list)
     p = psub.add_parser("show", help="the resolved profile (inheritance applied)")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="profile name or path")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_profiles_show)
     p = psub.add_parser("validate", help="validate profiles (all when none named)")
-    p.add_argument("names", nargs="*", metavar="NAME|PATH")
+    p.add_argument("names", nargs="*", metavar="NAME|PATH", help="profiles to validate (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON document: ok, problems (one line each), profiles")
     p.set_defaults(func=cmd_profiles_validate)
     p = psub.add_parser("lock", help="record new profile versions in profiles/profiles.lock")
     p.set_defaults(func=cmd_profiles_lock)

@@ -24,7 +24,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         unsafe = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": engine(profile.engine).role_vars()}
         sys.stdout.write(dump_vars({}, unsafe))
         return EXIT_OK
-    rendered = app.render(args.profile, args.inventory, args.host)
+    from knobfleet.cli.common import inventory
+
+    rendered = app.render(args.profile, inventory(args), args.host)
     if args.json:
         _out(report.to_json([app.rendered_json(r) for r in rendered]))
         return EXIT_OK
@@ -97,30 +99,31 @@ def cmd_waves(args: argparse.Namespace) -> int:
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("render", help="print what a profile renders to on a host")
-    p.add_argument("profile")
+    p.add_argument("profile", help="profile name or path")
     inventory_opts(p, limit=False)
     p.add_argument("--host", default=None, help="one host (default: every host)")
     p.add_argument(
         "--what",
         choices=["script", "unit", "env", "argv", "vars"],
         default="script",
-        help="vars: the profile and its engine as extra vars (tagged !unsafe) for plain ansible-playbook",
+        help="what to print: script, unit, env, argv, or vars: the profile and its engine as extra vars "
+        "(tagged !unsafe) for plain ansible-playbook (-e @FILE)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("waves", help="predict split-K wave quantization per batch size")
-    p.add_argument("profile", nargs="?")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("profile", nargs="?", help="profile whose kernel knobs to plan (or give --knob)")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", help="a kernel knob (repeatable)")
     p.add_argument("--gpu", default=None, help="GPU name from the catalog (default: the profile's fingerprint)")
     p.add_argument("--sms", type=int, default=None, help="SM count for a GPU not in the catalog")
-    p.add_argument("--heads", type=int, default=64)
-    p.add_argument("--batch", default="1,8,48,64,80,96")
-    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--heads", type=int, default=64, help="attention heads (64)")
+    p.add_argument("--batch", default="1,8,48,64,80,96", help="batch sizes, comma-separated")
+    p.add_argument("--context", type=int, default=4096, help="context length in tokens (4096)")
     p.add_argument("--suggest", action="store_true", help="rank TARGET_CTAS values for --weights")
-    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1")
-    p.add_argument("--top", type=int, default=3)
+    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per batch size")
+    p.add_argument("--top", type=int, default=3, help="with --suggest: how many values to keep (3)")
     p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
     p.add_argument("--no-calibration", action="store_true", help="use the uncalibrated wave model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_waves)

@@ -88,7 +88,12 @@ def load_hosts(inventory: Path, limit: str | None = None) -> list[HostVars]:
     """Hosts of ``inventory`` (optionally restricted by an Ansible ``--limit`` pattern), in order."""
     where = paths.display(inventory)
     if not inventory.exists():
-        raise InventoryError(f"{where}: inventory not found; pass -i PATH (default: inventories/lab)")
+        hint = (
+            "; `knobfleet init` writes one, or set inventory in knobfleet.toml"
+            if paths.project() is not None
+            else " (default: the project's, ANSIBLE_INVENTORY, or the running lab's)"
+        )
+        raise InventoryError(f"{where}: inventory not found; pass -i PATH{hint}")
     key = fingerprint(inventory, limit)
     cached = _read_cache(key) if key else None
     if cached is not None:
@@ -175,3 +180,34 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 ) from None
             raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
     return out, deterministic
+
+
+def default() -> Path:
+    """The inventory a command uses without -i: KNOBFLEET_INVENTORY, else ANSIBLE_INVENTORY (one source), else
+    the project's (knobfleet.toml ``inventory``), else — in a checkout — the running lab's: ``inventories/lab``
+    when lab1..lab3 are up, the inventory `lab up` wrote for the hosts that are up otherwise (so after
+    ``lab up -n 2`` nothing defaults to three hosts)."""
+    for var in ("KNOBFLEET_INVENTORY", "ANSIBLE_INVENTORY"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            sources = [s for s in value.split(",") if s.strip()]
+            if len(sources) > 1:
+                raise InventoryError(
+                    f"{var}={value}: {len(sources)} inventory sources; knobfleet reads one: pass -i PATH"
+                )
+            return Path(os.path.expanduser(sources[0].strip()))
+    proj = paths.project()
+    if proj is not None:
+        return proj.inventory
+    lab_dir = paths.state_dir() / "lab"
+    up = set()
+    for pid_file in (lab_dir / "run").glob("*.pid") if (lab_dir / "run").is_dir() else ():
+        try:
+            os.kill(int(pid_file.read_text().strip()), 0)
+            up.add(pid_file.stem)
+        except (OSError, ValueError):
+            continue
+    written = lab_dir / "inventory"
+    if up and up != {"lab1", "lab2", "lab3"} and (written / "hosts.yml").is_file():
+        return written
+    return paths.default_inventory()
