@@ -56,12 +56,25 @@ mutation: venv
 mutation-quick: venv
 	$(BIN)/python tools/mutation.py --quick
 
+# The knobfleet.serving Ansible collection, generated from roles/, playbooks/ and python/knobfleet/module_utils
+# (python/knobfleet/collection.py): dist/knobfleet-serving-<version>.tar.gz, and dist/knobfleet-serving.tar.gz
+# for execution-environment.yml.
+collection: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m knobfleet.collection --out dist
+	cp -f dist/knobfleet-serving-$$($(BIN)/python -c 'import knobfleet; print(knobfleet.__version__)').tar.gz dist/knobfleet-serving.tar.gz
+
+# The execution environment's build context (no container runtime needed); `ansible-builder build` builds it.
+ee-context: collection
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee
+
 lint: venv
 	$(BIN)/ruff check python tests perf
 	$(BIN)/ruff format --check python tests perf
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
 	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles
+	rm -rf build/lint-collection && $(BIN)/python -m knobfleet.collection --tree build/lint-collection/ansible_collections/knobfleet/serving >/dev/null
+	cd build/lint-collection/ansible_collections/knobfleet/serving && ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/lint-collection $(CURDIR)/$(BIN)/ansible-lint -q --profile production
 
 perf: venv system-deps
 	$(BIN)/python perf/decision_quality.py
