@@ -40,9 +40,15 @@ class Installed:
     fleet: Fleet
 
     def run(self, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        proc = subprocess.run(
             list(argv), cwd=self.project, env=self.env, capture_output=True, text=True, timeout=timeout
         )
+        transcript = os.environ.get("OWN_FLEET_TRANSCRIPT")  # for docs/OWN_FLEET.md: the real output
+        if transcript:
+            with open(transcript, "a", encoding="utf-8") as fh:
+                shown = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv))
+                fh.write(f"$ {shown}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n\n")
+        return proc
 
     def knobfleet(self, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
         return self.run(str(self.bin / "knobfleet"), *args, timeout=timeout)

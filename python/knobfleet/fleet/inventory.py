@@ -115,8 +115,24 @@ def vault_secrets(loader: Any) -> None:
     ids = [i for i in env_ids.split(",") if i] if env_ids else list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
     password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or C.DEFAULT_VAULT_PASSWORD_FILE
     files = [password_file] if password_file else []
+    try:  # ansible-core >= 2.19 decrypts through an ambient context, initialized once per process
+        from ansible.parsing.vault import VaultSecretsContext as context
+    except ImportError:
+        context = None
+    if context is not None:
+        context._current = None  # set anew on every inventory read (tests and long-lived callers read several)
+    secrets = []
     if ids or files:
-        loader.set_vault_secrets(CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False))
+        secrets = CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False)
+        loader.set_vault_secrets(secrets)
+    if context is not None and context._current is None:
+        context._current = context(secrets=list(secrets))
+
+
+def _is_vaulted(value: Any) -> bool:
+    """A vault-encrypted value: AnsibleVaultEncryptedUnicode (ansible-core < 2.19) or EncryptedString."""
+    name = type(value).__name__
+    return "Vault" in name or name == "EncryptedString"
 
 
 def _plain(value: Any) -> Any:
@@ -125,7 +141,7 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    if "Vault" in type(value).__name__:
+    if _is_vaulted(value):
         return str(value)
     return value
 
@@ -165,7 +181,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
         templar = Templar(loader=loader, variables=raw)
         wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in CONNECTION_VARS}
-        text = json.dumps(wanted, default=lambda o: "lookup(vault)" if "Vault" in type(o).__name__ else str(o))
+        text = json.dumps(wanted, default=lambda o: "lookup(vault)" if _is_vaulted(o) else str(o))
         deterministic = deterministic and not any(call in text for call in _NONDETERMINISTIC)
         secrets = {k: True for k in SECRET_VARS if raw.get(k)}
         try:
