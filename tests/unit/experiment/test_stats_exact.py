@@ -104,7 +104,7 @@ def test_errors_and_consistency_reasons() -> None:
     assert d.reason == "B had 3 failed requests; a profile that drops requests is never promoted"
     d = decide(const(0.1, 5), s, consistency_ok=False)
     assert d.reason == "B's outputs under load differ from its serial outputs (consistency check failed)"
-    assert d.verdict == "keep" and d.gain is None
+    assert (d.verdict, d.rounds, d.gain) == ("keep", 5, None)
 
 
 def test_before_min_rounds_the_intervals_are_reported_but_nothing_decided() -> None:

@@ -70,3 +70,20 @@ def test_knob_changes_between_scripts() -> None:
         "--tp 2 → 4",
     ]
     assert knob_changes(MANAGED, MANAGED) == []
+
+
+@pytest.mark.parametrize(
+    ("hosts", "serial", "expected"),
+    [
+        (HOSTS, "1", [[h] for h in HOSTS]),
+        (HOSTS, "100%", [HOSTS]),
+        ([f"n{i}" for i in range(20)], "50%", [[f"n{i}" for i in range(10)], [f"n{i}" for i in range(10, 20)]]),
+    ],
+)
+def test_batch_size_edges(hosts: list[str], serial: str, expected: list[list[str]]) -> None:
+    assert batches(hosts, serial, False) == expected
+
+
+def test_over_100_percent_is_refused() -> None:
+    with pytest.raises(KnobfleetError, match=r"--serial '100\.5%'"):
+        batches(HOSTS, "100.5%", False)

@@ -212,3 +212,33 @@ def test_refusal_and_break_lock(lab1: HostVars) -> None:
     assert p.actions == ["refuse"] and p.refused and p.refusal is not None and "lock held by bob (run r9)" in p.refusal
     broken = plan(doc, lab1, break_lock=True)
     assert broken.actions == [] and broken.refusal is None and broken.in_sync
+
+
+def test_a_missing_script_diff_removes_nothing(lab1: HostVars) -> None:
+    doc = copy.deepcopy(CLEAN)
+    doc["files"]["script"] = {"path": lab1.script_path, "exists": False}
+    diff = plan(doc, lab1).diffs[0]["diff"]
+    assert not [line for line in diff.splitlines()[2:] if line.startswith("-")]
+
+
+def test_no_refusal_for_a_dropin_under_policy_remove(lab1: HostVars) -> None:
+    doc = json.loads((CASES / "dropin_environment" / "probe.json").read_text())
+    p = ProfileStore(PROFILES_V1).resolve("ctas512")
+    declared = Declared(p.name, p.version, p.content_hash)
+    removing = plan_host(doc, render_host(p, lab1), declared, engine(), "remove")
+    assert removing.refusal is None and not removing.refused
+    assert plan_host(doc, render_host(p, lab1), declared, engine()).refused  # policy fail by default
+
+
+def test_live_knobs_are_the_main_process_s(lab1: HostVars) -> None:
+    doc = copy.deepcopy(CLEAN)
+    pid = int(doc["unit_props"]["MainPID"])
+    for proc in doc["processes"]:
+        if proc["pid"] != pid:
+            proc["env"] = {k: "worker" for k in proc.get("env") or {}}
+    assert len(doc["processes"]) > 1
+    main = next(x for x in doc["processes"] if x["pid"] == pid)
+    eng = engine()
+    seen = plan(doc, lab1).seen
+    assert seen == {eng.short(k): main["env"].get(k, "(unset)") for k in eng.show}
+    assert "worker" not in seen.values() and set(seen.values()) != {"(unset)"}
