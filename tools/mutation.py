@@ -133,7 +133,11 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="modules relative to python/knobfleet (default: the whole core)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--survivors", action="store_true", help="print the diff of every surviving mutant")
-    ap.add_argument("--resume", action="store_true", help="go on with the mutants an interrupted run left unchecked")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the mutants an interrupted run left unchecked (code and tests unchanged since)",
+    )
     ap.add_argument("--report", action="store_true", help="only print the scores of the last run (so far)")
     args = ap.parse_args()
     core = core_patterns()
@@ -210,7 +214,10 @@ def main() -> int:
     denom = n - total["equivalent"]
     score = 100 * (total["killed"] + total["timeout"]) / denom if denom else 100.0
     if total["unchecked"]:
-        print(f"\n{total['unchecked']} mutants not checked yet: `python tools/mutation.py --resume` goes on")
+        print(
+            f"\n{total['unchecked']} mutants not checked yet: `python tools/mutation.py --resume` goes on "
+            "(code and tests unchanged)"
+        )
     print(f"\n{n} mutants checked in {len(per)} modules, {time.monotonic() - t0:.0f}s")
     print(f"mutation score: {score:.1f}%")
     return 0
