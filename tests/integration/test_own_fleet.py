@@ -225,8 +225,10 @@ def test_plain_ansible_playbook_with_the_installed_collection(installed: Install
     vars_file.write_text(proc.stdout)
     # A changed profile (another CTAS value) so the plain run installs a new generation.
     prof = installed.project / "profiles" / "fleetprof.yaml"
-    prof.write_text(prof.read_text().replace("version: 1", "version: 2").replace(": 512", ": 768"))
-    vars_file.write_text(installed.knobfleet("render", "fleetprof", "--what", "vars").stdout)
+    prof.write_text(prof.read_text().replace("\nversion: 1", "\nversion: 2").replace(": 512", ": 768"))
+    proc = installed.knobfleet("render", "fleetprof", "--what", "vars")
+    assert proc.returncode == 0, proc.stderr
+    vars_file.write_text(proc.stdout)
     before = {h: _generation(installed, h) for h in ("lab1", "lab2")}
     run = installed.playbook(
         "knobfleet.serving.apply", "-i", "inventories/hosts.yml", "-e", f"@{vars_file}", "-e", "knob_serial=1"
@@ -234,7 +236,7 @@ def test_plain_ansible_playbook_with_the_installed_collection(installed: Install
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "Verify the live engine runs the new generation" in run.stdout
     after = {h: _generation(installed, h) for h in ("lab1", "lab2")}
-    assert all(after[h] == before[h] + 1 for h in after), (before, after)
+    assert all(after[h] > before[h] for h in after), (before, after)  # a new generation (numbers skip failed ones)
     doc = _verify(installed)
     assert all(h["profile"] == "fleetprof" and h["version"] == 2 for h in doc["hosts"])  # type: ignore[index,union-attr]
     # A crashing apply: the role itself restores the previous generation, restarts and verifies it.
