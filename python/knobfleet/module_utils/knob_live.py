@@ -51,6 +51,7 @@ class Action(str, Enum):
     DAEMON_RELOAD = "daemon-reload"
     RESTART = "restart"
     START = "start"
+    BREAK_LOCK = "break-lock"  # clear a killed apply's lock (asked for with --break-lock), marking it interrupted
     REFUSE = "refuse"  # change nothing on this host and say why
     NONE = "none"  # reported; apply of the profile repairs nothing here
 
@@ -607,7 +608,7 @@ def evaluate(
 
 # --- what apply does about them ----------------------------------------------------------------------------
 
-ORDER = (Action.INSTALL, Action.REMOVE_DROPIN, Action.DAEMON_RELOAD, Action.RESTART, Action.START)
+ORDER = (Action.BREAK_LOCK, Action.INSTALL, Action.REMOVE_DROPIN, Action.DAEMON_RELOAD, Action.RESTART, Action.START)
 
 
 def actions(findings: list[dict[str, Any]], dropin_policy: str = "fail", break_lock: bool = False) -> list[str]:
@@ -621,6 +622,7 @@ def actions(findings: list[dict[str, Any]], dropin_policy: str = "fail", break_l
         if kind is Kind.DROPIN_PRESENT:
             act = Action.REMOVE_DROPIN if dropin_policy == "remove" else Action.REFUSE
         elif kind is Kind.INTERRUPTED_APPLY and break_lock:
+            wanted.add(Action.BREAK_LOCK)
             continue
         if act is Action.REFUSE:
             return [Action.REFUSE.value]

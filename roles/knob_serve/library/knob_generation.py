@@ -474,6 +474,7 @@ def begin(module, store, p):
             except FileNotFoundError:
                 continue
             except UnsafePath as exc:
+                release(module, store, p)  # this run took the lock above; it must not outlive the refusal
                 module.fail_json(msg="cannot adopt %s: %s; knobfleet manages regular files only: replace it with "
                                      "a regular file (or remove it) and apply again; nothing was changed"
                                      % (path, exc.strerror))

@@ -109,7 +109,7 @@ def test_own_run_is_not_an_interrupted_apply() -> None:
         (["dropin_present", "env_unexpected"], "fail", False, ["refuse"]),
         (["dropin_present", "env_unexpected"], "remove", False, ["remove-dropin", "daemon-reload", "restart"]),
         (["interrupted_apply"], "fail", False, ["refuse"]),
-        (["interrupted_apply"], "fail", True, []),
+        (["interrupted_apply"], "fail", True, ["break-lock"]),
         (["profile_mismatch"], "fail", False, ["install", "daemon-reload", "restart"]),
         (["unmanaged", "file_changed"], "fail", False, ["install", "daemon-reload", "restart"]),
         (["not_ready"], "fail", False, ["restart"]),

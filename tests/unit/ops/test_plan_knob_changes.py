@@ -211,7 +211,8 @@ def test_refusal_and_break_lock(lab1: HostVars) -> None:
     p = plan(doc, lab1)
     assert p.actions == ["refuse"] and p.refused and p.refusal is not None and "lock held by bob (run r9)" in p.refusal
     broken = plan(doc, lab1, break_lock=True)
-    assert broken.actions == [] and broken.refusal is None and broken.in_sync
+    # --break-lock: the lock itself is what apply repairs (through the role, which marks the run interrupted)
+    assert broken.actions == ["break-lock"] and broken.refusal is None and not broken.in_sync
 
 
 def test_a_missing_script_diff_removes_nothing(lab1: HostVars) -> None:
