@@ -85,8 +85,8 @@ def decide(
         d.reason = f"{rounds} of at least {s.min_rounds} rounds"
         return d
     limit = math.log1p(-s.max_regression)
-    for b, (iv, cls) in buckets.items():
-        if cls == "worse" and iv.estimate < limit:
+    for b, (iv, _cls) in buckets.items():
+        if iv.high < limit:  # significantly beyond the guardrail, not merely worse than A
             d.verdict = "keep"
             d.reason = (
                 f"B is {_pct(iv.estimate)} at concurrency {b}, beyond the {s.max_regression:.0%} regression guardrail"

@@ -154,7 +154,7 @@ SPLIT = {48: pct(6), 96: pct(-1.5)}
 
 def test_weights_on_the_winning_bucket_promote() -> None:
     c = verdicts(SPLIT, Settings(weights={48: 0.9, 96: 0.1}), "heavy48")
-    # measured: 73.7% (the rest: 16% guardrail keeps, 10% inconclusive at the round budget). Before promotion
+    # measured: 78.8% (the rest inconclusive at the round budget, no guardrail keep). Before promotion
     # needed the losing bucket inside the guardrail with confidence it was ~91%: the power paid for the bound
     # that a bucket beyond the guardrail is (almost) never promoted.
     assert rate(c, "promote") >= 0.70, c
@@ -171,18 +171,12 @@ def test_a_bucket_without_traffic_does_not_count_toward_the_gain() -> None:
     assert rate(c, "promote") <= 0.01, c
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "design.py's docstring says the guardrail fires on 'a bucket significantly worse than -max_regression', "
-        "but decide() fires when the bucket is significantly worse than 0 and its point estimate is beyond "
-        "-max_regression: a bucket 2% slower (inside the 3% guardrail) next to a 6% gain carrying 90% of the "
-        "traffic ends in a guardrail keep in 12.8% of experiments (promote 87.2%)."
-    ),
-)
 def test_a_bucket_inside_the_guardrail_never_trips_it() -> None:
+    # The guardrail keeps A early only when a bucket is significantly beyond -max_regression (measured: 0.2%
+    # of experiments for a bucket 2% worse, by chance over many looks; it was 12.8% when it fired on a bucket
+    # significantly worse than 0 whose estimate was past the limit).
     c = verdicts({48: pct(6), 96: pct(-2)}, Settings(weights={48: 0.9, 96: 0.1}), "inside")
-    assert c["guardrail"] == 0, c
+    assert rate(c, "guardrail") <= 0.01, c
 
 
 def test_same_rounds_different_weights_different_verdict() -> None:

@@ -148,9 +148,12 @@ def test_guardrail_needs_the_bucket_beyond_the_limit_not_just_worse() -> None:
     per = const(math.log(1.06), 10)
     per[96] = [math.log(0.98)] * 10  # significantly worse, inside the 3% guardrail
     assert decide(per, Settings(weights=W)).verdict == "promote"
-    per[96] = [math.log(0.96)] * 10
+    per[96] = [math.log(0.96)] * 10  # beyond the guardrail, but not yet certainly: no promotion, no keep yet
+    assert decide(per, Settings(weights=W)).verdict == "continue"
+    per[96] = [math.log(0.90)] * 10
     d = decide(per, Settings(weights=W))
-    assert d.verdict == "keep" and d.reason == ("B is -4.0% at concurrency 96, beyond the 3% regression guardrail")
+    assert d.verdict == "keep" and d.reason == ("B is -10.0% at concurrency 96, beyond the 3% regression guardrail")
+    per[96] = [math.log(0.98)] * 10
     assert decide(per, Settings(weights=W, max_regression=0.05)).verdict == "promote"
 
 
