@@ -232,6 +232,5 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise InventoryError(
-            f"{where}: host {host}: {PREFIX}{field}: {err['msg']}; fix it in host_vars or group_vars"
-        ) from None
+        var = {"engine": "knob_engine", "profile": "knob_profile"}.get(field, f"{PREFIX}{field}")
+        raise InventoryError(f"{where}: host {host}: {var}: {err['msg']}; fix it in host_vars or group_vars") from None
