@@ -529,6 +529,15 @@ def _interrupted(doc: dict[str, Any], run_id: str | None, out: list[dict[str, An
             )
 
 
+def same_command(cmdline: list[str], argv: list[str]) -> bool:
+    """Whether a process's command line is the exec line ``argv``. A launcher that is a script (vLLM's
+    ``…/bin/vllm``) runs through its ``#!`` interpreter, which the kernel puts in front: ``python3 …/bin/vllm
+    serve …`` is the exec line ``…/bin/vllm serve …`` (at most two interpreter words)."""
+    if cmdline == argv:
+        return True
+    return any(len(cmdline) == len(argv) + k and cmdline[k:] == argv for k in (1, 2))
+
+
 def evaluate(
     doc: dict[str, Any],
     expected: dict[str, Any] | None,
@@ -566,7 +575,7 @@ def evaluate(
     if expected.get("script_known") and procs:
         _env(procs, pid, expected.get("env") or {}, engine, out)
         argv = expected.get("argv") or []
-        if main is not None and argv and main.get("cmdline") != argv:
+        if main is not None and argv and not same_command(main.get("cmdline") or [], argv):
             where = "generation %04d" % expected["generation"] if expected.get("generation") is not None else "profile"
             out.append(
                 finding(
@@ -579,7 +588,7 @@ def evaluate(
             )
         if main is not None:
             _engine_env(doc, main, engine, out)
-            if main.get("cmdline") == argv:  # the argv it was started with is right: did the engine take it?
+            if same_command(main.get("cmdline") or [], argv):  # started right: did the engine take it?
                 _engine_args(doc, main, argv, engine, out)
     have = expected.get("profile") or {}
     if (

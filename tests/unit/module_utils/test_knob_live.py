@@ -155,3 +155,18 @@ def test_the_engines_resolved_arguments_are_checked(argv: list[str], report: Any
     found = [f for f in evaluate(d, expected, engine) if f.get("source") == "engine"]
     assert [f["name"] for f in found] == mismatched
     assert all(f["kind"] == "argv_mismatch" for f in found)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "same"),
+    [
+        (["/v/bin/vllm", "serve", "m"], True),
+        (["/v/bin/python", "/v/bin/vllm", "serve", "m"], True),  # #!/v/bin/python
+        (["/usr/bin/python3", "-s", "/v/bin/vllm", "serve", "m"], True),  # #!/usr/bin/python3 -s
+        (["/v/bin/python", "/v/bin/vllm", "serve", "other"], False),
+        (["/v/bin/vllm", "serve"], False),
+        (["a", "b", "c", "/v/bin/vllm", "serve", "m"], False),
+    ],
+)
+def test_a_script_launcher_runs_through_its_interpreter(cmdline: list[str], same: bool) -> None:
+    assert knob_live.same_command(cmdline, ["/v/bin/vllm", "serve", "m"]) is same
