@@ -233,6 +233,7 @@ class Lab:
         pkg = Path(__file__).resolve().parent.parent
         shutil.copy2(pkg / "waves.py", dest / "_waves.py")
         shutil.copy2(pkg / "gpus.json", dest / "gpus.json")
+        shutil.copy2(pkg / "calibrations.json", dest / "calibrations.json")  # waves.calibration_for reads it
 
     def _boot(self, host: LabHost) -> None:
         (self.dir / "run").mkdir(parents=True, exist_ok=True)

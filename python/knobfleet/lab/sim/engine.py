@@ -7,8 +7,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import model
+
+if TYPE_CHECKING:
+    from knobfleet.waves import Calibration
 
 
 @dataclass
@@ -37,6 +41,7 @@ class EngineConfig:
     overlap: bool
     max_running: int
     seed: int | None
+    calibration: Calibration | None = None  # measured GPU terms for this GPU, when stored
 
 
 class Engine:
@@ -118,7 +123,7 @@ class Engine:
                         req.shared_batch = True
                         req.corrupt_at = model.corruption_start(req.prompt, req.seq, req.max_tokens)
             context = model.BASE_CONTEXT + sum(len(r.tokens) for r in batch) / len(batch)
-            step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context)
+            step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context, self.cfg.calibration)
             step *= self._drift.factor(step)
             dt = step * self.cfg.time_scale
             now = time.monotonic()

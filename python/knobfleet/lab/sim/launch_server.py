@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
 
     workers = spawn_workers(tp)
-    engine = Engine(EngineConfig(knobs, gpus[gpu], scale, noise, overlap, args.max_running_requests or 256, seed))
+    calibration = model.engine_calibration(env)
+    log(f"wave model: {'calibrated (' + calibration.fingerprint + ')' if calibration else 'uncalibrated'} for {gpu}")
+    engine = Engine(
+        EngineConfig(knobs, gpus[gpu], scale, noise, overlap, args.max_running_requests or 256, seed, calibration)
+    )
     env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}
     state = State(server_args, env_vars, engine, expose, args.served_model_name or args.model_path)
     state.never_ready = fail == "never-ready"
