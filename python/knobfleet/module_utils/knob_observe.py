@@ -22,7 +22,8 @@ try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
 except ImportError:  # on the controller
     from knobfleet.module_utils.knob_live import redact_env, redact_script, redact_tree
 
-MAX_CONTENT = 64 * 1024  # text of a managed file kept in the document (scripts and units are far smaller)
+MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
+# verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
 MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
 MAX_PROC = 1024 * 1024
 PROPS = (

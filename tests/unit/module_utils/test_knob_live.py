@@ -170,3 +170,18 @@ def test_the_engines_resolved_arguments_are_checked(argv: list[str], report: Any
 )
 def test_a_script_launcher_runs_through_its_interpreter(cmdline: list[str], same: bool) -> None:
     assert knob_live.same_command(cmdline, ["/v/bin/vllm", "serve", "m"]) is same
+
+
+def test_a_large_script_is_still_read_whole(tmp_path: Path) -> None:
+    """A serve script far over the old 64 KiB content limit keeps its text in the probe, so env and argv are
+    still checked; past the 1 MiB read bound it is truncated and has no hash: a file_changed, never in sync."""
+    from knobfleet.module_utils import knob_observe
+
+    big = tmp_path / "serve.sh"
+    big.write_text("#!/bin/bash\n" + "# padding\n" * 20_000 + "export A=1\nexec x\n")
+    info = knob_observe.file_info(str(big))
+    assert knob_live.script_env_argv(info["content"]) == ({"A": "1"}, ["x"])
+    huge = tmp_path / "huge.sh"
+    huge.write_bytes(b"#" * (2 * 1024 * 1024))
+    cut = knob_observe.file_info(str(huge))
+    assert cut["truncated"] and cut["sha256"] is None and "content" not in cut
