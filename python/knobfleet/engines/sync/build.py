@@ -52,9 +52,19 @@ _WRAPPED = re.compile(r"^[A-Za-z_][\w.<>]*\[(int|float|str|bool)\]$")  # optiona
 _BOOL_ACTIONS = re.compile(r"(store_true|store_false|boolean_optional|BooleanOptionalAction|StoreTrue)")
 
 
+# An engine's help text may give a network address as an example; knobfleet's files carry none outside
+# 127.0.0.0/8 (nothing connects to them, but a catalog is no place for them): such literals become HOST.
+_ADDRESS = re.compile(r"(?<![0-9.])(?!127\.)(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?!\.?[0-9])")
+
+
+def scrub_addresses(text: str) -> str:
+    return _ADDRESS.sub("HOST", text)
+
+
 def description(text: str | None) -> str:
-    """First sentence of ``text``, whitespace collapsed, at most MAX_DESCRIPTION characters."""
-    flat = " ".join((text or "").split())
+    """First sentence of ``text``, whitespace collapsed, at most MAX_DESCRIPTION characters; example network
+    addresses other than loopback replaced by HOST."""
+    flat = scrub_addresses(" ".join((text or "").split()))
     if not flat:
         return ""
     m = re.search(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])", flat)

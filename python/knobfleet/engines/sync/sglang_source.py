@@ -26,6 +26,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from knobfleet.engines.sync.build import scrub_addresses
+
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 ENVIRON = "sglang/srt/environ.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -264,7 +266,7 @@ def _field_flag(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any] |
         "dest": field,
         "option_strings": [str(n) for n in names],
         "positional": False,
-        "help": " ".join(_text(arg.get("help", help_node), consts).split()),
+        "help": scrub_addresses(" ".join(_text(arg.get("help", help_node), consts).split())),
         "hidden": False,
         "required": False,
         "nargs": None,
@@ -360,7 +362,7 @@ def parse_manual_flags(source: str, defaults: dict[str, Any], consts: dict[str, 
                     "positional": False,
                     "action": action,
                     "type": ast.unparse(kw["type"]) if "type" in kw else (None if "StoreTrue" in action else "str"),
-                    "help": " ".join(_text(kw.get("help"), names).split()),
+                    "help": scrub_addresses(" ".join(_text(kw.get("help"), names).split())),
                     "hidden": False,
                     "required": False,
                     "nargs": 0 if "StoreTrue" in action or action == "store_true" else None,

@@ -181,3 +181,16 @@ def test_recorded_sglang_registry_facts() -> None:
     assert "SGLANG_SM120_MMA_TARGET_CTAS" not in knobs  # patch knob: only in the overlay
     assert "cuda-graph-max-bs" not in knobs  # split into -decode/-prefill in 0.5.x
     assert knobs["disable-cuda-graph"]["deprecated"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Address (e.g., `192.168.0.2:25000`).", "Address (e.g., `HOST:25000`)."),
+        ("Bind 10.1.2.3 or 8.8.8.8.", "Bind HOST or HOST."),
+        ("Default 127.0.0.1:30000.", "Default 127.0.0.1:30000."),
+        ("Version 0.5.23 and 1.2.3.4.5", "Version 0.5.23 and 1.2.3.4.5"),
+    ],
+)
+def test_example_addresses_other_than_loopback_are_scrubbed(text: str, shown: str) -> None:
+    assert build.description(text) == shown
