@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick
+.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick coverage
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ mutation: venv
 # The CI subset: the pure-core modules changed since the last release tag (v*), else a fixed sample.
 mutation-quick: venv
 	$(BIN)/python tools/mutation.py --quick
+
+# Line coverage of the unit suite (tools/unit_coverage.py) for experiment/ab.py, experiment/gate.py,
+# ops/transaction.py, ops/history.py and the on-host modules (roles/*/library, module_utils); the data stays in
+# build/coverage/unit.coverage for `coverage combine` with other runs. Last line: "watched coverage: N%".
+coverage: venv
+	$(BIN)/python tools/unit_coverage.py
 
 # The knobfleet.serving Ansible collection, generated from roles/, playbooks/ and python/knobfleet/module_utils
 # (python/knobfleet/collection.py): dist/knobfleet-serving-<version>.tar.gz, and dist/knobfleet-serving.tar.gz
