@@ -15,6 +15,11 @@ def _out(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def _notes(notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(f"{note}\n")
+
+
 def cmd_lab_up(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.lab.nspawn import Lab
@@ -22,7 +27,10 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     lab = Lab()
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
-    hosts = lab.up(args.n, vllm)
+    try:
+        hosts = lab.up(args.n, vllm)
+    finally:
+        _notes(lab.notes)
     took = time.monotonic() - started
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
     _out(
@@ -35,7 +43,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
 def cmd_lab_down(args: argparse.Namespace) -> int:
     from knobfleet.lab.nspawn import Lab
 
-    stopped = Lab().down()
+    lab = Lab()
+    stopped = lab.down()
+    _notes(lab.notes)
     _out(f"lab: stopped {len(stopped)} host(s){': ' + ', '.join(stopped) if stopped else ''}")
     return EXIT_OK
 

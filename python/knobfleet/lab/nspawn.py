@@ -25,12 +25,16 @@ from typing import Any
 
 from knobfleet import paths
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles
+from knobfleet.lab import hostfiles, limits
 from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 
 BOOT_TIMEOUT_S = 90.0
 TMPFS_SIZE = "512m"
+MAX_HOSTS = 64
+# What systemd-nspawn keeps per machine under /run; it refuses to remove it when /run is not a tmpfs
+# ("Attempted to remove disk file system under ..."), so `lab down` removes what is left of its own machines.
+NSPAWN_RUN = Path("/run/systemd/nspawn")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Lab:
         self.ssh_dir = self.dir / "ssh"
         self.key = self.ssh_dir / "id_ed25519"
         self.known_hosts = self.ssh_dir / "known_hosts"
+        self.notes: list[str] = []  # what up/down changed outside the lab (kernel limits), for the operator
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -120,8 +125,8 @@ class Lab:
     def up(self, count: int, vllm: tuple[str, ...] = ()) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
         in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in."""
-        if not 1 <= count <= 64:
-            raise LabError(f"lab up: -n {count}: choose 1..64 hosts")
+        if not 1 <= count <= MAX_HOSTS:
+            raise LabError(f"lab up: -n {count}: choose 1..{MAX_HOSTS} hosts")
         hosts = [LabHost(i) for i in range(1, count + 1)]
         unknown = sorted(set(vllm) - {h.name for h in hosts})
         if unknown:
@@ -136,10 +141,16 @@ class Lab:
         self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
+        new = [h for h in hosts if h.name not in running]
+        try:
+            self.notes += [c.message() for c in limits.raise_for(len(new), self.dir / "run")]
+        except OSError as exc:
+            raise LabError(
+                f"lab up: cannot raise the inotify limits {len(new)} hosts need ({exc}); raise "
+                f"{limits.INSTANCES} to at least {limits.needed(len(new), *limits.usage())[limits.INSTANCES]}"
+            ) from None
         started: list[LabHost] = []
-        for host in hosts:
-            if self.pid(host) is not None:
-                continue
+        for host in new:
             self._cleanup(host)
             if _port_open(host.address, 22):
                 raise LabError(
@@ -391,7 +402,7 @@ class Lab:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 + 0.5 * len(hosts)  # 64 hosts halting at once share 2 cores
         for host in hosts:
             while self.pid(host) is not None and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -402,6 +413,10 @@ class Lab:
                 time.sleep(0.5)
             self._cleanup(host)
             stopped.append(host.name)
+        if not any(self.pid(h) is not None for h in self.known()):
+            restored = limits.restore(self.dir / "run")
+            if restored:
+                self.notes.append(f"lab: put back {', '.join(restored)}")
         return stopped
 
     def _cleanup(self, host: LabHost) -> None:
@@ -414,12 +429,21 @@ class Lab:
             shutil.rmtree(hdir, ignore_errors=True)
         self.pid_file(host).unlink(missing_ok=True)
         remove_cgroups(cgroup_dirs(host))
+        for leftover in (NSPAWN_RUN / sub / host.machine for sub in ("propagate", "unix-export")):
+            if leftover.is_dir() and not leftover.is_symlink() and not _mounted_under(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _mounted(path: Path) -> bool:
     target = str(path.resolve()) if path.exists() else str(path)
     with open("/proc/self/mounts", encoding="utf-8") as fh:
         return any(line.split()[1] == target for line in fh)
+
+
+def _mounted_under(path: Path) -> bool:
+    prefix = str(path) + "/"
+    with open("/proc/self/mounts", encoding="utf-8") as fh:
+        return any(line.split()[1] == str(path) or line.split()[1].startswith(prefix) for line in fh)
 
 
 def _port_open(address: str, port: int) -> bool:
