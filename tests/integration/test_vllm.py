@@ -130,3 +130,36 @@ def test_bench_and_consistency_against_vllm(vfleet: Fleet) -> None:
     assert cons.returncode == 0, cons.stdout + cons.stderr
     result = json.loads(cons.stdout)
     assert result["passed"] and result["compared"] > 0 and result["diverged"] == 0, result
+
+
+def test_bench_with_vllms_own_tool_records_version_and_settings(vfleet: Fleet) -> None:
+    """`bench --tool engine` drives `vllm bench serve` on the host and reads its JSON; the engine version and the
+    settings the engine resolved are recorded next to the results."""
+    proc = kf(
+        vfleet,
+        "bench",
+        "--tool",
+        "engine",
+        "--conc",
+        "2,4",
+        "--n-mult",
+        "2",
+        "--max-tokens",
+        "16",
+        "--input-len",
+        "32",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["tool"] == "vllm bench serve" and doc["engine_version"] == "0.32.0", doc
+    assert doc["errors"] == 0
+    assert [b["concurrency"] for b in doc["buckets"]] == [2, 4] and all(b["mean"] > 0 for b in doc["buckets"]), doc
+    # vLLM's /server_info reports the configuration it resolved: the lab's launch line asked for 512.
+    assert '"max_model_len": 512' in json.dumps(doc["settings"]), str(doc["settings"])[:400]
+    text = kf(vfleet, "bench", "--tool", "engine", "--conc", "2", "--n-mult", "1", "--max-tokens", "8")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "measured with vllm bench serve against engine version 0.32.0" in text.stdout, text.stdout
+    assert "max_model_len = 512" in text.stdout, text.stdout
+    usage = kf(vfleet, "bench", "--tool", "engine", "--consistency")
+    assert usage.returncode == 64 and "--consistency runs knobfleet's own check" in usage.stderr, usage.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
-from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError
+from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError, UsageError
 
 
 def _out(text: str) -> None:
@@ -38,6 +38,8 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         n_mult=args.n_mult,
         max_tokens=args.max_tokens,
         timeout_s=args.timeout,
+        tool=args.tool,
+        input_len=args.input_len,
     )
 
 
@@ -52,6 +54,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise KnobfleetError(f"--repeats {args.repeats}: must be >= 1")
     if args.consistency:
+        if args.tool != "builtin":
+            raise UsageError("--consistency runs knobfleet's own check; drop --tool engine")
         with Progress(enabled=not args.json) as progress:
             if profile is not None:
                 ab.activate(profile, hv, inventory, progress)
@@ -91,7 +95,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ]
         _out(report.table(["concurrency", "agg tok/s (mean)", "95% interval", "runs"], rows, "rrrr"))
         _out(f"{doc['host']}: {doc['profile'] or 'current profile'}; request errors: {doc['errors']}")
+        if doc["tool"] != "knobfleet":
+            _out(f"measured with {doc['tool']} against engine version {doc['engine_version'] or 'unknown'}")
+            for key, value in _settings_shown(doc["settings"]):
+                _out(f"  {key} = {value}")
     return EXIT_OK if doc["errors"] == 0 else EXIT_ERROR
+
+
+SHOWN_SETTINGS = (
+    "max_num_seqs",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "dtype",
+    "tensor_parallel_size",
+    "tp_size",
+    "max_running_requests",
+    "chunked_prefill_size",
+)
+
+
+def _settings_shown(settings: object) -> list[tuple[str, object]]:
+    """A few resolved settings worth a line under the results (the whole document is in --json)."""
+    found: dict[str, object] = {}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in SHOWN_SETTINGS and not isinstance(v, (dict, list)) and k not in found:
+                    found[k] = v
+                else:
+                    walk(v)
+
+    walk(settings)
+    return [(k, found[k]) for k in SHOWN_SETTINGS if k in found]
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -172,6 +209,14 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-mult", type=int, default=4, help="requests per bucket = N x concurrency (4)")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens generated per request (256)")
     p.add_argument("--timeout", type=int, default=1800, help="bound per bench run, seconds")
+    p.add_argument(
+        "--tool",
+        choices=("builtin", "engine"),
+        default="builtin",
+        help="builtin: knobfleet's client (default); engine: the engine's own benchmark (vllm bench serve, "
+        "sglang.bench_serving), from the catalog's serve.bench",
+    )
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens per request with --tool engine (128)")
     common.json_opt(p)
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from knobfleet.profiles.model import BenchTool
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Engine:
     secret_env: tuple[str, ...] = ()
     info_args: bool = False
     info_args_ignore: tuple[str, ...] = ()
+    bench: BenchTool | None = None
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
@@ -36,6 +40,50 @@ class Engine:
                 token = token.replace(key, value)
             out.append(token)
         return out
+
+    def bench_runs(
+        self,
+        launcher: tuple[str, ...] | None,
+        model: str,
+        host: str,
+        port: int,
+        *,
+        conc: tuple[int, ...],
+        n_mult: int,
+        input_len: int,
+        output_len: int,
+        seed: int,
+        result_dir: str,
+        run_id: str,
+    ) -> list[dict[str, Any]]:
+        """One run of the engine's own benchmark per concurrency bucket: argv (every placeholder filled in) and
+        the result file it writes. Pure."""
+        if self.bench is None:
+            raise ValueError(f"engine {self.name} has no bench tool in its catalog (serve.bench)")
+        runs = []
+        for c in conc:
+            fields = {
+                "launcher0": (launcher or self.launcher)[0],
+                "host": host,
+                "port": str(port),
+                "model": model,
+                "concurrency": str(c),
+                "num_prompts": str(max(n_mult * c, 1)),
+                "input_len": str(input_len),
+                "output_len": str(output_len),
+                "seed": str(seed),
+                "result_dir": result_dir,
+                "result_file": f"{run_id}-c{c}.json",
+            }
+            runs.append(
+                {
+                    "concurrency": c,
+                    "num_prompts": max(n_mult * c, 1),
+                    "argv": [token.format_map(fields) for token in self.bench.argv],
+                    "result_path": f"{result_dir}/{fields['result_file']}",
+                }
+            )
+        return runs
 
     @property
     def reserved_flags(self) -> tuple[str, ...]:
@@ -93,6 +141,7 @@ def engine(name: str | None = None) -> Engine:
         secret_env=cat.secret_names(),
         info_args=s.info_args,
         info_args_ignore=s.info_args_ignore,
+        bench=s.bench,
     )
 
 

@@ -92,6 +92,10 @@ def bench(
         "buckets": [b.__dict__ for b in buckets],
         "errors": sum(errors(d) for d in docs),
         "runs": [[_line(b) for b in d.get("buckets") or []] for d in docs],
+        # Built-in client: "knobfleet"; the engine's own tool: its name, the engine version and settings it saw.
+        "tool": docs[0].get("tool", "knobfleet") if docs else "knobfleet",
+        "engine_version": docs[0].get("engine_version") if docs else None,
+        "settings": docs[0].get("settings") if docs else None,
     }
 
 

@@ -149,6 +149,50 @@ class Knob(_Strict):
     secret: bool = False
 
 
+BENCH_FIELDS = frozenset(
+    {
+        "launcher0",
+        "host",
+        "port",
+        "model",
+        "concurrency",
+        "num_prompts",
+        "input_len",
+        "output_len",
+        "seed",
+        "result_dir",
+        "result_file",
+    }
+)
+
+
+class BenchTool(_Strict):
+    """The engine's own serving benchmark (``knobfleet bench --tool engine``), run on the host once per
+    concurrency bucket; knobfleet parses the JSON result it writes."""
+
+    name: str = Field(description="what the tool is called in reports, e.g. 'vllm bench serve'")
+    argv: tuple[str, ...] = Field(
+        min_length=1,
+        description="argv; {launcher0} (the host's launcher's first word), {host}, {port}, {model}, {concurrency}, "
+        "{num_prompts}, {input_len}, {output_len}, {seed}, {result_dir} and {result_file} are filled in",
+    )
+    result: Literal["json", "jsonl"] = Field(default="json", description="jsonl: the last line is this run's")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the tool's process")
+    version_path: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._~/-]*$")
+    version_key: str = Field(default="version", description="the engine version's key in version_path's JSON")
+
+    @field_validator("argv")
+    @classmethod
+    def _known_fields(cls, argv: tuple[str, ...]) -> tuple[str, ...]:
+        import string
+
+        for token in argv:
+            for _text, field, _spec, _conv in string.Formatter().parse(token):
+                if field is not None and field not in BENCH_FIELDS:
+                    raise ValueError(f"unknown placeholder {{{field}}} in {token!r}; known: {sorted(BENCH_FIELDS)}")
+        return argv
+
+
 class Serve(_Strict):
     """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
 
@@ -168,6 +212,7 @@ class Serve(_Strict):
         default=(), description="flags the engine reports in another spelling (not comparable as text)"
     )
     show: dict[str, str] = Field(default_factory=dict, description="knob -> short label shown in summaries")
+    bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
 
 
 class Catalog(_Strict):

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
@@ -26,6 +26,9 @@ class BenchSpec:
     timeout_s: int = 1800
     cons_prompts: int = 16
     cons_repeats: int = 2
+    # builtin: knobfleet's client (bench/client.py); engine: the engine's own tool (catalog serve.bench)
+    tool: Literal["builtin", "engine"] = "builtin"
+    input_len: int = 128
 
 
 class BenchError(KnobfleetError):
@@ -41,6 +44,12 @@ def run_bench(
     on_event: Callable[[Event], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     run_id = new_run_id()
+    if spec.tool == "engine":
+        if consistency:
+            raise BenchError(
+                "the consistency check is knobfleet's own: run it with the built-in client (--tool builtin)"
+            )
+        return _run_engine_tool(hosts, inventory, spec, run_id, on_event)
     client = Path(__file__).with_name("client.py")
     result = run_playbook(
         RunRequest(
@@ -72,6 +81,76 @@ def run_bench(
         if not hr.success or "content" not in res:
             raise BenchError(f"{hv.host}: bench failed: {hr.first_failure()}")
         out[hv.host] = json.loads(base64.b64decode(res["content"]))
+    return out
+
+
+def tool_vars(hv: HostVars, spec: BenchSpec, run_id: str) -> dict[str, Any]:
+    """What roles/knob_bench needs to run ``hv``'s engine's own benchmark: the rendered argv per bucket."""
+    eng = hv.adapter()
+    if eng.bench is None:
+        raise BenchError(
+            f"{hv.host}: engine {eng.name} has no bench tool in its catalog (serve.bench); "
+            "use the built-in client (--tool builtin) or add serve.bench to the catalog overlay"
+        )
+    runs = eng.bench_runs(
+        hv.launcher,
+        hv.model_path,
+        hv.listen_host,
+        hv.port,
+        conc=spec.conc,
+        n_mult=spec.n_mult,
+        input_len=spec.input_len,
+        output_len=spec.max_tokens,
+        seed=spec.seed,
+        result_dir="{result_dir}",  # the host's knob_bench_dir, filled in there by the module
+        run_id=run_id,
+    )
+    return {
+        "name": eng.bench.name,
+        "runs": runs,
+        "result_format": eng.bench.result,
+        "env": dict(eng.bench.env),
+        "version_url": hv.base_url + eng.bench.version_path if eng.bench.version_path else "",
+        "version_key": eng.bench.version_key,
+        "info_url": hv.base_url + eng.info_path if eng.info_path else "",
+        "secret": list(hv.secrets()),
+    }
+
+
+def _run_engine_tool(
+    hosts: list[HostVars],
+    inventory: Path,
+    spec: BenchSpec,
+    run_id: str,
+    on_event: Callable[[Event], None] | None,
+) -> dict[str, dict[str, Any]]:
+    from knobfleet.experiment.bench.tool import document
+
+    per_host = {hv.host: tool_vars(hv, spec, run_id) for hv in hosts}
+    result = run_playbook(
+        RunRequest(
+            playbook="bench.yml",
+            inventory=inventory,
+            limit=",".join(hv.host for hv in hosts),
+            trusted_vars={
+                "knob_bench_tool_by_host": per_host,
+                "knob_bench_timeout_s": spec.timeout_s,
+                "knob_bench_run_id": run_id,
+            },
+            forks=min(len(hosts), 64),
+            on_event=on_event,
+            run_id=run_id,
+        )
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for hv in hosts:
+        hr = result.host(hv.host)
+        res = hr.results.get("bench_tool", {})
+        if not hr.success or "runs" not in res:
+            raise BenchError(f"{hv.host}: {per_host[hv.host]['name']} failed: {hr.first_failure()}")
+        doc = document(res, per_host[hv.host]["name"], spec.max_tokens)
+        doc["argv"] = [r["argv"] for r in per_host[hv.host]["runs"]]
+        out[hv.host] = doc
     return out
 
 
