@@ -36,9 +36,11 @@ CAL = waves.Calibration(
 @pytest.mark.parametrize("field", ["batch", "sms", "heads", "context"])
 def test_every_size_must_be_at_least_one(field: str) -> None:
     args = {"batch": 8, "sms": 100, "heads": 64, "context": 4096}
+    bad = {**args, field: 0}
     with pytest.raises(ValueError, match=r"^batch, sms, heads and context must be >= 1$"):
-        row(knobs=KernelKnobs(), **{**args, field: 0})
-    r = row(knobs=KernelKnobs(), **{**args, field: 1})
+        row(bad["batch"], KernelKnobs(), bad["sms"], bad["heads"], bad["context"])
+    one = {**args, field: 1}
+    r = row(one["batch"], KernelKnobs(), one["sms"], one["heads"], one["context"])
     assert r.ctas >= 1 and r.cost > 0
 
 
@@ -219,9 +221,9 @@ def test_unmeasured_block_h_interpolates_between_neighbours_and_scales_beyond() 
     t = CAL.terms(96)  # nearest is 128
     assert (t.resident, t.fixed_us) == (1, 9.0) and t.per_token_us == pytest.approx(0.14 + 0.16 * 64 / 96, rel=1e-12)
     t = CAL.terms(8)  # below the lowest: 16's per-token cost scaled by 8/16
-    assert (t.resident, t.per_token_us) == (4, pytest.approx(0.05, rel=1e-12))
+    assert t.resident == 4 and t.per_token_us == pytest.approx(0.05, rel=1e-12)
     t = CAL.terms(256)  # above the highest: 128's scaled by 256/128
-    assert (t.resident, t.per_token_us) == (1, pytest.approx(0.6, rel=1e-12))
+    assert t.resident == 1 and t.per_token_us == pytest.approx(0.6, rel=1e-12)
     assert CAL.terms(32) is CAL.blocks[32]
 
 
