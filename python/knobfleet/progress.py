@@ -1,12 +1,16 @@
-"""Live per-host progress on a terminal (rich); silent when not a TTY or with --json."""
+"""Live progress on a terminal; silent when not a TTY or with --json. ``Progress``: a per-host table of Ansible's
+task events (rich). ``StatusLine``: one line of counts for commands that stream per-host results, which at a
+thousand hosts a table cannot show."""
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
-from knobfleet.fleet.runner import Event
+if TYPE_CHECKING:
+    from knobfleet.fleet.runner import Event
 
 
 class Progress:
@@ -60,3 +64,72 @@ class Progress:
             self.rows[host] = (state, task[:70])
             if self._live is not None:
                 self._live.update(self._render())
+
+
+class StatusLine:
+    """``what: 37/64 hosts · 27 in flight · 36 in sync · 1 drift · 0 unreachable · 0 error`` on stderr, redrawn
+    at most 10 times a second; lines written through ``write`` go to stdout above it."""
+
+    def __init__(self, enabled: bool, what: str, total: int, forks: int) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.what, self.total, self.forks = what, total, forks
+        self.finished = 0
+        self.counts: dict[str, int] = {}
+        self.answered: set[str] = set()
+        self._shown = False
+        self._drawn_at = 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> StatusLine:
+        self._draw(force=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._clear()
+
+    def text(self) -> str:
+        done = self.finished or len(self.answered)
+        flight = min(self.forks, self.total - done)
+        counts = " · ".join(f"{self.counts.get(k, 0)} {k.replace('_', ' ')}" for k in ("in_sync", "drift"))
+        broken = " · ".join(f"{self.counts.get(k, 0)} {k}" for k in ("unreachable", "error"))
+        return f"{self.what}: {done}/{self.total} hosts · {flight} in flight · {counts} · {broken}"
+
+    def _clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self._shown = False
+
+    def _draw(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._drawn_at < 0.1:
+            return
+        self._drawn_at = now
+        sys.stderr.write("\r\x1b[K" + self.text())
+        sys.stderr.flush()
+        self._shown = True
+
+    def done(self, status: str) -> None:
+        with self._lock:
+            self.finished += 1
+            self.counts[status] = self.counts.get(status, 0) + 1
+            self._draw(force=self.finished == self.total)
+
+    def write(self, text: str) -> None:
+        """A result line on stdout (flushed, so pipes see it as it comes), the status line kept below it."""
+        with self._lock:
+            if self.enabled and sys.stdout.isatty():
+                self._clear()
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+            self._draw()
+
+    def event(self, event: Event) -> None:
+        """An Ansible event (``--via ansible``): count the hosts that answered."""
+        data = event.get("event_data") or {}
+        if data.get("host") and event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+            with self._lock:
+                self.answered.add(str(data["host"]))
+                self._draw()

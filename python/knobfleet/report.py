@@ -6,11 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from knobfleet.profiles.model import Profile
-from knobfleet.waves import WaveRow
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # drift and verify import this module: it stays free of pydantic
     from knobfleet.live.verify import HostVerdict
+    from knobfleet.profiles.model import Profile
+    from knobfleet.waves import WaveRow
 
 
 def to_json(data: Any) -> str:
@@ -220,6 +219,58 @@ def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> st
         f"{summary['unreachable']} unreachable, {summary['error']} error"
     )
     return "\n".join(out)
+
+
+DRIFT_COLUMNS = ("host", "status", "profile", "generation", "findings", "error")
+STATUS_WIDTH = len("unreachable")
+PROFILE_WIDTH = 16
+
+
+def drift_head(title: str, hosts: Sequence[str]) -> str:
+    """The title and column heads of a streamed drift report (``drift_rows`` below it as hosts answer)."""
+    widths = _drift_widths(hosts)
+    head = "  ".join(c.ljust(w) for c, w in zip(DRIFT_COLUMNS, widths, strict=False)).rstrip()
+    dashes = "  ".join("-" * w for w in widths).rstrip()
+    return f"{title}\n{head}\n{dashes}"
+
+
+def _drift_widths(hosts: Sequence[str]) -> list[int]:
+    return [max([4, *(len(h) for h in hosts)]), STATUS_WIDTH, PROFILE_WIDTH, 10, 8, 5]
+
+
+def drift_rows(v: HostVerdict, hosts: Sequence[str]) -> str:
+    """One host's row (as it answers, in the columns of ``drift_head``), then its findings."""
+    w = _drift_widths(hosts)
+    prof = f"{v.profile}@{v.version}" if v.profile else "-"
+    gen = "-" if v.generation is None else f"{v.generation:04d}"
+    cells = [
+        v.host.ljust(w[0]),
+        v.status.ljust(w[1]),
+        prof.ljust(w[2]),
+        gen.ljust(w[3]),
+        str(len(v.findings)).rjust(w[4]),
+    ]
+    row = "  ".join(cells) + ("  " + v.error if v.error else "")
+    return "\n".join([row.rstrip(), *_grouped_findings(v.host, v.findings)])
+
+
+def drift_tail(summary: dict[str, Any]) -> str:
+    """What follows the rows: hosts per profile, version skew, the counts."""
+    out = [""]
+    for prof, hosts in summary["profiles"].items():
+        out.append(f"{prof}: {', '.join(hosts)}")
+    if summary["version_skew"]:
+        out.append(f"warning: version skew: hosts run {len(summary['profiles'])} different profiles")
+    out.append(
+        f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
+        f"{summary['unreachable']} unreachable, {summary['error']} error"
+    )
+    return "\n".join(out)
+
+
+def json_line(data: Any) -> str:
+    """One JSON document on one line (``--json-lines``)."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
 def _grouped_findings(host: str, findings: list[Any]) -> list[str]:

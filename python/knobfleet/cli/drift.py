@@ -1,8 +1,14 @@
-"""``verify`` and ``drift``: read-only checks of live state against what knobfleet applied."""
+"""``verify`` and ``drift``: read-only checks of live state against what knobfleet applied.
+
+Each host's result is printed as it answers (a row and its findings; ``--json-lines``: one JSON object per host,
+then a summary object), at most ``--forks`` hosts probed at once; ``--json`` prints one document at the end, hosts
+in inventory order. The read path imports neither pydantic nor ansible when its cached view of the inventory is
+current (fleet/readhost.py)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from knobfleet.cli import common
@@ -11,43 +17,60 @@ from knobfleet.cli.common import out as _out
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from knobfleet import paths
-    from knobfleet.ops import drift
+    from knobfleet.fleet import probe
+    from knobfleet.fleet.transports.ssh import check_forks, default_forks
 
     inventory = common.inventory(args)
-    from knobfleet.fleet import probe
-
-    probe.warm_up(inventory, args.limit, args.via)  # probes start now, while the rest of the command loads
-    from knobfleet import report
+    forks = check_forks(args.forks) if args.forks is not None else default_forks()
+    probe.warm_up(inventory, args.limit, args.via, forks)  # probes start now, while the rest of the command loads
+    from knobfleet import paths, report
+    from knobfleet.fleet import readhost
     from knobfleet.live import verify
-    from knobfleet.ops import workspace as app
-    from knobfleet.progress import Progress
+    from knobfleet.ops import drift
+    from knobfleet.progress import StatusLine
 
-    hosts = app.hosts(inventory, args.limit)
-    with Progress(enabled=not args.json) as progress:
-        verdicts = drift.check(
-            hosts,
+    plan = readhost.plan_for(inventory, args.limit)
+    names = [h.host for h in plan.hosts]
+    order = {name: i for i, name in enumerate(names)}
+    text = not args.json and not args.json_lines
+    verdicts = []
+    with StatusLine(enabled=text, what=args.command, total=len(names), forks=forks) as status:
+        if text:
+            status.write(report.drift_head(f"{args.command}: {paths.display(inventory)}", names))
+        for v in drift.stream(
+            plan,
             inventory,
-            on_event=progress,
+            on_event=status.event,
             save_probes=Path(args.save_probes) if args.save_probes else None,
             via=args.via,
-        )
+            forks=forks,
+        ):
+            verdicts.append(v)
+            status.done(v.status)
+            if args.json_lines:
+                status.write(report.json_line(v.as_json()))
+            elif text:
+                status.write(report.drift_rows(v, names))
+    verdicts.sort(key=lambda v: order[v.host])
     summary = verify.summary(verdicts)
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
         drift.write_atomic(Path(args.prom), report.prometheus(verdicts))
     testinfra_rc = None
     if getattr(args, "testinfra", False):
-        testinfra_rc = drift.run_testinfra(inventory, args.limit, quiet=args.json)
+        testinfra_rc = drift.run_testinfra(inventory, args.limit, quiet=not text)
         if testinfra_rc != 0 and code == 0:
             code = 2
+    testinfra = {"exit_code": testinfra_rc, "passed": testinfra_rc == 0} if testinfra_rc is not None else None
     if args.json:
         doc = {"hosts": [v.as_json() for v in verdicts], "summary": summary}
-        if testinfra_rc is not None:
-            doc["testinfra"] = {"exit_code": testinfra_rc, "passed": testinfra_rc == 0}
+        if testinfra is not None:
+            doc["testinfra"] = testinfra
         _out(report.to_json(doc))
+    elif args.json_lines:
+        _out(report.json_line({"summary": summary, **({"testinfra": testinfra} if testinfra else {})}))
     else:
-        _out(report.drift_report(verdicts, summary, f"{args.command}: {paths.display(inventory)}"))
+        _out(report.drift_tail(summary))
         if testinfra_rc is not None:
             _out(f"testinfra: {'passed' if testinfra_rc == 0 else f'FAILED (exit {testinfra_rc})'}")
     return code
@@ -55,8 +78,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _opts(p: argparse.ArgumentParser) -> None:
     inventory_opts(p)
-    common.json_opt(p)
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print one JSON document and nothing else (at the end)")
+    fmt.add_argument(
+        "--json-lines",
+        action="store_true",
+        help="print one JSON object per host as it answers, then one with the summary (JSON Lines)",
+    )
     p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
+    p.add_argument(
+        "--forks",
+        type=int,
+        default=os.environ.get("KNOBFLEET_FORKS") or None,
+        metavar="N",
+        help="probe at most N hosts at once (default: $KNOBFLEET_FORKS, else ansible.cfg's forks, else 32)",
+    )
     via_opt(p, "the probe")
 
 

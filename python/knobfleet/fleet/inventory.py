@@ -86,6 +86,12 @@ def _write_cache(key: str, hosts: list[HostVars]) -> None:
 
 def load_hosts(inventory: Path, limit: str | None = None) -> list[HostVars]:
     """Hosts of ``inventory`` (optionally restricted by an Ansible ``--limit`` pattern), in order."""
+    return read_hosts(inventory, limit)[0]
+
+
+def read_hosts(inventory: Path, limit: str | None = None) -> tuple[list[HostVars], bool]:
+    """``load_hosts``, and whether what was read may be cached by its fingerprint (no inventory script or
+    plugin, no lookup/now in vars; secret values aside, which only this cache keeps out)."""
     where = paths.display(inventory)
     if not inventory.exists():
         hint = (
@@ -97,11 +103,11 @@ def load_hosts(inventory: Path, limit: str | None = None) -> list[HostVars]:
     key = fingerprint(inventory, limit)
     cached = _read_cache(key) if key else None
     if cached is not None:
-        return cached
+        return cached, True
     hosts, deterministic = _load(inventory, limit, where)
     if key and deterministic and not any(hv.has_secrets() for hv in hosts):  # secret values are never cached
         _write_cache(key, hosts)
-    return hosts
+    return hosts, bool(key and deterministic)
 
 
 def vault_secrets(loader: Any) -> None:

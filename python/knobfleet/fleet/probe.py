@@ -3,7 +3,7 @@ options come from the host's vars and engine, the same for every transport."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from knobfleet.fleet.transports import ModuleCall, Outcome
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.readhost import ReadHost
 
 PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
 HTTP_TIMEOUT_S = 2.0
@@ -32,21 +33,35 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
     }
 
 
-def call(hosts: Sequence[HostVars] = ()) -> ModuleCall:
+def call(hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | None = None) -> ModuleCall:
     return ModuleCall(
         role="knob_probe",
         module="knob_probe",
         function="probe",
         playbook="probe.yml",
         result_key="probe",
-        args={hv.host: probe_args(hv) for hv in hosts},
+        args=args if args is not None else {hv.host: probe_args(hv) for hv in hosts},
         timeout_s=PROBE_TIMEOUT_S,
     )
 
 
-def warm_up(inventory: Path, limit: str | None, via: str) -> None:
+def warm_up(inventory: Path, limit: str | None, via: str, forks: int | None = None) -> None:
     """Start the probes of the last run over the same inventory (ssh transport; cheap, read-only)."""
-    transports.warm_up(call(), inventory, limit, via)
+    transports.warm_up(call(), inventory, limit, via, forks)
+
+
+def stream(
+    hosts: Sequence[ReadHost],
+    inventory: Path,
+    via: str = "auto",
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    forks: int | None = None,
+) -> Iterator[Outcome]:
+    """Each host's probe outcome as it arrives, at most ``forks`` hosts at once (the read path's view of the
+    hosts: their probe options are already computed)."""
+    if not hosts:
+        return iter(())
+    return transports.stream(hosts, call(args={h.host: h.probe for h in hosts}), inventory, via, on_event, forks)
 
 
 def probe(

@@ -1,10 +1,13 @@
 """Use cases: verify / drift. One probe per host through a transport (fleet/probe.py), then the one live-state
-rule against the host's current generation (live/verify.py). Nothing is changed on any host."""
+rule against the host's current generation (live/verify.py). Nothing is changed on any host.
+
+``stream`` works on the read path's plain view of the hosts (fleet/readhost.py) and yields each verdict as its
+host answers; ``check`` is the same for validated host vars, collected in order."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,32 +17,30 @@ from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_hos
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.readhost import ReadHost, ReadPlan
+    from knobfleet.fleet.transports import Outcome
 
 
-def _declared(hv: HostVars, cache: dict[str, Declared | str]) -> Declared | str | None:
-    if not hv.profile:
+def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared | str | None:
+    if not profile:
         return None
-    if hv.profile not in cache:
+    if profile not in cache:
         from knobfleet.profiles.store import ProfileStore
 
         try:
-            p = ProfileStore().resolve(hv.profile)
-            cache[hv.profile] = Declared(p.name, p.version, p.content_hash)
+            p = ProfileStore().resolve(profile)
+            cache[profile] = Declared(p.name, p.version, p.content_hash)
         except KnobfleetError as exc:
-            cache[hv.profile] = f"knob_profile {hv.profile!r} cannot be resolved: {str(exc).splitlines()[0]}"
-    return cache[hv.profile]
+            cache[profile] = f"knob_profile {profile!r} cannot be resolved: {str(exc).splitlines()[0]}"
+    return cache[profile]
 
 
 def engine_rules(hv: HostVars, doc: dict[str, Any]) -> dict[str, Any]:
     """The engine part of the rule for ``hv``: its declared engine, else the one its current generation
     recorded, else the default engine."""
-    name = hv.engine
-    if name is None:
-        gens = doc.get("generations") or {}
-        for entry in gens.get("list") or []:
-            if isinstance(entry, dict) and entry.get("generation") == gens.get("current"):
-                recorded = (entry.get("meta") or {}).get("engine")
-                name = recorded if isinstance(recorded, str) else None
+    from knobfleet.fleet.readhost import recorded_engine
+
+    name = hv.engine if hv.engine is not None else recorded_engine(doc)
     try:
         return hv.adapter(name).rules()
     except KnobfleetError:
@@ -50,37 +51,52 @@ def verdict_for(hv: HostVars, doc: dict[str, Any], declared: Declared | None) ->
     return verify_host(hv.host, doc, declared, engine_rules(hv, doc))
 
 
+def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declared | str]) -> HostVerdict:
+    if o.error is not None:
+        if o.error.kind == "unreachable":
+            return unreachable(host.host, str(o.error))
+        return HostVerdict(host.host, "error", error=str(o.error))
+    declared = _declared(host.profile, cache)
+    if isinstance(declared, str):
+        return HostVerdict(host.host, "error", error=declared)
+    return verify_host(host.host, o.doc, declared, plan.rules_for(host, o.doc))
+
+
+def stream(
+    plan: ReadPlan,
+    inventory: Path,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    save_probes: Path | None = None,
+    via: str = "auto",
+    forks: int | None = None,
+) -> Iterator[HostVerdict]:
+    """Each host's verdict as its probe arrives (at most ``forks`` hosts probed at once). Nothing but the verdict
+    is kept of a host once it is yielded: its probe document is dropped (or saved to ``save_probes``)."""
+    by_name = {h.host: h for h in plan.hosts}
+    cache: dict[str, Declared | str] = {}
+    if save_probes is not None:
+        save_probes.mkdir(parents=True, exist_ok=True)
+    for o in probing.stream(plan.hosts, inventory, via, on_event, forks):
+        if save_probes is not None and o.doc is not None:
+            import json
+
+            write_atomic(save_probes / f"{o.host}.json", json.dumps(o.doc, indent=1, sort_keys=True) + "\n")
+        yield _verdict(plan, by_name[o.host], o, cache)
+
+
 def check(
     hosts: list[HostVars],
     inventory: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     save_probes: Path | None = None,
     via: str = "auto",
+    forks: int | None = None,
 ) -> list[HostVerdict]:
-    outcomes = probing.probe(hosts, inventory, via, on_event)
-    if save_probes is not None:
-        import json
+    """Every host's verdict, in the order of ``hosts``."""
+    from knobfleet.fleet.readhost import plan_from_hostvars
 
-        save_probes.mkdir(parents=True, exist_ok=True)
-        for host, o in outcomes.items():
-            if o.doc is not None:
-                write_atomic(save_probes / f"{host}.json", json.dumps(o.doc, indent=1, sort_keys=True) + "\n")
-    cache: dict[str, Declared | str] = {}
-    verdicts = []
-    for hv in hosts:
-        o = outcomes[hv.host]
-        if o.error is not None:
-            if o.error.kind == "unreachable":
-                verdicts.append(unreachable(hv.host, str(o.error)))
-            else:
-                verdicts.append(HostVerdict(hv.host, "error", error=str(o.error)))
-            continue
-        declared = _declared(hv, cache)
-        if isinstance(declared, str):
-            verdicts.append(HostVerdict(hv.host, "error", error=declared))
-            continue
-        verdicts.append(verdict_for(hv, o.doc, declared))
-    return verdicts
+    got = {v.host: v for v in stream(plan_from_hostvars(hosts), inventory, on_event, save_probes, via, forks)}
+    return [got[hv.host] for hv in hosts]
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -4,23 +4,34 @@ per host. Two ship: ``ssh`` (the fast path over Ansible's own multiplexed connec
 
 Adding one (say ``docker exec`` for engines in containers) is one file with a class that has ``name``,
 ``ineligible(hv)``, ``warm_up(key, payload)`` and ``run(hosts, call, inventory, on_event)``, plus its line
-in ``REGISTRY`` below.
+in ``REGISTRY`` below. A transport that can hand each host's outcome over as it arrives also has
+``stream(hosts, call, inventory, on_event, forks)`` (the ssh one does); ``stream`` below falls back to ``run``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from knobfleet.errors import UsageError
-from knobfleet.fleet.transports.ssh import HostFailure, Outcome, SshTransport, bundle
+from knobfleet.fleet.transports.ssh import HostFailure, Outcome, SshTransport, Target, bundle, default_forks
 
-if TYPE_CHECKING:
-    from knobfleet.fleet.hostvars import HostVars
-
-__all__ = ["REGISTRY", "VIA", "HostFailure", "ModuleCall", "Outcome", "Transport", "choose", "run", "warm_up"]
+__all__ = [
+    "REGISTRY",
+    "VIA",
+    "HostFailure",
+    "ModuleCall",
+    "Outcome",
+    "Target",
+    "Transport",
+    "choose",
+    "default_forks",
+    "run",
+    "stream",
+    "warm_up",
+]
 
 
 @dataclass(frozen=True)
@@ -33,7 +44,7 @@ class ModuleCall:
     function: str
     playbook: str
     result_key: str
-    args: dict[str, dict[str, Any]] = field(default_factory=dict)
+    args: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     timeout_s: float = 60.0
 
     def source(self) -> bytes:
@@ -45,7 +56,7 @@ class ModuleCall:
 class Transport(Protocol):
     name: ClassVar[str]
 
-    def ineligible(self, hv: HostVars) -> str | None:
+    def ineligible(self, hv: Target) -> str | None:
         """Why this transport cannot reach ``hv`` exactly as Ansible would (None: it can)."""
 
     def warm_up(self, key: str, source: bytes) -> None:
@@ -53,13 +64,14 @@ class Transport(Protocol):
 
     def run(
         self,
-        hosts: Sequence[HostVars],
+        hosts: Sequence[Target],
         call: ModuleCall,
         inventory: Path,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
     ) -> dict[str, Outcome]:
-        """``call`` on every host, each bounded by ``call.timeout_s``; an outcome per host, never an exception
-        for one host's failure."""
+        """``call`` on every host, at most ``forks`` at once, each bounded by ``call.timeout_s``; an outcome per
+        host, never an exception for one host's failure."""
 
 
 def _ansible() -> Transport:
@@ -72,7 +84,7 @@ REGISTRY: dict[str, Callable[[], Transport]] = {"ssh": SshTransport, "ansible": 
 VIA = ("auto", *REGISTRY)
 
 
-def choose(hosts: Sequence[HostVars], via: str) -> Transport:
+def choose(hosts: Sequence[Target], via: str) -> Transport:
     """The transport for ``via``: a registered name, or ``auto`` = ssh when it reaches every host as Ansible
     would, else ansible. A named transport that cannot reach a host is a usage error."""
     if via not in VIA:
@@ -91,8 +103,9 @@ def choose(hosts: Sequence[HostVars], via: str) -> Transport:
     return chosen
 
 
-def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str) -> None:
-    """Start the probes the last run over the same inventory and limit saved, first thing (ssh only)."""
+def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str, forks: int | None = None) -> None:
+    """Start the probes the last run over the same inventory and limit saved, first thing (ssh only; at most
+    ``forks`` of them)."""
     from knobfleet.fleet.inventory import fingerprint
 
     if via not in ("auto", "ssh") or not inventory.exists():
@@ -101,25 +114,51 @@ def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str) -> N
     if key:
         from knobfleet import paths
 
-        SshTransport().warm_up(f"{call.module}:{key}", bundle(call.source(), paths.module_utils_dir()))
+        SshTransport().warm_up(f"{call.module}:{key}", bundle(call.source(), paths.module_utils_dir()), forks)
 
 
-def run(
-    hosts: Sequence[HostVars],
+def stream(
+    hosts: Sequence[Target],
     call: ModuleCall,
     inventory: Path,
     via: str = "auto",
     on_event: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Outcome]:
-    """``call`` on ``hosts`` through the chosen transport. A host whose python the fast path did not find is
-    retried through Ansible (its interpreter discovery finds one)."""
+    forks: int | None = None,
+) -> Iterator[Outcome]:
+    """``call`` on ``hosts`` through the chosen transport, at most ``forks`` hosts at once (default:
+    ``default_forks()``), each host's outcome as it arrives. A host whose python the fast path did not find is
+    retried through Ansible (its interpreter discovery finds one) once the others are done."""
     chosen = choose(hosts, via)
     if chosen.name != "ssh":
         from knobfleet.fleet.transports.ssh import stop_unused
 
         stop_unused()
-    out = chosen.run(hosts, call, inventory, on_event)
-    retry = [hv for hv in hosts if out[hv.host].missing_python]
+    forks = forks if forks is not None else default_forks()
+    retry: list[Target] = []
+    by_name = {hv.host: hv for hv in hosts}
+    each = getattr(chosen, "stream", None)
+    outcomes: Iterable[Outcome] = (
+        each(hosts, call, inventory, on_event, forks)
+        if each
+        else chosen.run(hosts, call, inventory, on_event, forks).values()
+    )
+    for o in outcomes:
+        if o.missing_python:
+            retry.append(by_name[o.host])
+        else:
+            yield o
     if retry:
-        out.update(REGISTRY["ansible"]().run(retry, call, inventory, on_event))
-    return out
+        yield from REGISTRY["ansible"]().run(retry, call, inventory, on_event, forks).values()
+
+
+def run(
+    hosts: Sequence[Target],
+    call: ModuleCall,
+    inventory: Path,
+    via: str = "auto",
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    forks: int | None = None,
+) -> dict[str, Outcome]:
+    """``stream``, collected: every host's outcome, in the order of ``hosts``."""
+    got = {o.host: o for o in stream(hosts, call, inventory, via, on_event, forks)}
+    return {hv.host: got[hv.host] for hv in hosts}

@@ -8,17 +8,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from knobfleet.fleet.transports.ssh import HostFailure, Outcome
+from knobfleet.fleet.transports.ssh import HostFailure, Outcome, Target, default_forks
 
 if TYPE_CHECKING:
-    from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.transports import ModuleCall
 
 
 class AnsibleTransport:
     name: ClassVar[str] = "ansible"
 
-    def ineligible(self, hv: HostVars) -> str | None:
+    def ineligible(self, hv: Target) -> str | None:
         return None
 
     def warm_up(self, key: str, source: bytes) -> None:
@@ -26,10 +25,11 @@ class AnsibleTransport:
 
     def run(
         self,
-        hosts: Sequence[HostVars],
+        hosts: Sequence[Target],
         call: ModuleCall,
         inventory: Path,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
     ) -> dict[str, Outcome]:
         from knobfleet.fleet.runner import RunRequest, run_playbook
 
@@ -39,7 +39,7 @@ class AnsibleTransport:
                 inventory=inventory,
                 limit=",".join(hv.host for hv in hosts),
                 unsafe_vars={f"{call.module}_args": {hv.host: call.args[hv.host] for hv in hosts}},
-                forks=min(max(len(hosts), 1), 64),
+                forks=min(max(len(hosts), 1), forks if forks is not None else default_forks()),
                 on_event=on_event,
             )
         )

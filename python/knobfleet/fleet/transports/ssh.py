@@ -18,7 +18,14 @@ the same key starts those ssh processes first thing, before the slow imports, an
 each only if the argv computed from the validated host vars is identical (else it is stopped and started
 again). Reads only, so a wrong guess costs nothing; processes nobody collected are stopped at exit.
 
-``ssh_argv`` and ``remote_command`` are pure; ``run_function`` and ``start_planned`` run the processes.
+Scale: at most ``forks`` ssh processes run at once (``--forks``, else ``KNOBFLEET_FORKS``, else ansible.cfg's
+``forks``, else 32); each host's process has its own deadline from its own start, so a hung host holds one slot
+for ``timeout_s`` and delays nobody else; outcomes are yielded as each host answers (``iter_function``), so a
+caller that consumes them as they come keeps only the documents in flight. The speculative start saves and
+starts only the first ``forks`` hosts.
+
+``ssh_argv`` and ``remote_command`` are pure; ``iter_function``, ``run_function`` and ``start_planned`` run the
+processes.
 """
 
 from __future__ import annotations
@@ -30,19 +37,67 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:  # this module stays light: the CLI imports it before pydantic to start probes early
-    from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.transports import ModuleCall
+
+
+class Target(Protocol):
+    """What a transport needs to reach a host: ``fleet.hostvars.HostVars`` and ``fleet.readhost.ReadHost`` both
+    are one."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def connection(self) -> dict[str, str]: ...
+
 
 # Kept equal to runner.ssh_env(): the options Ansible's ssh plugin gets from knobfleet.
 SSH_ARGS = ("-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15")
 CONNECT_TIMEOUT_S = 15
 DEFAULT_PYTHON = "/usr/bin/python3"
+DEFAULT_FORKS = 32  # ssh processes at once when neither --forks, KNOBFLEET_FORKS nor ansible.cfg's forks says
+
+
+def default_forks() -> int:
+    """How many hosts the fast path works on at once: ``KNOBFLEET_FORKS``, else ansible.cfg's (or ANSIBLE_FORKS')
+    ``forks`` as Ansible reads it, else 32."""
+    from knobfleet.errors import UsageError
+
+    env = os.environ.get("KNOBFLEET_FORKS", "").strip()
+    if env:
+        return check_forks(env, "KNOBFLEET_FORKS")
+    from knobfleet import paths
+    from knobfleet.fleet import ansible_cfg
+
+    value = ansible_cfg.user_settings(paths.project_root()).get("forks", "").strip()
+    if not value:
+        return DEFAULT_FORKS
+    try:
+        return check_forks(value, "forks")
+    except UsageError as exc:
+        raise UsageError(f"{exc} (set in {ansible_cfg.config_file(paths.project_root()) or 'ANSIBLE_FORKS'})") from None
+
+
+def check_forks(value: str | int, where: str = "--forks") -> int:
+    from knobfleet.errors import UsageError
+
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"{where}={value}: expected a whole number of hosts at once, 1 or more")
+    return n
 
 
 def config_defaults() -> dict[str, str]:
@@ -53,7 +108,7 @@ def config_defaults() -> dict[str, str]:
     return ansible_cfg.connection_defaults(ansible_cfg.user_settings(paths.project_root()))
 
 
-def ineligible(hv: HostVars, defaults: Mapping[str, str] | None = None) -> str | None:
+def ineligible(hv: Target, defaults: Mapping[str, str] | None = None) -> str | None:
     """Why ``hv`` cannot be reached over plain SSH exactly as Ansible would, or None."""
     c = {**(defaults or {}), **hv.connection}
     conn = c.get("ansible_connection", "ssh")
@@ -66,13 +121,13 @@ def ineligible(hv: HostVars, defaults: Mapping[str, str] | None = None) -> str |
     return None
 
 
-def _python(hv: HostVars, defaults: Mapping[str, str] | None = None) -> str:
+def _python(hv: Target, defaults: Mapping[str, str] | None = None) -> str:
     c = {**(defaults or {}), **hv.connection}
     interp = c.get("ansible_python_interpreter", "")
     return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
 
 
-def ssh_argv(hv: HostVars, control_dir: Path, defaults: Mapping[str, str] | None = None) -> list[str]:
+def ssh_argv(hv: Target, control_dir: Path, defaults: Mapping[str, str] | None = None) -> list[str]:
     """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command).
     ``defaults``: ansible.cfg's connection settings as inventory vars (``config_defaults``); host vars win."""
     c = {**(defaults or {}), **hv.connection}
@@ -147,7 +202,7 @@ def bundle(source: bytes, utils_dir: Path) -> bytes:
 
 
 def remote_command(
-    hv: HostVars, module_name: str, func: str, args: dict[str, Any], defaults: Mapping[str, str] | None = None
+    hv: Target, module_name: str, func: str, args: dict[str, Any], defaults: Mapping[str, str] | None = None
 ) -> str:
     """The shell command for the host: isolated python3 running ``func(args)`` of the module on stdin."""
     boot = BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))
@@ -224,8 +279,9 @@ def _plan_file(plan_key: str, source: bytes, control_dir: Path) -> Path:
     return paths.state_dir() / "cache" / "fastpath" / f"{digest}.json"
 
 
-def start_planned(plan_key: str, source: bytes) -> Started:
-    """Start the ssh processes saved for ``plan_key`` by an earlier run (nothing when none are saved)."""
+def start_planned(plan_key: str, source: bytes, limit: int | None = None) -> Started:
+    """Start the ssh processes saved for ``plan_key`` by an earlier run (nothing when none are saved), at most
+    ``limit`` of them (the forks of this run)."""
     from knobfleet import paths
 
     try:
@@ -233,6 +289,8 @@ def start_planned(plan_key: str, source: bytes) -> Started:
         pairs = [(str(p["host"]), [str(a) for a in p["argv"]]) for p in plan]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    if limit is not None:
+        pairs = pairs[: max(limit, 0)]
     started: Started = {}
     for host, argv in pairs:
         try:
@@ -255,64 +313,137 @@ def _save_plan(path: Path, argvs: dict[str, list[str]]) -> None:
         pass  # only costs the head start next time
 
 
-def run_function(
-    hosts: Sequence[HostVars],
+def iter_function(
+    hosts: Sequence[Target],
     control_dir: Path,
     source: bytes,
     module_name: str,
     func: str,
-    args: dict[str, dict[str, Any]],
+    args: Mapping[str, dict[str, Any]],
     timeout_s: float = 60.0,
     plan_key: str | None = None,
     started: Started | None = None,
     defaults: Mapping[str, str] | None = None,
-) -> dict[str, Outcome]:
-    """Run ``func(args[host])`` from the module ``source`` on every host in parallel, each bounded by
-    ``timeout_s``. Processes in ``started`` whose argv is exactly the one computed here are used as they are."""
+    forks: int | None = None,
+) -> Iterator[Outcome]:
+    """Run ``func(args[host])`` from the module ``source`` on every host, at most ``forks`` at once, each bounded
+    by ``timeout_s`` from its own start; yield each host's outcome as it arrives. Processes in ``started`` whose
+    argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
+    early stops what is still running."""
     control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    started = dict(started or {})
-    argvs = {
-        hv.host: [*ssh_argv(hv, control_dir, defaults), remote_command(hv, module_name, func, args[hv.host], defaults)]
-        for hv in hosts
-    }
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    failed: dict[str, Outcome] = {}
-    for host, argv in argvs.items():
-        early = started.pop(host, None)
-        if early is not None and early[0] == argv:
-            procs[host] = early[1]
-        else:
-            if early is not None:
-                _stop(early[1])
-            try:
-                procs[host] = _launch(argv, source)
-            except OSError as exc:
-                failed[host] = Outcome(host, error=HostFailure("error", f"cannot run {argv[0]}: {exc.strerror}"))
-    for _argv, proc in started.values():  # started for hosts no longer asked for
-        _stop(proc)
-    if plan_key is not None:
-        _save_plan(_plan_file(plan_key, source, control_dir), {h: a for h, a in argvs.items() if h in procs})
-    by_name = {hv.host: hv for hv in hosts}
+    limit = max(1, forks if forks is not None else default_forks())
+    early = dict(started or {})
+    wanted = {hv.host for hv in hosts}
+    for host in [h for h in early if h not in wanted]:  # started for hosts no longer asked for
+        _stop(early.pop(host)[1])
+    if not hosts:
+        return
 
-    def collect(host: str) -> Outcome:
-        if host in failed:
-            return failed[host]
-        proc = procs[host]
+    def argv_of(hv: Target) -> list[str]:
+        return [*ssh_argv(hv, control_dir, defaults), remote_command(hv, module_name, func, args[hv.host], defaults)]
+
+    if plan_key is not None:  # what the next run starts first thing: the hosts it will work on first
+        _save_plan(_plan_file(plan_key, source, control_dir), {hv.host: argv_of(hv) for hv in hosts[:limit]})
+
+    lock = threading.Lock()
+    todo = iter(hosts)
+    done: list[Outcome | None] = []  # None: a worker finished
+    ready = threading.Condition(lock)
+    running: set[subprocess.Popen[bytes]] = set()
+    stopping = threading.Event()
+
+    def one(hv: Target) -> Outcome:
+        argv = argv_of(hv)
+        with lock:
+            mine = early.pop(hv.host, None)
+        if mine is not None and mine[0] != argv:
+            _stop(mine[1])
+            mine = None
+        if mine is not None:
+            proc = mine[1]
+        else:
+            try:
+                proc = _launch(argv, source)
+            except OSError as exc:
+                return Outcome(hv.host, error=HostFailure("error", f"cannot run {argv[0]}: {exc.strerror}"))
+        with lock:
+            running.add(proc)
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _stop(proc)
             return Outcome(
-                host, error=HostFailure("error", f"no answer within {timeout_s:g} s; the ssh process was stopped")
+                hv.host, error=HostFailure("error", f"no answer within {timeout_s:g} s; the ssh process was stopped")
             )
-        return interpret(host, proc.returncode, out, err, _python(by_name[host], defaults))
+        finally:
+            with lock:
+                running.discard(proc)
+        return interpret(hv.host, proc.returncode, out, err, _python(hv, defaults))
 
-    if not hosts:
-        return {}
-    import concurrent.futures
+    def worker() -> None:
+        try:
+            while not stopping.is_set():
+                with lock:
+                    hv = next(todo, None)
+                if hv is None:
+                    break
+                outcome = one(hv)
+                with ready:
+                    done.append(outcome)
+                    ready.notify()
+        finally:
+            with ready:
+                done.append(None)
+                ready.notify()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
-        return {o.host: o for o in pool.map(collect, [hv.host for hv in hosts])}
+    n_workers = min(limit, len(hosts))
+    threads = [threading.Thread(target=worker, name=f"knobfleet-ssh-{i}", daemon=True) for i in range(n_workers)]
+    for t in threads:
+        t.start()
+    finished = 0
+    try:
+        while finished < n_workers:
+            with ready:
+                while not done:
+                    ready.wait()
+                item = done.pop(0)
+            if item is None:
+                finished += 1
+            else:
+                yield item
+    finally:
+        stopping.set()
+        with lock:
+            leftover = list(running) + [p for _a, p in early.values()]
+            early.clear()
+        for proc in leftover:
+            if proc.poll() is None:
+                proc.kill()
+        for t in threads:
+            t.join()
+
+
+def run_function(
+    hosts: Sequence[Target],
+    control_dir: Path,
+    source: bytes,
+    module_name: str,
+    func: str,
+    args: Mapping[str, dict[str, Any]],
+    timeout_s: float = 60.0,
+    plan_key: str | None = None,
+    started: Started | None = None,
+    defaults: Mapping[str, str] | None = None,
+    forks: int | None = None,
+) -> dict[str, Outcome]:
+    """``iter_function``, collected: every host's outcome, in the order of ``hosts``."""
+    got = {
+        o.host: o
+        for o in iter_function(
+            hosts, control_dir, source, module_name, func, args, timeout_s, plan_key, started, defaults, forks
+        )
+    }
+    return {hv.host: got[hv.host] for hv in hosts}
 
 
 # --- the transport ---------------------------------------------------------------------------------------
@@ -339,26 +470,27 @@ class SshTransport:
 
     name: ClassVar[str] = "ssh"
 
-    def ineligible(self, hv: HostVars) -> str | None:
+    def ineligible(self, hv: Target) -> str | None:
         return ineligible(hv, config_defaults())
 
-    def warm_up(self, key: str, source: bytes) -> None:
+    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
         stop_unused()
         _EARLY_KEY[0] = key
-        _EARLY.update(start_planned(key, source))
+        _EARLY.update(start_planned(key, source, forks if forks is not None else default_forks()))
 
-    def run(
+    def stream(
         self,
-        hosts: Sequence[HostVars],
+        hosts: Sequence[Target],
         call: ModuleCall,
         inventory: Path,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Outcome]:
+        forks: int | None = None,
+    ) -> Iterator[Outcome]:
         from knobfleet import paths
 
         started = dict(_EARLY)
         _EARLY.clear()
-        return run_function(
+        return iter_function(
             hosts,
             paths.control_dir(),
             bundle(call.source(), paths.module_utils_dir()),
@@ -369,4 +501,16 @@ class SshTransport:
             plan_key=_EARLY_KEY[0],
             started=started,
             defaults=config_defaults(),
+            forks=forks,
         )
+
+    def run(
+        self,
+        hosts: Sequence[Target],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
+    ) -> dict[str, Outcome]:
+        got = {o.host: o for o in self.stream(hosts, call, inventory, on_event, forks)}
+        return {hv.host: got[hv.host] for hv in hosts}

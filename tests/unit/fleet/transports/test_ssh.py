@@ -206,3 +206,113 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
     assert [n for n, _src in json.loads(payload)["utils"]] == ["knob_live"]
     out = transport.run_function([h], tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
     assert out["h1"].doc == [{"A": "1"}, ["x"]]
+
+
+GATED = b"""
+import os, time
+def gated(a):
+    # count the hosts running at once; a "wait" host waits for the "open" host's flag (bounded: 20 s)
+    run = a["dir"] + "/running"
+    os.makedirs(run, exist_ok=True)
+    me = os.path.join(run, a["name"])
+    with open(me, "w") as fh:
+        fh.write(str(os.getpid()))
+    with open(a["dir"] + "/seen", "a") as fh:
+        fh.write(f"{len(os.listdir(run))}\\n")
+    for _ in range(2000 if a.get("peers") else 0):
+        if len(os.listdir(run)) >= a["peers"]:
+            break
+        time.sleep(0.01)
+    if a.get("wait"):
+        for _ in range(2000):
+            if os.path.exists(a["dir"] + "/flag"):
+                break
+            time.sleep(0.01)
+    if a.get("open"):
+        open(a["dir"] + "/flag", "w").close()
+    os.unlink(me)
+    return a["name"]
+"""
+
+
+def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake_ssh: Path, tmp_path: Path) -> None:
+    """h1 waits until h4 has answered: with 2 forks, h2, h3 and h4 go through the other slot while h1 waits."""
+    hosts = local_hosts(fake_ssh, 4)
+    d = str(tmp_path)
+    args = {h.host: {"dir": d, "name": h.host} for h in hosts}
+    args["h1"]["wait"] = True
+    args["h4"]["open"] = True
+    payload = transport.bundle(GATED, paths.module_utils_dir())
+    order = [o.host for o in transport.iter_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=2)]
+    assert order == ["h2", "h3", "h4", "h1"]
+    assert max(int(x) for x in (tmp_path / "seen").read_text().split()) <= 2  # never more than 2 at once
+
+
+def test_run_function_keeps_the_hosts_order_and_one_fork_runs_one_at_a_time(fake_ssh: Path, tmp_path: Path) -> None:
+    hosts = local_hosts(fake_ssh, 3)
+    args = {h.host: {"dir": str(tmp_path), "name": h.host} for h in hosts}
+    payload = transport.bundle(GATED, paths.module_utils_dir())
+    out = transport.run_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=1)
+    assert list(out) == ["h1", "h2", "h3"] and [o.doc for o in out.values()] == ["h1", "h2", "h3"]
+    assert (tmp_path / "seen").read_text().split() == ["1", "1", "1"]
+
+
+def test_closing_the_stream_early_stops_what_runs(fake_ssh: Path, tmp_path: Path) -> None:
+    hosts = local_hosts(fake_ssh, 3)
+    args = {h.host: {"dir": str(tmp_path), "name": h.host, "wait": h.host != "h3"} for h in hosts}
+    args["h3"]["peers"] = 3  # answers once h1 and h2 are running
+    payload = transport.bundle(GATED, paths.module_utils_dir())
+    it = transport.iter_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=3)
+    assert next(it).host == "h3"
+    pids = [int(f.read_text()) for f in (tmp_path / "running").iterdir()]  # h1 and h2, waiting for a flag
+    assert len(pids) == 2
+    it.close()  # nobody writes the flag: they are killed (and reaped), not waited for
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_the_speculative_start_keeps_only_the_first_forks(
+    fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    hosts = local_hosts(fake_ssh, 3)
+    args = {h.host: {} for h in hosts}
+    transport.run_function(hosts, paths.control_dir(), MODULE, "m", "echo", args, plan_key="k", forks=2)
+    started = transport.start_planned("k", MODULE)
+    assert sorted(started) == ["h1", "h2"]
+    assert sorted(transport.start_planned("k", MODULE, limit=1)) == ["h1"]
+    transport.run_function(hosts, paths.control_dir(), MODULE, "m", "echo", args, started=started)
+
+
+@pytest.mark.parametrize(
+    ("env", "cfg", "expected"),
+    [
+        ({}, None, 32),
+        ({"KNOBFLEET_FORKS": "7"}, "forks = 50", 7),
+        ({}, "forks = 50", 50),
+        ({"ANSIBLE_FORKS": "9"}, None, 9),
+    ],
+)
+def test_default_forks(
+    env: dict[str, str], cfg: str | None, expected: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("KNOBFLEET_FORKS", "ANSIBLE_FORKS", "ANSIBLE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if cfg is not None:
+        (tmp_path / "ansible.cfg").write_text(f"[defaults]\n{cfg}\n")
+        monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "ansible.cfg"))
+    else:
+        monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "none.cfg"))
+    assert transport.default_forks() == expected
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many"])
+def test_bad_forks_are_usage_errors(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from knobfleet.errors import UsageError
+
+    monkeypatch.setenv("KNOBFLEET_FORKS", bad)
+    with pytest.raises(UsageError, match="KNOBFLEET_FORKS"):
+        transport.default_forks()
