@@ -20,14 +20,14 @@ from knobfleet.profiles import catalog
 from knobfleet.profiles.model import Profile
 
 
-def vllm_profile(**args: str | bool | int) -> Profile:
-    return Profile(name="v", version=1, engine="vllm", env={"VLLM_LOGGING_LEVEL": "INFO"}, args=dict(args))
+def vllm_profile(args: dict[str, str | bool | int | float] | None = None) -> Profile:
+    return Profile(name="v", version=1, engine="vllm", env={"VLLM_LOGGING_LEVEL": "INFO"}, args=args or {})
 
 
 def test_a_host_without_knob_engine_runs_the_profiles_engine() -> None:
     hv = HostVars(host="h", model_path="/m", port=8000)
     assert hv.engine is None
-    p = vllm_profile(**{"max-num-seqs": 8, "model-path": "x"})  # model-path is SGLang's reserved flag, not vLLM's
+    p = vllm_profile({"max-num-seqs": 8, "model-path": "x"})  # model-path is SGLang's reserved flag, not vLLM's
     r = render.render_host(p, hv)
     vllm = hv.adapter("vllm")
     assert r.argv == [
