@@ -86,10 +86,16 @@ _LimitedLoader.add_constructor("tag:yaml.org,2002:int", _int)
 _LimitedLoader.add_constructor("tag:yaml.org,2002:float", _float)
 
 
+def _too_large(max_bytes: int) -> str:
+    """The size refusal, naming the limit that applied (catalogs have their own, larger one)."""
+    why = "profiles are small, check the path" if max_bytes == MAX_BYTES else "check the path"
+    return f"file is larger than {max_bytes // 1024} KiB; {why}"
+
+
 def loads(text: str, max_bytes: int = MAX_BYTES) -> Any:
     """Parse one YAML document with the limits above; raises YamlProblem."""
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
+        raise YamlProblem(_too_large(max_bytes))
     loader = _LimitedLoader(text)
     try:
         return loader.get_single_data()
@@ -117,7 +123,7 @@ def load_file(path: Path, max_bytes: int = MAX_BYTES) -> Any:
         raise YamlProblem("is not a regular file; point at a YAML file")
     size = st.st_size
     if size > max_bytes:
-        raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; profiles are small, check the path")
+        raise YamlProblem(_too_large(max_bytes))
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

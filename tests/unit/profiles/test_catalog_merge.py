@@ -77,3 +77,50 @@ def test_values_in_messages(value: str | bool | int | float, shown: str) -> None
 def test_did_you_mean() -> None:
     assert catalog.did_you_mean("tp-sise", ["tp-size", "dp-size"]) == "; did you mean tp-size?"
     assert catalog.did_you_mean("zzz", ["tp-size"]) == ""
+
+
+def test_the_cache_dir_is_private_and_holds_every_catalog(fresh_state: Path, tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(f"engine: {name}\nenv_prefixes: [X_]\nknobs: {{}}\n")
+        assert catalog._cached([tmp_path / f"{name}.yaml"])["engine"] == name
+    cache = fresh_state / "cache" / "catalogs"
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert sorted(json.loads(p.read_text())["engine"] for p in cache.glob("*.json")) == ["a", "b"]
+    # the key is the files' content: an edit is never served from the cache
+    (tmp_path / "a.yaml").write_text("engine: a\nenv_prefixes: [Y_]\nknobs: {}\n")
+    assert catalog._cached([tmp_path / "a.yaml"])["env_prefixes"] == ["Y_"]
+
+
+def test_an_overlay_standing_alone_is_merged_like_any_overlay(tmp_path: Path) -> None:
+    """Without a generated catalog under it, every knob of an overlay is one upstream does not have: it needs
+    its origin (the patch it comes from), as in an overlay on top of a generated catalog."""
+    overlay = tmp_path / "toy.overlay.yaml"
+    overlay.write_text("engine: toy\nknobs:\n  TOY_X: {kind: env, type: int}\n")
+    with pytest.raises(ProfileError) as info:
+        catalog._merged([overlay])
+    assert info.value.problems == [f"{overlay}: overlay knob 'TOY_X' is not upstream and lacks origin"]
+    overlay.write_text("engine: toy\nknobs:\n  TOY_X: {kind: env, type: int, origin: our-patch}\n")
+    merged = catalog._merged([overlay])
+    assert merged["knobs"]["TOY_X"]["origin"] == "our-patch"
+    assert merged["env_prefixes"] == ()  # none given: an empty tuple, which validates
+
+
+def test_a_catalog_may_be_larger_than_a_profile(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    padding = "".join(f"# {'x' * 76}\n" for _ in range(4000))  # ~310 KiB: over a profile's 256 KiB limit
+    big.write_text(f"engine: big\nenv_prefixes: [B_]\nknobs: {{}}\n{padding}")
+    assert catalog._read(big)["engine"] == "big"
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("engine: huge\n" + "#\n" * (2 * 1024 * 1024 + 1))
+    with pytest.raises(ProfileError) as info:
+        catalog._read(huge)
+    assert info.value.problems == [f"{huge}: file is larger than 4096 KiB; check the path"]
+
+
+def test_a_catalog_that_is_not_yaml_names_its_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine: bad\nknobs: [\n")
+    with pytest.raises(ProfileError) as info:
+        catalog._read(bad)
+    (msg,) = info.value.problems
+    assert msg.startswith(f"{bad}: line 3, column 1: invalid YAML")
