@@ -496,7 +496,8 @@ def _engine_args(
 def _interrupted(doc: dict[str, Any], run_id: str | None, out: list[dict[str, Any]]) -> None:
     gens = doc.get("generations") or {}
     lock = gens.get("lock")
-    if (isinstance(lock, dict) and lock.get("run_id") != run_id) or (lock is not None and not isinstance(lock, dict)):
+    # an unreadable lock is nobody's own, also for a reader without a run (drift, verify, plan)
+    if lock is not None and (not isinstance(lock, dict) or lock.get("corrupt") or lock.get("run_id") != run_id):
         holder = lock if isinstance(lock, dict) else {}
         if holder.get("corrupt"):
             text = "the host lock is unreadable (%s)" % holder["corrupt"]
