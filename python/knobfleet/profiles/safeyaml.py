@@ -43,6 +43,11 @@ class _LimitedLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            try:
+                hash(key)
+            except TypeError:  # `? [a, b]` or `? {a: 1}`: PyYAML would fail on it below, we before `in seen`
+                kind = "mapping" if isinstance(key, dict) else "list"
+                raise YamlProblem(f"line {line}: a {kind} as a key; keys are names") from None
             if key in seen:
                 raise YamlProblem(f"line {line}: duplicate key {key!r} (first at line {seen[key]}); remove one of them")
             seen[key] = line
@@ -59,9 +64,11 @@ _FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+
 def _ambiguous(loader: yaml.SafeLoader, node: Any, value: Any, ok: bool) -> Any:
     if not ok and node.style is None:
         line = node.start_mark.line + 1
+        # the YAML 1.2 spelling of the value: true/false bare (a quoted 'true' would be text again), numbers as such
+        plain = str(value).lower() if isinstance(value, bool) else repr(value)
         raise YamlProblem(
             f"line {line}: {node.value!r} is read by YAML 1.1 as {value!r}; quote it ('{node.value}') to keep "
-            f"the text, or write {str(value).lower() if isinstance(value, bool) else value!r}"
+            f"the text, or write {plain}"
         )
     return value
 
