@@ -163,7 +163,7 @@ def test_a_staged_file_the_host_rejects_is_never_installed(fleet: Fleet) -> None
     (h,) = json.loads(proc.stdout)["hosts"]
     assert h["status"] == "failed" and h.get("restored") is None
     assert h["message"] == (
-        "Stage the rendered serve script and unit, validating what changed: "
+        "Stage, validate and install the rendered serve script and unit (under the host lock): "
         "bash -n rejected the staged script: line 9: syntax error near unexpected token"
     )
     assert fleet.ssh(host, installed).stdout == before and main_pid(fleet, host) == pid

@@ -110,6 +110,37 @@ class RunResult:
         return self.hosts.setdefault(name, HostResult(name))
 
 
+def fold_event(result: RunResult, event: Event) -> None:
+    """Fold one ansible-runner event into ``result``: per host its counts, failures, module results (keyed
+    by the ``step`` a knobfleet module returns, else the module's name) and diffs. Pure."""
+    data = event.get("event_data") or {}
+    host, task = data.get("host"), str(data.get("task", ""))
+    kind = event.get("event", "")
+    if host:
+        hr = result.host(host)
+        res = data.get("res") or {}
+        key = str(res.get("step") or data.get("task_action") or "")
+        # A composite call (knob_generation install / finish) reports each step it ran under ``steps``:
+        # keyed like separate calls, and a failure also under the step that failed.
+        steps = res.get("steps")
+        if isinstance(steps, dict):
+            for sub, sub_res in steps.items():
+                hr.results[str(sub)] = sub_res
+        if kind == "runner_on_failed" and res.get("failed_step"):
+            key = str(res["failed_step"])
+        if kind == "runner_on_ok":
+            hr.results[key] = res
+            if res.get("diff") and res.get("changed"):
+                for d in res["diff"] if isinstance(res["diff"], list) else [res["diff"]]:
+                    hr.diffs.append({"step": key, **d})
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            hr.failures.append((task, _message(res)))
+            hr.results[key] = res
+        elif kind == "runner_on_unreachable":
+            hr.unreachable = True
+            hr.failures.append((task, "unreachable: " + _message(res)))
+
+
 def verbosity() -> int:
     """-v / -vv (KNOBFLEET_VERBOSE): 1 shows Ansible's output and each run's artifact folder; 2 adds -vv."""
     try:
@@ -231,24 +262,7 @@ def run_playbook(req: RunRequest) -> RunResult:
     result = RunResult(run_id, 0, "", {}, pdd / "artifacts" / run_id, 0.0)
 
     def handler(event: Event) -> bool:
-        data = event.get("event_data") or {}
-        host, task = data.get("host"), str(data.get("task", ""))
-        kind = event.get("event", "")
-        if host:
-            hr = result.host(host)
-            res = data.get("res") or {}
-            key = str(res.get("step") or data.get("task_action") or "")
-            if kind == "runner_on_ok":
-                hr.results[key] = res
-                if res.get("diff") and res.get("changed"):
-                    for d in res["diff"] if isinstance(res["diff"], list) else [res["diff"]]:
-                        hr.diffs.append({"step": key, **d})
-            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-                hr.failures.append((task, _message(res)))
-                hr.results[key] = res
-            elif kind == "runner_on_unreachable":
-                hr.unreachable = True
-                hr.failures.append((task, "unreachable: " + _message(res)))
+        fold_event(result, event)
         if req.on_event:
             req.on_event(event)
         return True  # keep the event in the run's artifacts

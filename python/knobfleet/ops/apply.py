@@ -178,7 +178,7 @@ def _outcome(
         out.committed = bool(commit.get("changed"))
         return out
     if check:
-        staged = [d for d in hr.diffs if d.get("step") == "stage"]
+        staged = [d for d in hr.diffs if d.get("step") in ("stage", "install")]
         out.diffs = [{"path": d["before_header"], "diff": _diff_text(d, str(d["before_header"]))} for d in staged]
         for d in staged:
             if d.get("before_header") == hv.script_path:

@@ -42,3 +42,57 @@ def test_templar_leaves_unsafe_values_alone() -> None:
 def test_any_text_round_trips_through_the_vars_file(value: str) -> None:
     data = ansible_load(dump_vars({}, {"p": {"env": {"X": value}}}))
     assert data["p"]["env"]["X"] == value
+
+
+# --- folding ansible-runner events into per-host results ------------------------------------------------------
+
+from knobfleet.fleet.runner import RunResult, fold_event  # noqa: E402
+
+
+def _event(kind: str, res: dict[str, Any], task: str = "T", action: str = "knob_generation") -> dict[str, Any]:
+    return {"event": kind, "event_data": {"host": "h1", "task": task, "task_action": action, "res": res}}
+
+
+def _fold(*events: dict[str, Any]) -> RunResult:
+    from pathlib import Path
+
+    result = RunResult("r", 0, "", {}, Path("/nonexistent"), 0.0)
+    for e in events:
+        fold_event(result, e)
+    return result
+
+
+def test_results_are_keyed_by_step_else_by_module() -> None:
+    hr = _fold(
+        _event("runner_on_ok", {"step": "ready", "main_pid": 7}),
+        _event("runner_on_ok", {"content": "eA=="}, action="ansible.builtin.slurp"),
+    ).host("h1")
+    assert hr.results == {"ready": {"step": "ready", "main_pid": 7}, "ansible.builtin.slurp": {"content": "eA=="}}
+
+
+def test_a_composite_call_is_keyed_like_its_steps_with_its_diff() -> None:
+    diff = [{"before_header": "/s", "after_header": "/s", "before": "a", "after": "b"}]
+    res = {"step": "install", "changed": True, "steps": {"begin": {"locked": True}, "stage": {"diff": diff}}}
+    hr = _fold(_event("runner_on_ok", {**res, "diff": diff})).host("h1")
+    assert hr.results["begin"] == {"locked": True} and hr.results["stage"] == {"diff": diff}
+    assert hr.results["install"]["step"] == "install"
+    assert hr.diffs == [{"step": "install", **diff[0]}]
+
+
+def test_a_failed_composite_is_keyed_by_the_step_that_failed() -> None:
+    res = {"step": "install", "failed": True, "failed_step": "begin", "msg": "locked by bob", "lock_held": True}
+    hr = _fold(_event("runner_on_failed", {**res, "steps": {}}, task="Install")).host("h1")
+    assert hr.results["begin"]["lock_held"] and "install" not in hr.results
+    assert hr.failures == [("Install", "locked by bob")]
+    later = {"step": "install", "failed": True, "failed_step": "stage", "msg": "bash -n", "steps": {"begin": {}}}
+    hr = _fold(_event("runner_on_failed", later)).host("h1")
+    assert set(hr.results) == {"begin", "stage"}
+
+
+def test_ignored_failures_and_unreachable_hosts() -> None:
+    ignored = _event("runner_on_failed", {"msg": "x"})
+    ignored["event_data"]["ignore_errors"] = True
+    hr = _fold(ignored).host("h1")
+    assert not hr.failures and hr.results == {}
+    hr = _fold(_event("runner_on_unreachable", {"msg": "ssh: connect refused"})).host("h1")
+    assert hr.unreachable and hr.first_failure() == "T: unreachable: ssh: connect refused"
