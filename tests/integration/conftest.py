@@ -11,9 +11,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,46 @@ class Fleet:
         if check and proc.returncode != 0:
             raise AssertionError(f"knobfleet {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+
+def wait_ready_sh(service: str, port: int = 30000, path: str = "/health_generate", timeout_s: int = 60) -> str:
+    """Shell run on a lab host: poll (every 0.1 s, bounded) until ``service``'s engine answers 200 on its health
+    path at the host's own address; fails naming the service when it never does."""
+    url = f"http://$(hostname -I | cut -d' ' -f1):{port}{path}"
+    return (
+        f"(for _ in $(seq {timeout_s * 10}); do curl -fs -o /dev/null {url} && exit 0; sleep 0.1; done; "
+        f"echo '{service}: not ready after {timeout_s} s' >&2; exit 1)"
+    )
+
+
+def restart_sh(service: str, **kw: Any) -> str:
+    """Shell: restart ``service`` and wait until its engine is ready (no fixed sleep)."""
+    return f"systemctl restart {service} && {wait_ready_sh(service, **kw)}"
+
+
+def respawn_sh(service: str, timeout_s: int = 60) -> str:
+    """Shell: SIGKILL the engine's main process, then wait until systemd (Restart=on-failure) has started a new
+    one and it is ready."""
+    pid = f"$(systemctl show -p MainPID --value {service})"
+    return (
+        f"old={pid}; kill -9 $old; "
+        f"(for _ in $(seq {timeout_s * 10}); do now={pid}; "
+        f'[ "$now" != 0 ] && [ "$now" != "$old" ] && break; sleep 0.1; done) && {wait_ready_sh(service)}'
+    )
+
+
+def touch_later_sh(path: str, seconds: int = 2) -> str:
+    """Shell: give ``path`` an mtime ``seconds`` after now, so an edit is newer than the running process (and than
+    systemd's loaded unit) without waiting for the clock: the rule compares in whole seconds."""
+    return f'touch -d "@$(( $(date +%s) + {seconds} ))" {path}'
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.1)
 
 
 def wait_engines(addresses: list[str], timeout: float = 60) -> None:

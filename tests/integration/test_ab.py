@@ -93,3 +93,65 @@ def test_gate_rejects_an_inconsistent_profile_and_restores(fleet: Fleet, tmp_pat
     hist = json.loads(fleet.knobfleet("history", "--limit", "lab3", "--json", check=True).stdout)
     last = hist["hosts"][0]["generations"][-1]
     assert last["profile"] == "overlap1" and last["status"] == "failed" and last["reason"].startswith("gate: ")
+
+
+# The stand-in's wave model makes this profile certainly slower than `default` (BLOCK_H 64, 8 target CTAs: too few
+# CTAs per wave; the model predicts -57% at C=16 and -45% at C=32, far beyond 6.5% noise and the 3% guardrail).
+SLOW = (
+    "name: slow\nversion: 1\nextends: default\n"
+    "env:\n  SGLANG_SM120_MMA_BLOCK_H: 64\n  SGLANG_SM120_MMA_TARGET_CTAS: 8\n"
+)
+
+
+def test_ab_keeps_the_incumbent_against_a_certainly_slower_profile(fleet: Fleet, tmp_path: Path) -> None:
+    for name in ("base", "default"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
+    (tmp_path / "slow.yaml").write_text(SLOW)
+    proc = fleet.knobfleet(
+        "ab",
+        str(tmp_path / "default.yaml"),
+        str(tmp_path / "slow.yaml"),
+        "--limit",
+        "lab2",
+        *SMALL,
+        "--weights",
+        "16=0.5,32=0.5",
+        "--max-rounds",
+        "3",
+        "--no-consistency",
+        "--report",
+        str(tmp_path / "exp"),
+        "--json",
+        "--yes",
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == "keep" and doc["winner"] == "default", doc["reason"]
+    assert {b["class"] for b in doc["buckets"]} == {"worse"}, doc["buckets"]
+    assert all(b["ratio"] < -0.25 for b in doc["buckets"]), doc["buckets"]
+    assert "guardrail" in doc["reason"], doc["reason"]
+    verify = fleet.knobfleet("verify", "--limit", "lab2", "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["hosts"][0]["profile"] == "default"
+
+
+def test_gate_rejects_a_throughput_regression_and_restores(fleet: Fleet, tmp_path: Path) -> None:
+    for name in ("base", "default"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
+    (tmp_path / "slow.yaml").write_text(SLOW)
+    fleet.knobfleet("apply", str(tmp_path / "default.yaml"), "--limit", "lab2", "--yes", check=True)
+    gate = ["--gate", "--baseline", "default", "--gate-conc", "16,32", "--gate-n-mult", "2", "--gate-max-tokens", "32"]
+    proc = fleet.knobfleet("apply", str(tmp_path / "slow.yaml"), "--limit", "lab2", "--yes", *gate, "--json")
+    assert proc.returncode == 1, proc.stdout[-1500:] + proc.stderr[-1500:]
+    doc = json.loads(proc.stdout)
+    (g,) = doc["gate"]
+    assert not g["passed"] and g["consistency"] == "pass", g
+    assert g["reason"].startswith("throughput at concurrency "), g["reason"]
+    assert all(r < 0.75 for r in g["ratios"].values()), g["ratios"]  # measured B/A well below 1
+    (h,) = doc["hosts"]
+    assert h["restored"]["ok"] and h["restored"]["profile"] == "default"
+    verify = fleet.knobfleet("verify", "--limit", "lab2", "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["hosts"][0]["profile"] == "default"
+    hist = json.loads(fleet.knobfleet("history", "--limit", "lab2", "--json", check=True).stdout)
+    last = hist["hosts"][0]["generations"][-1]
+    assert last["profile"] == "slow" and last["status"] == "failed" and "throughput" in last["reason"]

@@ -12,20 +12,20 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, restart_sh, touch_later_sh
 
 SVC = "sglang-dsv4-decode"
 SCRIPT = "/root/serve_dsv4_decode.sh"
 UNIT = f"/etc/systemd/system/{SVC}.service"
 DROPIN = f"/etc/systemd/system/{SVC}.service.d/override.conf"
 MAIN = f"$(systemctl show -p MainPID --value {SVC})"
-RESTART = f"systemctl restart {SVC} && sleep 2.5"
+RESTART = restart_sh(SVC)
 
 # (fault, shell command injected on the host, {kind: knob name or None}) — one row per fault.
 FAULTS: list[tuple[str, str, dict[str, str | None]]] = [
     (
         "sed edit, no restart",
-        f"sleep 1.2; sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT}",
+        f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {touch_later_sh(SCRIPT)}",
         {"file_changed": None, "stale_process": None},
     ),
     (
@@ -53,7 +53,7 @@ FAULTS: list[tuple[str, str, dict[str, str | None]]] = [
     ),
     (
         "unit edited, no daemon-reload",
-        f"sleep 1.2; echo '# tuned by hand' >> {UNIT}",
+        f"echo '# tuned by hand' >> {UNIT} && {touch_later_sh(UNIT)}",
         {"daemon_reload_needed": None, "file_changed": None},
     ),
     ("script without exec", f"sed -i 's/^exec \\\\$/\\\\/' {SCRIPT} && {RESTART}", {"argv_mismatch": None}),

@@ -23,10 +23,25 @@ def wait_http(url: str, timeout: float = 30) -> int:
     raise AssertionError(f"{url} did not answer 200 within {timeout}s")
 
 
+def own_nspawn(state: Path) -> list[int]:
+    """PIDs of systemd-nspawn processes whose root is under ``state`` (this lab's), not anyone else's."""
+    pids = subprocess.run(["pgrep", "-x", "systemd-nspawn"], capture_output=True, text=True).stdout.split()
+    mine = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if any(a.startswith(b"--directory=" + str(state).encode()) for a in argv):
+            mine.append(int(pid))
+    return mine
+
+
 def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     lab = Lab(lab_state / "lab")
     started = time.monotonic()
     hosts = lab.up(2)
+    assert len(own_nspawn(lab_state)) == 2
     assert [h.name for h in hosts] == ["lab1", "lab2"] and all(h.state == "running" for h in hosts)
     assert ssh(lab, "lab1", "hostname").stdout.strip() == "lab1"
     assert ssh(lab, "lab2", "hostname").stdout.strip() == "lab2"
@@ -66,9 +81,7 @@ def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     assert "SGLANG_SM120_MMA_TARGET_CTAS=768" in environ
 
     lab.down()
-    assert subprocess.run(["pgrep", "-x", "systemd-nspawn"], capture_output=True).stdout.strip() == b"" or all(
-        Path(f"/proc/{p}/cmdline").read_bytes() == b""
-        for p in subprocess.run(["pgrep", "-x", "systemd-nspawn"], capture_output=True, text=True).stdout.split()
-    )
+    # Only this lab's containers: another lab (a second state dir) may be running on the machine.
+    assert not own_nspawn(lab_state), own_nspawn(lab_state)
     assert str(lab_state) not in Path("/proc/self/mounts").read_text()
     assert not any(_port_open(f"127.0.1.{i}", port) for i in (1, 2) for port in (22, 30000, 30001))

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, respawn_sh, restart_sh, wait_until
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 SCRIPT = "/root/serve_dsv4_decode.sh"
@@ -142,7 +142,7 @@ def test_a_foreign_dropin_is_refused_or_moved_into_the_backup(fleet: Fleet) -> N
     assert fleet.knobfleet("verify", "--limit", "lab2").returncode == 0
     fleet.knobfleet("rollback", "--limit", "lab2", "--yes", check=True)
     assert fleet.ssh("lab2", f"test -e {dropin}/knobs.conf", check=False).returncode == 0
-    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && systemctl restart {SVC} && sleep 2.5")
+    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && {restart_sh(SVC)}")
     assert_wholly_on(fleet, "lab2", 1, "512")
 
 
@@ -200,8 +200,16 @@ def test_failed_restore_exits_3_with_manual_steps_and_touches_no_more_hosts(flee
     assert host_state(fleet, "lab3")["current"] == before3["current"]
     st = host_state(fleet, "lab2")
     assert st["current"] == 1 and st["lock"] == "free"  # files are back on the old generation
-    fleet.ssh("lab2", f"systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart {SVC} && sleep 2.5")
+    fleet.ssh("lab2", f"systemctl unset-environment SGLANG_SIM_FAIL && {restart_sh(SVC)}")
     assert_wholly_on(fleet, "lab2", 1, "512")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_killed_controller_leaves_a_breakable_lock(fleet: Fleet) -> None:
@@ -224,7 +232,7 @@ def test_killed_controller_leaves_a_breakable_lock(fleet: Fleet) -> None:
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ansible-playbook die mid-apply
     proc.wait()
-    time.sleep(1)
+    wait_until(lambda: not group_alive(proc.pid), 30, "the killed apply's processes (ssh, ansible) to go")
     again = fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes")
     assert again.returncode == 1
     assert "error: lab3: refused, nothing was changed: lock held by root (run " in again.stdout
@@ -270,11 +278,9 @@ def test_random_operation_sequences_keep_record_and_live_state_in_agreement(flee
         elif op == "rollback":
             fleet.knobfleet("rollback", "--limit", host, "--yes")  # may be refused: no earlier good generation
         elif op == "kill-engine":
-            fleet.ssh(host, f"kill -9 $(systemctl show -p MainPID --value {SVC}); sleep 3.5")  # Restart=on-failure
+            fleet.ssh(host, respawn_sh(SVC))  # Restart=on-failure brings it back
         elif op == "hand-edit":
-            fleet.ssh(
-                host, f"sed -i 's/TARGET_CTAS=[0-9]*/TARGET_CTAS=640/' {SCRIPT} && systemctl restart {SVC} && sleep 2.5"
-            )
+            fleet.ssh(host, f"sed -i 's/TARGET_CTAS=[0-9]*/TARGET_CTAS=640/' {SCRIPT} && {restart_sh(SVC)}")
             assert fleet.knobfleet("verify", "--limit", host).returncode == 2  # detected
             fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)  # repaired
         else:
@@ -359,7 +365,7 @@ def test_ssh_cut_mid_rollout_stops_later_batches(fleet: Fleet) -> None:
     assert not (root / STATE.lstrip("/") / "lock").exists()
     assert host_state(fleet, "lab3")["current"] == before["lab3"]["current"]
     assert in_host(fleet, "lab2", "systemctl start ssh.service").returncode == 0
-    time.sleep(0.5)
+    wait_until(lambda: fleet.ssh("lab2", "true", check=False).returncode == 0, 30, "lab2's sshd to accept again")
     fleet.knobfleet("apply", "ctas512", "--yes", check=True)
     for host in fleet.hosts:
         assert host_state(fleet, host)["ctas"] == "512"

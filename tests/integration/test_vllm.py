@@ -18,7 +18,7 @@ import pytest
 
 from knobfleet.lab.hostfiles import VLLM_PORT, VLLM_SCRIPT_PATH, VLLM_SERVICE
 from knobfleet.lab.nspawn import Lab
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, touch_later_sh
 
 ADDR = "127.0.1.1"
 
@@ -89,7 +89,10 @@ def test_a_knob_change_takes_effect_and_a_hand_edit_is_named(vfleet: Fleet) -> N
     assert server_info()["vllm_config"]["scheduler_config"]["max_num_seqs"] == 8  # the engine's own word
     env = vfleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(vfleet)}/environ").stdout.splitlines()
     assert "VLLM_ENGINE_READY_TIMEOUT_S=300" in env
-    vfleet.ssh("lab1", f"sleep 1.1; sed -i 's/--max-num-seqs=8/--max-num-seqs=16/' {VLLM_SCRIPT_PATH}")
+    vfleet.ssh(
+        "lab1",
+        f"sed -i 's/--max-num-seqs=8/--max-num-seqs=16/' {VLLM_SCRIPT_PATH} && {touch_later_sh(VLLM_SCRIPT_PATH)}",
+    )
     report = json.loads(kf(vfleet, "drift", "--json").stdout)
     kinds = {f["kind"] for f in report["hosts"][0]["findings"]}
     assert kinds == {"file_changed", "stale_process"}, report
