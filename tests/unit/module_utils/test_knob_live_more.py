@@ -1,0 +1,62 @@
+"""More of the live-state rule where a slip would go unnoticed: a renamed worker does not end the check of
+the processes after it, a process without a name, the did-you-mean threshold, the safe defaults of
+actions/refusal, and host-declared secret names at any depth of an engine's report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from knobfleet.module_utils.knob_live import actions, evaluate, redact_tree, redact_value, refusal
+
+ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"]}
+MAIN = {"pid": 10, "comm": "python3", "cmdline": ["/bin/e"], "env": {"K": "1"}, "start_epoch": 100.0}
+RENAMED = {"pid": 11, "comm": "W", "cmdline": ["W"], "env": {}}
+EXPECTED = {"generation": 1, "files": {}, "env": {"K": "1"}, "argv": ["/bin/e"], "script_known": True}
+
+
+def doc(*procs: dict[str, Any]) -> dict[str, Any]:
+    props = {"ActiveState": "active", "MainPID": "10"}
+    return {"unit": "e.service", "unit_props": props, "health": 200, "processes": list(procs), "files": {}}
+
+
+def test_processes_after_a_renamed_worker_are_still_checked() -> None:
+    late = {"pid": 12, "comm": "late", "cmdline": ["/bin/e"], "env": {"K": "2"}}
+    found = evaluate(doc(MAIN, RENAMED, late), EXPECTED, ENGINE)
+    assert [(f["kind"], f["pid"]) for f in found] == [("env_mismatch", 12)]
+
+
+def test_a_process_without_a_name_is_shown_with_an_empty_one() -> None:
+    nameless = {"pid": 12, "cmdline": ["/bin/e", "--x=1"], "env": {}}
+    (f,) = evaluate(doc(MAIN, nameless), EXPECTED, ENGINE)
+    assert f["message"] == "pid 12 (): K is not set"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("SGLANG_TARGET_XYZW", "; did you mean SGLANG_TARGET_CTAS?"),  # 0.78 alike
+        ("SGLANG_TAR", "; not a knob the engine's catalog knows"),  # 0.71 alike: too far to suggest
+    ],
+)
+def test_a_suggestion_needs_three_quarters_likeness(name: str, hint: str) -> None:
+    (f,) = evaluate(doc({**MAIN, "env": {"K": "1", name: "1"}}), EXPECTED, ENGINE)
+    assert f["message"].endswith(hint)
+
+
+def test_without_a_policy_or_break_lock_a_host_is_refused() -> None:
+    lock = {"kind": "interrupted_apply", "message": "lock held by x"}
+    dropin = {"kind": "dropin_present", "path": "/etc/e.d/a.conf"}
+    assert actions([lock]) == ["refuse"] and actions([dropin]) == ["refuse"]
+    assert refusal([lock]) == "lock held by x"
+    assert refusal([dropin]) is not None
+
+
+def test_host_declared_secrets_are_hashed_at_any_depth() -> None:
+    report = {"top": {"my_cred": "a"}, "list": [{"my_cred": "b"}, [{"MY_CRED": "c"}]], "my_cred": "d"}
+    assert redact_tree(report, ["MY_CRED"]) == {
+        "top": {"my_cred": redact_value("a")},
+        "list": [{"my_cred": redact_value("b")}, [{"MY_CRED": redact_value("c")}]],
+        "my_cred": redact_value("d"),
+    }
