@@ -1,0 +1,226 @@
+"""The on-host readiness module (roles/knob_serve/library/knob_ready.py) through main(), in-process, with
+Ansible's real AnsibleModule: systemd is a small stand-in answering the module's systemctl and journalctl
+commands, the engine's health endpoint a local HTTP server. What is done, when the engine counts as ready, and
+every way it fails (exited, restarted by systemd, not ready in time, a systemctl that fails) with the
+journal attached."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from ansible.module_utils import basic
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def load() -> Any:
+    for util in ("knob_fs", "knob_live", "knob_observe"):
+        sys.modules.setdefault(
+            f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
+        )
+    spec = importlib.util.spec_from_file_location(
+        "knob_role_knob_ready", REPO / "roles/knob_serve/library/knob_ready.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kr = load()
+
+
+class Systemd:
+    """One unit's state and the commands the module ran; ``on_show`` may change the state as time goes by."""
+
+    def __init__(self) -> None:
+        self.enabled, self.active, self.pid, self.restarts, self.status = "disabled", "inactive", "0", 0, "0"
+        self.ran: list[list[str]] = []
+        self.fail: dict[str, str] = {}  # verb -> stderr of a failing systemctl
+        self.shows = 0
+        self.on_show: Any = None
+
+    def run_command(self, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        self.ran.append(list(argv))
+        if argv[0] == "journalctl":
+            return 0, "engine: loading\nengine: boom\n", ""
+        verb = argv[1]
+        if verb in self.fail:
+            return 1, "", self.fail[verb]
+        if verb == "is-enabled":
+            return (0 if self.enabled == "enabled" else 1), self.enabled + "\n", ""
+        if verb == "is-active":
+            return (0 if self.active == "active" else 3), self.active + "\n", ""
+        if verb == "enable":
+            self.enabled = "enabled"
+        elif verb in ("restart", "start"):
+            self.active, self.pid = "active", str(int(self.pid or 0) + 100)
+        elif verb == "show":
+            self.shows += 1
+            if self.on_show:
+                self.on_show(self)
+            props = {
+                "MainPID": self.pid,
+                "NRestarts": str(self.restarts),
+                "ActiveState": self.active,
+                "SubState": "running" if self.active == "active" else "dead",
+                "ControlGroup": "",
+                "ExecMainStatus": self.status,
+            }
+            return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
+        return 0, "", ""
+
+
+class Health(BaseHTTPRequestHandler):
+    answers: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        status = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/health"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def systemd(monkeypatch: pytest.MonkeyPatch) -> Systemd:
+    fake = Systemd()
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: fake.run_command(argv, **kw))
+    return fake
+
+
+def ready(capsys: pytest.CaptureFixture[str], **args: Any) -> tuple[int, dict[str, Any]]:
+    basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": {"service": "e.service", **args}}).encode()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        kr.main()
+    out = capsys.readouterr().out
+    return int(info.value.code or 0), json.loads(out[out.index("{") :])
+
+
+def test_restart_until_the_health_check_answers(
+    systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    Health.answers = [503, 503, 200]
+    systemd.active, systemd.pid = "active", "7"
+    rc, res = ready(
+        capsys,
+        url=url,
+        daemon_reload=True,
+        restart=True,
+        script_path=str(tmp_path / "s.sh"),
+        unit_path=str(tmp_path / "e.service"),
+        state_dir=str(tmp_path / "state"),
+    )
+    assert rc == 0 and res["step"] == "ready" and res["changed"] is True
+    assert res["done"] == ["daemon-reload", "restart"] and res["main_pid"] == 107 and res["n_restarts"] == 0
+    assert res["ready_s"] >= 0.2  # two 503s, 0.1 s apart
+    assert ["systemctl", "daemon-reload"] in systemd.ran and ["systemctl", "restart", "e.service"] in systemd.ran
+    assert res["probe"]["unit"] == "e.service" and res["probe"]["health"] == 200
+
+
+def test_only_a_daemon_reload_is_no_change(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Health.answers = [200]
+    systemd.active, systemd.pid, systemd.enabled = "active", "5", "enabled"
+    rc, res = ready(capsys, url=url, daemon_reload=True, enable=True, start=True)
+    assert rc == 0 and res["done"] == ["daemon-reload"] and res["changed"] is False and "probe" not in res
+
+
+def test_enable_and_start_a_stopped_engine(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Health.answers = [200]
+    rc, res = ready(capsys, url=url, enable=True, start=True)
+    assert rc == 0 and res["done"] == ["enable", "start"] and res["changed"] is True and res["main_pid"] == 100
+
+
+def test_check_mode_says_what_it_would_do(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, res = ready(capsys, url=url, daemon_reload=True, restart=True, _ansible_check_mode=True)
+    assert rc == 0 and res == {**res, "changed": True, "step": "ready", "would": ["daemon-reload", "restart"]}
+    assert [c[1] for c in systemd.ran] == ["is-enabled", "is-active"]
+
+
+def test_an_engine_that_exits_during_start_up(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Health.answers = [503]
+
+    def crash(s: Systemd) -> None:
+        if s.shows >= 3:
+            s.active, s.pid, s.status = "failed", "0", "1"
+
+    systemd.on_show = crash
+    rc, res = ready(capsys, url=url, restart=True)
+    assert rc == 1 and res["step"] == "ready"
+    assert res["msg"] == "engine exited during start-up (unit failed, exit status 1)"
+    assert res["journal"] == ["engine: loading", "engine: boom"] and res["state"]["ActiveState"] == "failed"
+
+
+def test_an_engine_systemd_restarted_is_not_ready(
+    systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Health.answers = [503]
+
+    def restarted(s: Systemd) -> None:
+        if s.shows == 3:
+            s.pid, s.restarts = "101", 1
+
+    systemd.on_show = restarted
+    rc, res = ready(capsys, url=url, restart=True)
+    assert rc == 1
+    assert res["msg"] == "systemd restarted the engine during start-up (main PID 100 -> 101, restarts 0 -> 1)"
+
+
+def test_a_restart_within_the_grace_period(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Health.answers = [200]
+
+    def restarted(s: Systemd) -> None:
+        if s.shows == 4:
+            s.pid = "102"
+
+    systemd.on_show = restarted
+    rc, res = ready(capsys, url=url, restart=True, grace_s=1)
+    assert rc == 1 and res["msg"] == (
+        "systemd restarted the engine within 1s after becoming ready (main PID 100 -> 102, restarts 0 -> 0)"
+    )
+
+
+@pytest.mark.parametrize(("answers", "said"), [([503], "503"), ([], "nothing (connection refused)")])
+def test_not_ready_in_time(
+    systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str], answers: list[int], said: str
+) -> None:
+    Health.answers = answers
+    target = url if answers else "http://127.0.0.1:9/health"
+    rc, res = ready(capsys, url=target, restart=True, timeout_s=0)
+    assert rc == 1 and res["msg"] == f"not ready after 0s: {target} answered {said}"
+    assert res["journal"] == ["engine: loading", "engine: boom"] and res["waited_s"] >= 0
+
+
+def test_a_failing_systemctl_is_named(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    systemd.fail = {"restart": "Job for e.service failed.\n"}
+    rc, res = ready(capsys, url=url, restart=True)
+    assert rc == 1 and res["msg"] == "systemctl restart e.service failed: Job for e.service failed."
+    assert res["journal"] == ["engine: loading", "engine: boom"]
+    systemd.fail = {"daemon-reload": "no bus"}
+    rc, res = ready(capsys, url=url, daemon_reload=True)
+    assert rc == 1 and res["msg"] == "systemctl daemon-reload failed: no bus" and res["journal"] == []
+    systemd.fail = {"show": "Unit e.service not loaded."}
+    rc, res = ready(capsys, url=url)
+    assert rc == 1 and res["msg"] == "systemctl show e.service failed: Unit e.service not loaded."
