@@ -78,30 +78,37 @@ class Fleet:
         return proc
 
 
-def wait_ready_sh(service: str, port: int = 30000, path: str = "/health_generate", timeout_s: int = 60) -> str:
+def wait_ready_sh(
+    service: str, addr: str, port: int = 30000, path: str = "/health_generate", timeout_s: int = 60
+) -> str:
     """Shell run on a lab host: poll (every 0.1 s, bounded) until ``service``'s engine answers 200 on its health
-    path at the host's own address; fails naming the service when it never does."""
-    url = f"http://$(hostname -I | cut -d' ' -f1):{port}{path}"
+    path at the host's loopback address ``addr``; fails naming the service when it never does."""
+    url = f"http://{addr}:{port}{path}"
     return (
         f"(for _ in $(seq {timeout_s * 10}); do curl -fs -o /dev/null {url} && exit 0; sleep 0.1; done; "
         f"echo '{service}: not ready after {timeout_s} s' >&2; exit 1)"
     )
 
 
-def restart_sh(service: str, **kw: Any) -> str:
-    """Shell: restart ``service`` and wait until its engine is ready (no fixed sleep)."""
-    return f"systemctl restart {service} && {wait_ready_sh(service, **kw)}"
+def restart_sh(service: str, addr: str, **kw: Any) -> str:
+    """Shell: restart ``service`` and wait until its engine at ``addr`` is ready (no fixed sleep)."""
+    return f"systemctl restart {service} && {wait_ready_sh(service, addr, **kw)}"
 
 
-def respawn_sh(service: str, timeout_s: int = 60) -> str:
+def respawn_sh(service: str, addr: str, timeout_s: int = 60) -> str:
     """Shell: SIGKILL the engine's main process, then wait until systemd (Restart=on-failure) has started a new
     one and it is ready."""
     pid = f"$(systemctl show -p MainPID --value {service})"
     return (
         f"old={pid}; kill -9 $old; "
         f"(for _ in $(seq {timeout_s * 10}); do now={pid}; "
-        f'[ "$now" != 0 ] && [ "$now" != "$old" ] && break; sleep 0.1; done) && {wait_ready_sh(service)}'
+        f'[ "$now" != 0 ] && [ "$now" != "$old" ] && break; sleep 0.1; done) && {wait_ready_sh(service, addr)}'
     )
+
+
+def addr(host: str) -> str:
+    """A lab host's loopback address (lab3 -> 127.0.1.3)."""
+    return LabHost(int(host.removeprefix("lab"))).address
 
 
 def touch_later_sh(path: str, seconds: int = 2) -> str:

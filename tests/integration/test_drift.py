@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Fleet, restart_sh, touch_later_sh
+from tests.integration.conftest import Fleet, addr, restart_sh, touch_later_sh
 
 SVC = "sglang-dsv4-decode"
 SCRIPT = "/root/serve_dsv4_decode.sh"
 UNIT = f"/etc/systemd/system/{SVC}.service"
 DROPIN = f"/etc/systemd/system/{SVC}.service.d/override.conf"
 MAIN = f"$(systemctl show -p MainPID --value {SVC})"
-RESTART = restart_sh(SVC)
+RESTART = restart_sh(SVC, "{addr}")  # {addr}: filled in per host below
 
 # (fault, shell command injected on the host, {kind: knob name or None}) — one row per fault.
 FAULTS: list[tuple[str, str, dict[str, str | None]]] = [
@@ -149,7 +149,7 @@ def test_verify_with_testinfra(fleet: Fleet) -> None:
     proc = fleet.knobfleet("verify", "--testinfra", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert json.loads(proc.stdout)["testinfra"]["passed"] is True
-    fleet.ssh("lab2", f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {RESTART}")
+    fleet.ssh("lab2", f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {restart_sh(SVC, addr('lab2'))}")
     proc = fleet.knobfleet("verify", "--testinfra", "--json", "--limit", "lab2")
     assert proc.returncode == 2 and json.loads(proc.stdout)["testinfra"]["passed"] is False
     fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab2", check=True)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.integration.conftest import Fleet, respawn_sh, restart_sh, wait_until
+from tests.integration.conftest import Fleet, addr, respawn_sh, restart_sh, wait_until
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 SCRIPT = "/root/serve_dsv4_decode.sh"
@@ -142,7 +142,7 @@ def test_a_foreign_dropin_is_refused_or_moved_into_the_backup(fleet: Fleet) -> N
     assert fleet.knobfleet("verify", "--limit", "lab2").returncode == 0
     fleet.knobfleet("rollback", "--limit", "lab2", "--yes", check=True)
     assert fleet.ssh("lab2", f"test -e {dropin}/knobs.conf", check=False).returncode == 0
-    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && {restart_sh(SVC)}")
+    fleet.ssh("lab2", f"rm -r {dropin} && systemctl daemon-reload && {restart_sh(SVC, addr('lab2'))}")
     assert_wholly_on(fleet, "lab2", 1, "512")
 
 
@@ -200,7 +200,7 @@ def test_failed_restore_exits_3_with_manual_steps_and_touches_no_more_hosts(flee
     assert host_state(fleet, "lab3")["current"] == before3["current"]
     st = host_state(fleet, "lab2")
     assert st["current"] == 1 and st["lock"] == "free"  # files are back on the old generation
-    fleet.ssh("lab2", f"systemctl unset-environment SGLANG_SIM_FAIL && {restart_sh(SVC)}")
+    fleet.ssh("lab2", f"systemctl unset-environment SGLANG_SIM_FAIL && {restart_sh(SVC, addr('lab2'))}")
     assert_wholly_on(fleet, "lab2", 1, "512")
 
 
@@ -278,9 +278,9 @@ def test_random_operation_sequences_keep_record_and_live_state_in_agreement(flee
         elif op == "rollback":
             fleet.knobfleet("rollback", "--limit", host, "--yes")  # may be refused: no earlier good generation
         elif op == "kill-engine":
-            fleet.ssh(host, respawn_sh(SVC))  # Restart=on-failure brings it back
+            fleet.ssh(host, respawn_sh(SVC, addr(host)))  # Restart=on-failure brings it back
         elif op == "hand-edit":
-            fleet.ssh(host, f"sed -i 's/TARGET_CTAS=[0-9]*/TARGET_CTAS=640/' {SCRIPT} && {restart_sh(SVC)}")
+            fleet.ssh(host, f"sed -i 's/TARGET_CTAS=[0-9]*/TARGET_CTAS=640/' {SCRIPT} && {restart_sh(SVC, addr(host))}")
             assert fleet.knobfleet("verify", "--limit", host).returncode == 2  # detected
             fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)  # repaired
         else:
