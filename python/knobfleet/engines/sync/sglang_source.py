@@ -277,6 +277,11 @@ def _field_flag(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any] |
     if "action" in arg:
         entry["action"] = _text(arg["action"], consts)
         entry["type"] = None
+        if "BooleanOptionalAction" in entry["action"]:
+            # argparse adds --no-NAME for each long option itself: the registry (the source) never spells it.
+            longs = [o for o in entry["option_strings"] if o.startswith("--")]
+            entry["option_strings"] += ["--no-" + o[2:] for o in longs]
+            entry["nargs"] = 0
     elif isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Name) and inner.value.id == "Literal":
         lit = _const_eval(inner.slice, consts)
         vals = list(lit) if isinstance(lit, tuple) else [lit]
@@ -368,6 +373,9 @@ def parse_manual_flags(source: str, defaults: dict[str, Any], consts: dict[str, 
                     "nargs": 0 if "StoreTrue" in action or action == "store_true" else None,
                     "group": "ServerArgs.add_cli_args",
                 }
+                if "BooleanOptionalAction" in action:  # argparse adds --no-NAME itself
+                    entry["option_strings"] += ["--no-" + o[2:] for o in opts if o.startswith("--")]
+                    entry["type"], entry["nargs"] = None, 0
                 if action.startswith("Deprecated") or entry["help"].lower().lstrip("(").startswith("deprecated"):
                     entry["deprecated"] = True
                 if "choices" in kw:

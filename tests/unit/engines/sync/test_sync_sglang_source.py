@@ -50,6 +50,7 @@ class Parallel(msgspec.Struct):
     hidden: A[int, Arg(help="not on the CLI", no_cli=True)] = 0
     derived: A[int, Derived(doc="computed")] = 0
     renamed: A[int, Arg(help="x", cli_name="--other-name")] = 3
+    overlap: A[bool, Arg(help="Overlap.", action=argparse.BooleanOptionalAction)] = True
 """
 
 SERVER_ARGS = """
@@ -59,6 +60,7 @@ class ServerArgs:
         parser.add_argument("--sampling-backend", type=str, choices=dynamic, default=_declared_default("tp_size"),
                             help="Choose.")
         parser.add_argument("--disable-cuda-graph", action=DeprecatedStoreTrueAction, help="Deprecated. Use x.")
+        parser.add_argument("--enable-thing", action=argparse.BooleanOptionalAction, help="Thing.")
 """
 
 
@@ -88,6 +90,13 @@ def test_parse_fields() -> None:
     assert flags["ids"]["nargs"] == "+" and flags["ids"]["type"] == "int"
     assert "hidden" not in flags and "derived" not in flags
     assert flags["renamed"]["option_strings"] == ["--other-name"]
+    # argparse adds --no-overlap itself; the generated catalog must know it (knob negation)
+    assert flags["overlap"]["option_strings"] == ["--overlap", "--no-overlap"] and flags["overlap"]["nargs"] == 0
+    from knobfleet.engines.sync.build import flag_knob
+
+    knob = flag_knob(flags["overlap"])
+    assert knob is not None and knob[0] == "overlap"
+    assert knob[1]["negation"] == "no-overlap" and knob[1]["type"] == "bool" and "aliases" not in knob[1]
 
 
 def test_parse_manual_flags() -> None:
@@ -96,6 +105,8 @@ def test_parse_manual_flags() -> None:
     assert flags["sampling_backend"]["choices_expr"] == "dynamic"
     assert flags["disable_cuda_graph"]["deprecated"] is True
     assert flags["disable_cuda_graph"]["type"] is None and flags["disable_cuda_graph"]["default"] is False
+    assert flags["enable_thing"]["option_strings"] == ["--enable-thing", "--no-enable-thing"]
+    assert flags["enable_thing"]["type"] is None and flags["enable_thing"]["nargs"] == 0
 
 
 def _wheel(tmp_path: Path) -> Path:
