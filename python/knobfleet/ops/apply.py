@@ -33,6 +33,7 @@ class HostOutcome:
     restarted: bool = False
     main_pid: int | None = None
     ready_s: float | None = None
+    restart_s: float | None = None  # systemctl restart: the old engine's stop and the new one's fork
     message: str = ""
     actions: list[str] = field(default_factory=list)  # what apply does (or did) on the host
     # What the live rule found: before the change in a plan or a refusal, after it for an applied host.
@@ -55,6 +56,7 @@ class HostOutcome:
             "restarted": self.restarted,
             "main_pid": self.main_pid,
             "ready_s": self.ready_s,
+            "restart_s": self.restart_s,
             "message": self.message,
             "actions": self.actions,
             "changed_tasks": self.changed_tasks,
@@ -203,6 +205,7 @@ def _outcome(
     out.status = "applied" if commit.get("changed") else "unchanged"
     out.actions = list(commit.get("actions") or (["install", "restart"] if out.generation != out.previous else []))
     out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
+    out.restart_s = (ready.get("systemctl_s") or {}).get("restart")
     if "start" in (ready.get("done") or []):
         out.message = "the engine was not running: started it"
     doc = ready.get("probe")
