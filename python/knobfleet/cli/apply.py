@@ -106,7 +106,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("apply", help="apply a profile to hosts (alias: apply-profile)")
+    p = sub.add_parser(
+        "apply", aliases=["apply-profile"], help="apply a profile to hosts (also the apply-profile command)"
+    )
     _common(p)
     p.add_argument("--check", action="store_true", help="plan only: change nothing (exit 2 when changes pending)")
     p.add_argument("--diff", action="store_true", help="with --check: show file diffs")

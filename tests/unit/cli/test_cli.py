@@ -114,3 +114,13 @@ def test_usage_errors_exit_64_never_2(argv: list[str]) -> None:
 
 def test_bare_knobfleet_prints_help_and_exits_64(capsys: pytest.CaptureFixture[str]) -> None:
     assert run([]) == 64 and "exit codes:" in capsys.readouterr().err
+
+
+def test_apply_profile_is_also_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    """The mission's spelling, `knobfleet apply-profile PROFILE`, is the apply command (as the console script)."""
+    from knobfleet.cli import build_parser
+
+    parser = build_parser("apply-profile")
+    args = parser.parse_args(["apply-profile", "ctas512", "--check"])
+    assert args.profile == "ctas512" and args.check is True
+    assert args.func is parser.parse_args(["apply", "ctas512"]).func
