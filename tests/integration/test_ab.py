@@ -10,14 +10,19 @@ from tests.conftest import REPO
 from tests.integration.conftest import Fleet
 
 SMALL = ["--conc", "16,32", "--n-mult", "2", "--max-tokens", "32"]
+OVERLAP = "name: overlap1\nversion: 1\nextends: default\nenv:\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 1\n"
+
+
+def with_profile(folder: Path, name: str, text: str) -> Path:
+    """A profile file next to copies of the ones it extends (base, default)."""
+    for parent in ("base", "default"):
+        shutil.copy(REPO / "profiles" / f"{parent}.yaml", folder)
+    (folder / f"{name}.yaml").write_text(text)
+    return folder / f"{name}.yaml"
 
 
 def test_consistency_fails_multi_stream_overlap_and_passes_base(fleet: Fleet, tmp_path: Path) -> None:
-    for name in ("base", "default"):
-        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
-    (tmp_path / "overlap1.yaml").write_text(
-        "name: overlap1\nversion: 1\nextends: default\nenv:\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 1\n"
-    )
+    with_profile(tmp_path, "overlap1", OVERLAP)
     bad = fleet.knobfleet(
         "bench", str(tmp_path / "overlap1.yaml"), "--consistency", "--limit", "lab2", "--conc", "32", "--json"
     )
@@ -74,11 +79,7 @@ def test_ab_produces_a_verdict_reports_and_a_verified_profile(fleet: Fleet, tmp_
 
 
 def test_gate_rejects_an_inconsistent_profile_and_restores(fleet: Fleet, tmp_path: Path) -> None:
-    for name in ("base", "default"):
-        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
-    (tmp_path / "overlap1.yaml").write_text(
-        "name: overlap1\nversion: 1\nextends: default\nenv:\n  SGLANG_OPT_USE_MULTI_STREAM_OVERLAP: 1\n"
-    )
+    with_profile(tmp_path, "overlap1", OVERLAP)
     fleet.knobfleet("apply", "ctas512", "--limit", "lab3", "--yes", check=True)
     gate = ["--gate", "--baseline", "ctas512", "--gate-conc", "16,32", "--gate-n-mult", "2", "--gate-max-tokens", "32"]
     proc = fleet.knobfleet("apply", str(tmp_path / "overlap1.yaml"), "--limit", "lab3", "--yes", *gate, "--json")
@@ -104,9 +105,7 @@ SLOW = (
 
 
 def test_ab_keeps_the_incumbent_against_a_certainly_slower_profile(fleet: Fleet, tmp_path: Path) -> None:
-    for name in ("base", "default"):
-        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
-    (tmp_path / "slow.yaml").write_text(SLOW)
+    with_profile(tmp_path, "slow", SLOW)
     proc = fleet.knobfleet(
         "ab",
         str(tmp_path / "default.yaml"),
@@ -136,9 +135,7 @@ def test_ab_keeps_the_incumbent_against_a_certainly_slower_profile(fleet: Fleet,
 
 
 def test_gate_rejects_a_throughput_regression_and_restores(fleet: Fleet, tmp_path: Path) -> None:
-    for name in ("base", "default"):
-        shutil.copy(REPO / "profiles" / f"{name}.yaml", tmp_path)
-    (tmp_path / "slow.yaml").write_text(SLOW)
+    with_profile(tmp_path, "slow", SLOW)
     fleet.knobfleet("apply", str(tmp_path / "default.yaml"), "--limit", "lab2", "--yes", check=True)
     gate = ["--gate", "--baseline", "default", "--gate-conc", "16,32", "--gate-n-mult", "2", "--gate-max-tokens", "32"]
     proc = fleet.knobfleet("apply", str(tmp_path / "slow.yaml"), "--limit", "lab2", "--yes", *gate, "--json")

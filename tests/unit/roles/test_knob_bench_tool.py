@@ -4,11 +4,8 @@ settings from a real HTTP server on loopback."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import re
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +14,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.unit.roles.test_knob_generation import load_role_module
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,16 +36,7 @@ with open(args["--out"], mode) as f:
 
 
 def load() -> ModuleType:
-    for util in ("knob_fs", "knob_live", "knob_observe"):
-        sys.modules.setdefault(
-            f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
-        )
-    path = REPO / "roles" / "knob_bench" / "library" / "knob_bench_tool.py"
-    spec = importlib.util.spec_from_file_location("knob_role_knob_bench_tool", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_role_module("knob_bench", "knob_bench_tool")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.runner import Event, RunRequest, new_run_id, run_playbook
+from knobfleet.fleet.runner import Event, RunRequest, RunResult, new_run_id, run_playbook
 
 RESULT_STEP = "ansible.builtin.slurp"  # the module that reads the result back (results are keyed by module)
 
@@ -51,28 +51,24 @@ def run_bench(
             )
         return _run_engine_tool(hosts, inventory, spec, run_id, on_event)
     client = Path(__file__).with_name("client.py")
-    result = run_playbook(
-        RunRequest(
-            playbook="bench.yml",
-            inventory=inventory,
-            limit=",".join(hv.host for hv in hosts),
-            trusted_vars={
-                "knob_bench_conc": ",".join(map(str, spec.conc)),
-                "knob_bench_n_mult": spec.n_mult,
-                "knob_bench_max_tokens": spec.max_tokens,
-                "knob_bench_warmup": spec.warmup,
-                "knob_bench_seed": spec.seed,
-                "knob_bench_timeout_s": spec.timeout_s,
-                "knob_bench_consistency": consistency,
-                "knob_bench_cons_prompts": spec.cons_prompts,
-                "knob_bench_cons_repeats": spec.cons_repeats,
-                "knob_bench_run_id": run_id,
-                "knob_bench_client_src": str(client),
-            },
-            forks=min(len(hosts), 64),
-            on_event=on_event,
-            run_id=run_id,
-        )
+    result = _bench_playbook(
+        hosts,
+        inventory,
+        {
+            "knob_bench_conc": ",".join(map(str, spec.conc)),
+            "knob_bench_n_mult": spec.n_mult,
+            "knob_bench_max_tokens": spec.max_tokens,
+            "knob_bench_warmup": spec.warmup,
+            "knob_bench_seed": spec.seed,
+            "knob_bench_timeout_s": spec.timeout_s,
+            "knob_bench_consistency": consistency,
+            "knob_bench_cons_prompts": spec.cons_prompts,
+            "knob_bench_cons_repeats": spec.cons_repeats,
+            "knob_bench_run_id": run_id,
+            "knob_bench_client_src": str(client),
+        },
+        run_id,
+        on_event,
     )
     out: dict[str, dict[str, Any]] = {}
     for hv in hosts:
@@ -82,6 +78,27 @@ def run_bench(
             raise BenchError(f"{hv.host}: bench failed: {hr.first_failure()}")
         out[hv.host] = json.loads(base64.b64decode(res["content"]))
     return out
+
+
+def _bench_playbook(
+    hosts: list[HostVars],
+    inventory: Path,
+    trusted: dict[str, Any],
+    run_id: str,
+    on_event: Callable[[Event], None] | None,
+) -> RunResult:
+    """playbooks/bench.yml (roles/knob_bench) on ``hosts`` with ``trusted`` vars."""
+    return run_playbook(
+        RunRequest(
+            playbook="bench.yml",
+            inventory=inventory,
+            limit=",".join(hv.host for hv in hosts),
+            trusted_vars=trusted,
+            forks=min(len(hosts), 64),
+            on_event=on_event,
+            run_id=run_id,
+        )
+    )
 
 
 def tool_vars(hv: HostVars, spec: BenchSpec, run_id: str) -> dict[str, Any]:
@@ -127,21 +144,8 @@ def _run_engine_tool(
     from knobfleet.experiment.bench.tool import document
 
     per_host = {hv.host: tool_vars(hv, spec, run_id) for hv in hosts}
-    result = run_playbook(
-        RunRequest(
-            playbook="bench.yml",
-            inventory=inventory,
-            limit=",".join(hv.host for hv in hosts),
-            trusted_vars={
-                "knob_bench_tool_by_host": per_host,
-                "knob_bench_timeout_s": spec.timeout_s,
-                "knob_bench_run_id": run_id,
-            },
-            forks=min(len(hosts), 64),
-            on_event=on_event,
-            run_id=run_id,
-        )
-    )
+    trusted = {"knob_bench_tool_by_host": per_host, "knob_bench_timeout_s": spec.timeout_s, "knob_bench_run_id": run_id}
+    result = _bench_playbook(hosts, inventory, trusted, run_id, on_event)
     out: dict[str, dict[str, Any]] = {}
     for hv in hosts:
         hr = result.host(hv.host)
