@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils.knob_live import actions, evaluate, redact_tree, redact_value, refusal
+from knobfleet.module_utils.knob_live import (
+    actions,
+    evaluate,
+    redact_script,
+    redact_tree,
+    redact_value,
+    refusal,
+    script_env_argv,
+)
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"]}
 MAIN = {"pid": 10, "comm": "python3", "cmdline": ["/bin/e"], "env": {"K": "1"}, "start_epoch": 100.0}
@@ -60,3 +68,35 @@ def test_host_declared_secrets_are_hashed_at_any_depth() -> None:
         "list": [{"my_cred": redact_value("b")}, [{"MY_CRED": redact_value("c")}]],
         "my_cred": redact_value("d"),
     }
+
+
+def test_an_export_line_with_a_secret_keeps_its_other_values_exactly() -> None:
+    line = '  export CUDA_HOME=/cuda HF_TOKEN=hf_x NOTE="it\'s"\n'  # indented, three names, a quote in a value
+    out = redact_script("#!/bin/bash\n" + line + "exec e\n")
+    assert out == f"#!/bin/bash\nexport CUDA_HOME='/cuda' HF_TOKEN='{redact_value('hf_x')}' NOTE='it'\\''s'\nexec e\n"
+    env, _ = script_env_argv(out)
+    assert env == {"CUDA_HOME": "/cuda", "HF_TOKEN": redact_value("hf_x"), "NOTE": "it's"}
+
+
+def test_a_file_skipped_by_the_expectation_does_not_end_the_file_checks() -> None:
+    d = doc(MAIN)
+    d["files"] = {"unit": {"exists": False, "path": "/u"}}
+    expected = {**EXPECTED, "files": {"script": None, "unit": {"path": "/u", "sha256": "u"}}}
+    assert [f["kind"] for f in evaluate(d, expected, ENGINE)] == ["file_missing"]
+
+
+@pytest.mark.parametrize(
+    ("want", "have", "diff"), [("", "x\n", "@@ -0,0 +1 @@\n+x\n"), ("x\n", "", "@@ -1 +0,0 @@\n-x\n")]
+)
+def test_an_empty_file_diffs_as_empty(want: str, have: str, diff: str) -> None:
+    d = doc(MAIN)
+    d["files"] = {"unit": {"exists": True, "sha256": "u2", "path": "/u", "content": have}}
+    expected = {**EXPECTED, "files": {"unit": {"path": "/u", "sha256": "u", "content": want}}}
+    (f,) = evaluate(d, expected, ENGINE)
+    assert f["diff"] == "--- /u (expected)\n+++ /u (on host)\n" + diff
+
+
+def test_an_unmanaged_host_locked_by_the_applier_itself_is_not_interrupted() -> None:
+    d = {**doc(MAIN), "generations": {"lock": {"run_id": "r1"}, "list": []}}
+    assert [f["kind"] for f in evaluate(d, None, ENGINE, run_id="r1")] == ["unmanaged"]
+    assert [f["kind"] for f in evaluate(d, None, ENGINE, run_id="r2")] == ["unmanaged", "interrupted_apply"]

@@ -26,6 +26,7 @@ WORDS = [
     ("'a \\ \" $x'", ['a \\ " $x']),
     ('"a b"', ["a b"]),
     ('"\\$x \\` \\" \\\\ \\n \\a"', ['$x ` " \\ \\n \\a']),
+    ('"\\X\\a"', ["\\X\\a"]),  # a backslash escapes only $ ` " \\ and newline in double quotes
     ('"line\\\nnext"', ["linenext"]),
     ('"a\nb"', ["a\nb"]),
     ("a\\ b", ["a b"]),
@@ -81,6 +82,7 @@ def test_statements(text: str, statements: list[list[str]]) -> None:
         ("a 'unterminated", [["a", "unterminated"]]),  # an open quote runs to the end
         ('a "unterminated', [["a", "unterminated"]]),
         ('"ends in \\', [["ends in \\"]]),  # a backslash with nothing after it in double quotes is kept
+        ('"ends in \\$', [["ends in $"]]),  # ... and one before the last character still escapes it
         ("a\\", [["a"]]),  # a last backslash escapes nothing
         ("\\", []),
         ("'", [[""]]),
