@@ -149,8 +149,8 @@ def test_a_failure_names_the_step(host: Host) -> None:
     ],
 )
 def test_arguments_are_checked_before_anything_runs(host: Host, args: dict[str, Any], message: str) -> None:
-    action = args.pop("action")
-    rc, res = host.run(action, **args)
+    rest = {k: v for k, v in args.items() if k != "action"}  # the parameters are shared by every run
+    rc, res = host.run(args["action"], **rest)
     assert rc == 1 and res["msg"].startswith(message)
     assert not host.state.exists()
 
