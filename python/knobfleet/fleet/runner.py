@@ -70,6 +70,8 @@ class RunRequest:
     on_event: Callable[[Event], None] | None = None
     run_id: str = ""
     verbose: bool = field(default_factory=lambda: verbosity() > 0)
+    # Polled about every 0.1 s while ansible-playbook runs: True stops it (ansible-runner's cancel).
+    cancel: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -282,7 +284,9 @@ def run_playbook(req: RunRequest) -> RunResult:
             quiet=not req.verbose,
             ident=run_id,
             event_handler=handler,
-            settings={"suppress_ansible_output": not req.verbose},
+            # pexpect_timeout: how often ansible-runner looks at a silent ansible-playbook (and at req.cancel)
+            settings={"suppress_ansible_output": not req.verbose, "pexpect_timeout": 0.1},
+            **({"cancel_callback": req.cancel} if req.cancel else {}),
             **({} if "forks" in user_settings() else {"forks": req.forks}),
         )
     except Exception as exc:  # ansible-runner raises plain exceptions for setup problems

@@ -263,29 +263,27 @@ def apply(
     rendered = {hv.host: render_host(profile, hv) for hv in hosts}
     by_name = {hv.host: hv for hv in hosts}
     plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
-    decided = pre_check(profile, hosts, rendered, inventory, opts)
-    groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
-    outcomes: list[HostOutcome] = list(decided.values())
-    run_ids: list[str] = []
-    ansible_s, failed_total, stopped = 0.0, 0, False
     declared = Declared(profile.name, profile.version, profile.content_hash)
     engine = by_name[hosts[0].host].adapter(profile.engine) if hosts else None
     trusted: dict[str, Any] = {"knob_serve_break_lock": opts.break_lock, **opts.overrides}
     if opts.foreign_dropins:
         trusted["knob_serve_foreign_dropins"] = opts.foreign_dropins
-    for n, group in enumerate(groups, start=1):
-        if stopped:
-            outcomes += [HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group]
-            continue
+
+    def playbook(
+        group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
+    ) -> RunResult:
         assert engine is not None
-        run_id = new_run_id()
-        run_ids.append(run_id)
-        result = run_playbook(
+        return run_playbook(
             RunRequest(
                 playbook="apply.yml",
                 inventory=inventory,
                 limit=",".join(group),
-                trusted_vars={"knob_serve_run_id": run_id, "knob_serve_controller": controller_id(), **trusted},
+                trusted_vars={
+                    "knob_serve_run_id": run_id,
+                    "knob_serve_controller": controller_id(),
+                    **({"knob_serve_gate": str(gate)} if gate else {}),
+                    **trusted,
+                },
                 unsafe_vars={
                     "knob_serve_profile": profile_vars(profile),
                     "knob_serve_engine": engine.role_vars(),
@@ -296,8 +294,37 @@ def apply(
                 forks=min(max(len(group), 1), 64),
                 on_event=on_event,
                 run_id=run_id,
+                cancel=cancel,
             )
         )
+
+    ahead: RunResult | None = None
+    if speculative(hosts, opts):
+        # One batch, a real change, hosts the fast path reaches: ansible-playbook starts (~1 s of its own start-up)
+        # while the pre-check probes; the role waits at its gate for the decision, and hosts decided here end there.
+        ahead_id = new_run_id()
+        decided, ahead = _ahead(
+            lambda gate, cancel: playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
+            ahead_id,
+            len(hosts),
+            lambda: pre_check(profile, hosts, rendered, inventory, opts),
+        )
+    else:
+        decided = pre_check(profile, hosts, rendered, inventory, opts)
+    groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
+    outcomes: list[HostOutcome] = list(decided.values())
+    run_ids: list[str] = []
+    ansible_s, failed_total, stopped = 0.0, 0, False
+    for n, group in enumerate(groups, start=1):
+        if stopped:
+            outcomes += [HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group]
+            continue
+        assert engine is not None
+        if ahead is not None:
+            result, ahead = ahead, None
+        else:
+            result = playbook(group, new_run_id())
+        run_ids.append(result.run_id)
         ansible_s += result.wall_s
         batch_out = [_outcome(by_name[h], rendered[h], declared, engine.rules(), result, n, opts.check) for h in group]
         outcomes += batch_out
@@ -330,6 +357,66 @@ def apply(
             report,
         )
     return report
+
+
+def speculative(hosts: list[HostVars], opts: Options) -> bool:
+    """Whether apply starts ansible-playbook before its pre-check has decided: a real change (not --check) in one
+    batch, on hosts the SSH fast path reaches (so the pre-check probes them and can gate the run)."""
+    from knobfleet.fleet import transports
+
+    return (
+        bool(hosts)
+        and not opts.check
+        and opts.serial is None
+        and not opts.canary
+        and opts.via != "ansible"
+        and transports.choose(hosts, "auto").name == "ssh"
+    )
+
+
+def _ahead(
+    start: Callable[[Path, Callable[[], bool]], RunResult],
+    run_id: str,
+    n_hosts: int,
+    decide: Callable[[], dict[str, HostOutcome]],
+) -> tuple[dict[str, HostOutcome], RunResult | None]:
+    """Run ``decide`` (the pre-check) in a thread while ``start`` runs the playbook here, gated: the role waits
+    until the decision is in the gate file — the hosts decided (left alone or refused) end before anything runs
+    on them; an error in the pre-check stops every host before any change and is raised here. When the pre-check
+    decided every host, the playbook is cancelled: nothing can have run on any host before the gate. Returns the
+    decisions and the run (None when every host was decided)."""
+    import json
+    import threading
+
+    from knobfleet import paths
+
+    gate = paths.state_dir() / "tmp" / f"gate-{run_id}.json"
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["decided"] = decide()
+            doc: dict[str, Any] = {"skip": sorted(box["decided"])}
+        except BaseException as exc:  # raised below, in the caller's thread
+            box["error"] = exc
+            doc = {"abort": "knobfleet's pre-check failed; nothing was changed"}
+        tmp = gate.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(gate)  # whole or absent: the role reads it once it is non-empty
+        box["cancel"] = "error" in box or len(box.get("decided") or ()) == n_hosts
+
+    thread = threading.Thread(target=work, name="pre-check", daemon=True)
+    thread.start()
+    try:
+        result = start(gate, lambda: bool(box.get("cancel")))
+    finally:
+        thread.join()
+        gate.unlink(missing_ok=True)
+    if "error" in box:
+        raise box["error"]
+    decided: dict[str, HostOutcome] = box["decided"]
+    return decided, (None if box["cancel"] else result)
 
 
 def _restore_and_attach(
