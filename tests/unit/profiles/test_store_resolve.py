@@ -121,8 +121,13 @@ def test_a_catalog_marks_its_own_secrets() -> None:
         engine="toy",
         env_prefixes=("TOY_",),
         serve=Serve(launcher=("toy",), fixed_args=(), readiness_path="/h"),
-        knobs={"TOY_CRED": Knob(kind="env", type="str", secret=True), "TOY_N": Knob(kind="env", type="int")},
+        knobs={
+            "TOY_CRED": Knob(kind="env", type="str", secret=True),
+            "TOY_N": Knob(kind="env", type="int"),
+            "api-key": Knob(kind="flag", type="str", secret=True),  # a flag: its value is on the command line
+        },
     )
+    assert cat.secret_names() == ("TOY_CRED",)
     assert cat.is_secret("TOY_CRED") and not cat.is_secret("TOY_N") and cat.is_secret("TOY_API_KEY")
 
 
