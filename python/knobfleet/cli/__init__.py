@@ -35,6 +35,7 @@ EPILOG = """exit codes:
 
 environment:
   KNOBFLEET_INVENTORY, KNOBFLEET_LIMIT, KNOBFLEET_VIA   defaults of -i, --limit, --via
+  KNOBFLEET_FORKS                                        hosts probed at once (drift, verify: --forks)
   KNOBFLEET_VERBOSE=1|2, KNOBFLEET_EXAMPLES=1            as -v / -vv and --examples
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
   ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
