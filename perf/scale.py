@@ -74,6 +74,7 @@ class Sample:
     peak_fds: int
     masters: int  # ssh ControlMaster processes alive after the run
     master_fds: int
+    first_line_s: float  # when the command's first line of output came (-1: it printed none)
 
 
 def _tree(root: int) -> list[int]:
@@ -153,8 +154,18 @@ def measure(argv: list[str], env: dict[str, str], control_dir: Path, ok: tuple[i
     sampler.start()
     out: list[bytes] = []
     errs: list[bytes] = []
+    first: list[float] = []
+
+    def read_out() -> None:
+        chunks = []
+        for line in proc.stdout or ():
+            if not first:
+                first.append(time.perf_counter() - started)
+            chunks.append(line)
+        out.append(b"".join(chunks))
+
     readers = [
-        threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else b""), daemon=True),
+        threading.Thread(target=read_out, daemon=True),
         threading.Thread(target=lambda: errs.append(proc.stderr.read() if proc.stderr else b""), daemon=True),
     ]
     for t in readers:
@@ -180,6 +191,7 @@ def measure(argv: list[str], env: dict[str, str], control_dir: Path, ok: tuple[i
         peak_fds=peak["fds"],
         masters=len(after),
         master_fds=sum(_fds(p) for p in after),
+        first_line_s=first[0] if first else -1.0,
     )
 
 
@@ -321,14 +333,16 @@ def medians(samples: list[Sample]) -> dict[str, float]:
 
 def markdown(results: dict[str, Any]) -> str:
     out = [
-        "| mode | hosts | runs | wall | controller CPU | CPU per host | peak RSS (largest process) | peak RSS "
-        "(tree) | peak processes | peak fds | ssh masters after | their fds |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| mode | hosts | runs | wall | first output | controller CPU | CPU per host | peak RSS (largest process) | "
+        "peak RSS (tree) | peak processes | peak fds | ssh masters after | their fds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for mode, sizes in results["modes"].items():
         for n, m in sizes.items():
             out.append(
-                f"| {mode} | {n} | {m['runs']} | {m['wall_s']:.3f} s | {m['cpu_s']:.3f} s | "
+                f"| {mode} | {n} | {m['runs']} | {m['wall_s']:.3f} s | "
+                + (f"{m['first_line_s']:.3f} s | " if m.get("first_line_s", -1) >= 0 else "- | ")
+                + f"{m['cpu_s']:.3f} s | "
                 f"{1000 * m['cpu_s'] / int(n):.1f} ms | {m['peak_rss_mb']:.0f} MB | {m['peak_tree_rss_mb']:.0f} MB | "
                 f"{m['peak_procs']:.0f} | {m['peak_fds']:.0f} | {m['masters']:.0f} | {m['master_fds']:.0f} |"
             )
@@ -344,7 +358,7 @@ def markdown(results: dict[str, Any]) -> str:
         )
     if "drift" in results["modes"] and "ssh" in results["modes"]:
         out += ["", "| hosts | drift / ssh (wall) |", "| ---: | ---: |"]
-        for n in results["modes"]["drift"]:
+        for n in [n for n in results["modes"]["drift"] if n in results["modes"]["ssh"]]:
             d, s = results["modes"]["drift"][n]["wall_s"], results["modes"]["ssh"][n]["wall_s"]
             out.append(f"| {n} | {d / s:.2f}x |")
     return "\n".join(out)
@@ -371,7 +385,8 @@ def measure_size(
     for m in modes:
         results["modes"][m][n] = {"runs": repeats, **medians(got[m])}
         row = results["modes"][m][n]
-        print(f"{m:15s} {n:3d} hosts: wall {row['wall_s']:.3f} s cpu {row['cpu_s']:.3f} s", flush=True)
+        first = f" first output {row['first_line_s']:.3f} s" if row["first_line_s"] >= 0 else ""
+        print(f"{m:15s} {n:3d} hosts: wall {row['wall_s']:.3f} s cpu {row['cpu_s']:.3f} s{first}", flush=True)
 
 
 def main() -> None:
