@@ -72,7 +72,7 @@ def main() -> None:
 
     def plain() -> float:
         started = time.perf_counter()
-        subprocess.run(
+        proc = subprocess.run(
             [
                 str(Path(sys.executable).parent / "ansible-playbook"),
                 "-i",
@@ -82,9 +82,13 @@ def main() -> None:
                 f"@{tmp / (next_profile() + '.yml')}",
             ],
             env=env,
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"plain ansible-playbook failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+            )
         return time.perf_counter() - started
 
     def ssh_script() -> float:

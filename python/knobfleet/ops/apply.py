@@ -299,7 +299,8 @@ def apply(
         )
 
     ahead: RunResult | None = None
-    if speculative(hosts, opts):
+    last = _last_applied(inventory)
+    if speculative(hosts, opts, profile.content_hash, last):
         # One batch, a real change, hosts the fast path reaches: ansible-playbook starts (~1 s of its own start-up)
         # while the pre-check probes; the role waits at its gate for the decision, and hosts decided here end there.
         ahead_id = new_run_id()
@@ -347,6 +348,8 @@ def apply(
     order = {hv.host: i for i, hv in enumerate(hosts)}
     outcomes.sort(key=lambda o: order.get(o.host, len(order)))
     report = ApplyReport(profile, opts.check, run_ids, outcomes, time.monotonic() - started, ansible_s)
+    if not opts.check:
+        _remember_applied(inventory, last, profile.content_hash, outcomes)
     locks = [o for o in outcomes if o.lock and o.status == "failed"]
     if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not opts.check:
         first = locks[0]
@@ -359,19 +362,64 @@ def apply(
     return report
 
 
-def speculative(hosts: list[HostVars], opts: Options) -> bool:
+def speculative(hosts: list[HostVars], opts: Options, profile_hash: str, last: dict[str, str]) -> bool:
     """Whether apply starts ansible-playbook before its pre-check has decided: a real change (not --check) in one
-    batch, on hosts the SSH fast path reaches (so the pre-check probes them and can gate the run)."""
+    batch, on hosts the SSH fast path reaches (so the pre-check probes them and can gate the run), unless this
+    controller's last apply left every host on this very profile (``last``: host -> profile hash): then the apply
+    is most likely a no-change one, which needs no playbook at all, and the probe goes first. A wrong guess costs
+    time only: the pre-check decides either way."""
     from knobfleet.fleet import transports
 
     return (
         bool(hosts)
+        and any(last.get(hv.host) != profile_hash for hv in hosts)
         and not opts.check
         and opts.serial is None
         and not opts.canary
         and opts.via != "ansible"
         and transports.choose(hosts, "auto").name == "ssh"
     )
+
+
+def _last_applied_file(inventory: Path) -> Path:
+    import hashlib
+
+    from knobfleet import paths
+
+    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
+    return paths.state_dir() / "cache" / "last-applied" / f"{key}.json"
+
+
+def _last_applied(inventory: Path) -> dict[str, str]:
+    """Host -> the profile hash this controller's last apply left it on (a hint for ``speculative``, never trusted
+    for a decision)."""
+    import json
+
+    try:
+        data = json.loads(_last_applied_file(inventory).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, outcomes: list[HostOutcome]) -> None:
+    import json
+    import os
+
+    seen = dict(last)
+    for o in outcomes:
+        if o.status in ("applied", "unchanged"):
+            seen[o.host] = profile_hash
+        else:
+            seen.pop(o.host, None)
+    path = _last_applied_file(inventory)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(seen, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a hint only: apply works the same without it
 
 
 def _ahead(
