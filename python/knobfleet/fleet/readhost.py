@@ -3,10 +3,11 @@ profile; for each engine, its part of the live-state rule. Plain data, cached, s
 neither pydantic nor the catalogs (nor ansible) when nothing they depend on changed.
 
 The cache (``<state>/cache/readpath/<key>.json``) is keyed by the inventory's fingerprint (every inventory file,
-the --limit, the host-vars model: ``inventory.fingerprint``), every catalog file knobfleet would read, and the
-source of the code that turns them into this view. It is written only when the inventory itself is cacheable
-(no inventory script or plugin, no lookup/now in vars). It holds no secret: the probe's options name secret env
-vars but never carry a value. ``KNOBFLEET_INVENTORY_CACHE=0`` turns it off with the inventory cache.
+the --limit, the host-vars model: ``inventory.fingerprint``), every catalog file knobfleet would read, the
+knob_serve role's defaults (the model's defaults) and the source of the code that turns them into this view.
+It is written only when the inventory itself is cacheable (no inventory script or plugin, no lookup/now in
+vars). It holds no secret: the probe's options name secret env vars but never carry a value.
+``KNOBFLEET_INVENTORY_CACHE=0`` turns it off with the inventory cache.
 
 This module is standard library only; ``build`` imports the validated models on a miss.
 """
@@ -143,9 +144,15 @@ def key(inventory: Path, limit: str | None) -> str | None:
     for rel in _SOURCES:
         with open(_PKG / rel, "rb") as fh:
             h.update(rel.encode() + b"\0" + fh.read())
-    for f in _catalog_files():
+    for f in [*_catalog_files(), *_role_defaults()]:
         h.update(f"\0{f}\0".encode() + f.read_bytes())
     return h.hexdigest()
+
+
+def _role_defaults() -> list[Path]:
+    """The knob_serve role's defaults: the host-var model takes its defaults (service, script path…) from there."""
+    f = paths.roles_dir() / "knob_serve" / "defaults" / "main.yml"
+    return [f] if f.is_file() else []
 
 
 def _cache_file(k: str) -> Path:

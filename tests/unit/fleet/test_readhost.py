@@ -64,6 +64,16 @@ def test_a_catalog_change_is_a_miss(inv: Path, tmp_path: Path, monkeypatch: pyte
     assert readhost.load(inv, None) is None
 
 
+def test_a_role_default_change_is_a_miss(inv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = tmp_path / "main.yml"
+    defaults.write_text("knob_serve_service: a\n")
+    monkeypatch.setattr(readhost, "_role_defaults", lambda: [defaults])
+    readhost.plan_for(inv, None)
+    assert readhost.load(inv, None) is not None
+    defaults.write_text("knob_serve_service: b\n")
+    assert readhost.load(inv, None) is None
+
+
 def test_uncacheable_inventories_are_never_cached(inv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KNOBFLEET_INVENTORY_CACHE", "0")
     readhost.plan_for(inv, None)
