@@ -25,6 +25,7 @@ from pathlib import Path
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
 
 sys.path.insert(0, str(REPO / "python"))
+from knobfleet.engines.adapter import engine as engine_adapter
 from knobfleet.fleet.inventory import load_hosts
 from knobfleet.fleet.runner import dump_vars
 from knobfleet.profiles.store import ProfileStore
@@ -45,7 +46,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="kf-apply-"))
     for p in PROFILES:
         (tmp / f"{p}.yml").write_text(
-            dump_vars({"knob_serve_run_id": "perf"}, {"knob_serve_profile": profile_vars(store.resolve(p))})
+            dump_vars(
+                {"knob_serve_run_id": "perf"},
+                {
+                    "knob_serve_profile": profile_vars(store.resolve(p)),
+                    # what knobfleet passes too: the engine adapter's data (the role cannot read catalogs)
+                    "knob_serve_engine": engine_adapter(store.resolve(p).engine).role_vars(),
+                },
+            )
         )
     state = {"i": 0}
     engine: list[float] = []
