@@ -57,7 +57,7 @@ REMOTE = (
     f"systemctl show {SVC} -p ActiveState,SubState,MainPID,NRestarts,NeedDaemonReload,DropInPaths,ControlGroup; "
     f"cg=$(systemctl show -p ControlGroup --value {SVC}); "
     "for p in $(cat /sys/fs/cgroup/systemd$cg/cgroup.procs); do cat /proc/$p/environ /proc/$p/cmdline /proc/$p/stat; "
-    "done; curl -s -o /dev/null -w '%{http_code}' http://$(hostname -I | cut -d' ' -f1):30000/health_generate || true"
+    "done; curl -s -o /dev/null -w '%{http_code}' http://127.0.1.$(hostname | tr -dc 0-9):30000/health_generate || true"
 )
 
 
