@@ -103,7 +103,14 @@ def loads(text: str, max_bytes: int = MAX_BYTES) -> Any:
     """Parse one YAML document with the limits above; raises YamlProblem."""
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise YamlProblem(_too_large(max_bytes))
-    loader = _LimitedLoader(text)
+    try:
+        loader = _LimitedLoader(text)  # the reader refuses control characters here, before any parsing
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        raise YamlProblem(
+            f"line {line}, column {column}: invalid YAML: character U+{exc.character:04X} is not allowed; remove it"
+        ) from None
     try:
         return loader.get_single_data()
     except YamlProblem:

@@ -147,3 +147,28 @@ def test_syntax_errors_name_line_and_column() -> None:
 
 def test_deep_nesting_is_a_problem_not_a_crash() -> None:
     assert problem("a: " + "[" * 5000 + "]" * 5000 + "\n") == "nested too deeply; profiles are flat maps of knobs"
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "char"),
+    [
+        ("a: \x07\n", "line 1, column 4", "0007"),
+        ("a: 1\nb: x\x1by\n", "line 2, column 5", "001B"),
+        ("a: \ud800", "line 1, column 4", "D800"),
+    ],
+)
+def test_a_control_character_is_a_problem_not_a_crash(text: str, where: str, char: str) -> None:
+    assert problem(text) == f"{where}: invalid YAML: character U+{char} is not allowed; remove it"
+
+
+def test_a_control_character_in_a_profile_file_names_the_file(tmp_path: Path) -> None:
+    from knobfleet.errors import ProfileError
+    from knobfleet.profiles.loader import load_doc
+
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"name: p\nversion: 1\nenv:\n  A: \x1b[31m\n")
+    with pytest.raises(ProfileError) as info:
+        load_doc(path)
+    assert info.value.problems == [
+        f"{path}: line 4, column 6: invalid YAML: character U+001B is not allowed; remove it"
+    ]
