@@ -38,6 +38,18 @@ class _LimitedLoader(yaml.SafeLoader):
                 )
         return super().compose_node(parent, index)
 
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, LookupError, AttributeError, TypeError, OverflowError) as exc:
+            # PyYAML's constructors fail with plain errors on values its resolver took for a number or a date
+            # (0x_, 2020-13-45) or an explicit tag cannot read (!!int x): a problem with its line, not a traceback
+            text = node.value if isinstance(node.value, str) else node.tag
+            raise YamlProblem(
+                f"line {node.start_mark.line + 1}: {text!r} cannot be read as {node.tag.rsplit(':', 1)[-1]} "
+                f"({exc}); quote it ('{text}') to keep the text"
+            ) from None
+
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:

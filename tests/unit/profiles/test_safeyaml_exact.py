@@ -172,3 +172,23 @@ def test_a_control_character_in_a_profile_file_names_the_file(tmp_path: Path) ->
     assert info.value.problems == [
         f"{path}: line 4, column 6: invalid YAML: character U+001B is not allowed; remove it"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "a: 0x_\n",
+            "line 1: '0x_' cannot be read as int (invalid literal for int() with base 16: ''); quote it ('0x_')",
+        ),
+        (
+            "x: 1\na: -0b_\n",
+            "line 2: '-0b_' cannot be read as int (invalid literal for int() with base 2: ''); quote it",
+        ),
+        ("a: 2020-13-45\n", "line 1: '2020-13-45' cannot be read as timestamp (month must be in 1..12); quote it"),
+        ("a: !!float x\n", "line 1: 'x' cannot be read as float (could not convert string to float: 'x'); quote it"),
+        ("a: [1, !!bool x]\n", "line 1: 'x' cannot be read as bool ('x'); quote it ('x') to keep the text"),
+    ],
+)
+def test_a_value_pyyaml_cannot_construct_is_a_problem_not_a_crash(text: str, message: str) -> None:
+    assert problem(text).startswith(message)

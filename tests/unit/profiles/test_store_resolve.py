@@ -149,3 +149,14 @@ def test_a_content_hash_never_changes() -> None:
     )
     assert p.content_hash == "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
     assert p.content_hash == "sha256:70b6de8321dc993148fa539c449ca965cb1c1d4ab4af5564c7fb5f1fe54e6805"
+
+
+def test_the_leafs_description_and_the_chains_allow_unknown_are_kept(profiles_dir: Path) -> None:
+    write(
+        profiles_dir,
+        "x",
+        "name: x\nversion: 1\nextends: default\ndescription: my tuning\nallow_unknown: [SGLANG_NEW_THING, --new-flag]\n"
+        "env:\n  SGLANG_NEW_THING: 1\nargs:\n  new-flag: 2\n",
+    )
+    p = ProfileStore(profiles_dir).resolve("x")
+    assert p.description == "my tuning" and p.allow_unknown == ("SGLANG_NEW_THING", "new-flag")
