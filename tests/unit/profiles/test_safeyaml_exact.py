@@ -155,6 +155,7 @@ def test_deep_nesting_is_a_problem_not_a_crash() -> None:
         ("a: \x07\n", "line 1, column 4", "0007"),
         ("a: 1\nb: x\x1by\n", "line 2, column 5", "001B"),
         ("a: \ud800", "line 1, column 4", "D800"),
+        ("\n\x07", "line 2, column 1", "0007"),
     ],
 )
 def test_a_control_character_is_a_problem_not_a_crash(text: str, where: str, char: str) -> None:
