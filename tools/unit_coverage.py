@@ -8,6 +8,9 @@ experiment/ab.py, experiment/gate.py, ops/transaction.py, ops/history.py, every 
     python tools/unit_coverage.py                      # run the unit suite, then report
     python tools/unit_coverage.py --report             # report the last run's data again
     python tools/unit_coverage.py -- -k generation     # extra arguments after -- go to pytest
+    python tools/unit_coverage.py --with-integration tests/integration/test_ab.py tests/integration/test_transactions.py
+                                    # also run these integration tests (root, a lab) with every knobfleet process
+                                    # they start measured, and report unit + integration together
 
 The data file is build/coverage/unit.coverage (``coverage combine`` takes it with other runs' data, e.g. the
 integration suite's); the last line is ``watched coverage: N%`` (lines run / statements, over the watched
@@ -23,6 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "build" / "coverage" / "unit.coverage"
+INT_DATA = REPO / "build" / "coverage" / "integration.coverage"
+COMBINED = REPO / "build" / "coverage" / "combined.coverage"
 SOURCES = ("python/knobfleet", "roles")
 WATCHED = (
     "python/knobfleet/experiment/ab.py",
@@ -44,6 +49,13 @@ def watched_files() -> list[Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", action="store_true", help="only report the data of the last run")
+    ap.add_argument(
+        "--with-integration",
+        nargs="+",
+        metavar="TEST",
+        default=None,
+        help="also run these integration tests, measuring the knobfleet processes they start, and report both",
+    )
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args()
     py = sys.executable
@@ -60,12 +72,16 @@ def main() -> int:
     elif not DATA.is_file():
         print(f"coverage: no data yet ({DATA.relative_to(REPO)}); run without --report first")
         return 1
+    data = DATA
+    if args.with_integration:
+        failed |= integration(py, args.with_integration)
+        data = combine()
     # a watched file no test imported is not in the data: coverage's --include would leave it out, so the
     # report is computed here from coverage's API, with unimported files at 0%
     from coverage import Coverage
     from coverage.exceptions import NoSource, NotPython
 
-    cov = Coverage(data_file=str(DATA))
+    cov = Coverage(data_file=str(data))
     cov.load()
     measured = set(cov.get_data().measured_files())
     rows = []
@@ -88,6 +104,44 @@ def main() -> int:
     print(f"{'TOTAL':<{width}} {total_stmts:>6} {total_stmts - total_run:>6} {pct:>5.1f}%")
     print(f"watched coverage: {pct:.1f}%")
     return 1 if failed else 0
+
+
+def integration(py: str, tests: list[str]) -> int:
+    """Run ``tests`` under coverage with every Python process they start measured too (the CLI runs as
+    ``python -m knobfleet`` subprocesses): a .pth file in the venv starts coverage in each process that has
+    COVERAGE_PROCESS_START set, for this run only. The roles' modules run on the lab hosts' own Python and
+    are not measured here (their unit tests run them in-process)."""
+    import os
+    import sysconfig
+
+    rc = DATA.parent / "integration.coveragerc"
+    rc.write_text(f"[run]\ndata_file = {INT_DATA}\nparallel = true\nsource = {REPO / 'python' / 'knobfleet'}\n")
+    for old in DATA.parent.glob(INT_DATA.name + "*"):
+        old.unlink()
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    pth = purelib / "zz_knobfleet_coverage.pth"
+    pth.write_text("import coverage; coverage.process_startup()\n")
+    # the .pth is read by every new interpreter of this venv while it exists
+    try:
+        env = {**os.environ, "COVERAGE_PROCESS_START": str(rc)}
+        # pytest itself is measured by the same .pth hook as every process it starts
+        run = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+        return subprocess.run(run, cwd=REPO, env=env).returncode
+    finally:
+        pth.unlink(missing_ok=True)
+
+
+def combine() -> Path:
+    """The unit data and every integration process's data in one file."""
+    from coverage import Coverage
+
+    COMBINED.unlink(missing_ok=True)
+    cov = Coverage(data_file=str(COMBINED))
+    parts = [str(DATA)] if DATA.is_file() else []
+    parts += [str(p) for p in DATA.parent.glob(INT_DATA.name + ".*")]
+    cov.combine(parts, keep=True)
+    cov.save()
+    return COMBINED
 
 
 if __name__ == "__main__":

@@ -143,3 +143,31 @@ def test_a_failing_tool_is_named_with_its_output(tmp_path: Path, mutate: Any, me
     failure, out = load().run_tool(p)
     assert failure is not None and re.search(message, failure), failure
     assert out["runs"] == []  # nothing half-measured is reported as a result
+
+
+def run_main(capsys: pytest.CaptureFixture[str], module_args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """main() with Ansible's real AnsibleModule, its arguments handed over as Ansible does."""
+    from ansible.module_utils import basic
+
+    basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": module_args}).encode()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        load().main()
+    out = capsys.readouterr().out
+    result: dict[str, Any] = json.loads(out[out.index("{") :])
+    return int(info.value.code or 0), result
+
+
+def test_main_returns_the_step_and_fails_with_the_runs_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = params(tmp_path, (2,))
+    args = {k: p[k] for k in ("runs", "result_dir", "timeout_s")}
+    rc, res = run_main(capsys, args)
+    assert rc == 0 and res["step"] == "bench_tool" and res["changed"] is False
+    assert res["runs"][0]["result"] == {"completed": 4, "output_throughput": 20.0}
+    args["runs"][0]["argv"] += ["--fail", "1"]
+    rc, res = run_main(capsys, args)
+    assert rc == 1 and res["failed"] and "exited 3 at concurrency 2" in res["msg"] and res["runs"] == []
+    rc, res = run_main(capsys, {**args, "result_format": "xml"})
+    assert rc == 1 and "result_format" in res["msg"]  # the argument spec names the bad value

@@ -98,3 +98,24 @@ def test_a_failing_stage_reports_begin_so_the_role_releases_the_lock(
     assert r["failed_step"] == "stage" and list(r["steps"]) == ["begin"] and r["steps"]["begin"]["locked"]
     assert host.script.read_text().startswith("#!/bin/bash\nexport CTAS=256")  # the hand-written one
     assert host.current() == "generations/0000"
+
+
+def test_install_and_finish_through_main_as_the_role_calls_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The role's two calls through main() with Ansible's real AnsibleModule: the argument spec accepts them,
+    the result names the step, each step's result is under steps, and a failure names the step that failed."""
+    from tests.unit.roles import test_knob_generation_module as tm
+
+    monkeypatch.setattr(tm.kg, "validate_staged", lambda module, kind, path, script_path: None)
+    h = tm.Host(tmp_path, capsys)
+    rc, res = h.run("install", script_content=tm.SCRIPT, unit_content=tm.UNIT, profile=tm.PROFILE)
+    assert rc == 0 and res["step"] == "install" and list(res["steps"]) == ["begin", "stage", "commit"]
+    assert res["steps"]["commit"]["generation"] == 1 and res["changed"]
+    rc, other = h.run("install", script_content=tm.SCRIPT, unit_content=tm.UNIT, profile=tm.PROFILE, run_id="r2")
+    assert rc == 1 and other["step"] == "install" and other["failed_step"] == "begin" and other["lock_held"]
+    rc, res = h.run("finish", generation=1, status="good")
+    assert rc == 0 and res["step"] == "finish" and res["steps"]["release"]["released"]
+    assert h.meta(1)["status"] == "good"
+    rc, res = h.run("install", script_content=tm.SCRIPT, unit_content=tm.UNIT)  # no profile: the spec says so
+    assert rc == 1 and "profile" in res["msg"]
