@@ -207,6 +207,7 @@ class Ctx:
     state: Path
     ssh_cp: Path
     runs: dict[str, int] = field(default_factory=dict)
+    current: str = "ctas512"  # the profile every host runs now (apply-serial flips it)
 
 
 @dataclass(frozen=True)
@@ -237,12 +238,13 @@ def _ssh(ctx: Ctx, r: int) -> list[str]:
 
 
 def _apply_nochange(ctx: Ctx, r: int) -> list[str]:
-    return [*KNOBFLEET, "apply", "ctas512", "-i", str(ctx.inventory), "--yes", "--json"]
+    # the profile the hosts run now, whatever an interleaved apply-serial left them on
+    return [*KNOBFLEET, "apply", ctx.current, "-i", str(ctx.inventory), "--yes", "--json"]
 
 
 def _apply_serial(ctx: Ctx, r: int) -> list[str]:
-    profile = "ctas768" if r % 2 == 0 else "ctas512"  # every run changes every host (and restarts it)
-    return [*KNOBFLEET, "apply", profile, "-i", str(ctx.inventory), "--serial", "25%", "--yes", "--json"]
+    ctx.current = "ctas768" if ctx.current == "ctas512" else "ctas512"  # every run changes every host (restarts)
+    return [*KNOBFLEET, "apply", ctx.current, "-i", str(ctx.inventory), "--serial", "25%", "--yes", "--json"]
 
 
 BEFORE: list[Path] = []  # --before DIR
@@ -390,6 +392,10 @@ def measure_size(
 
 
 def main() -> None:
+    import signal
+
+    # SIGTERM (timeout, kill) unwinds through the finally below, which tears the lab down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="3,16,32,64")
     ap.add_argument("--repeats", type=int, default=3)
