@@ -114,14 +114,15 @@ def integration(py: str, tests: list[str]) -> int:
     import os
     import sysconfig
 
-    rc = DATA.parent / "integration.coveragerc"
-    rc.write_text(f"[run]\ndata_file = {INT_DATA}\nparallel = true\nsource = {REPO / 'python' / 'knobfleet'}\n")
-    for old in DATA.parent.glob(INT_DATA.name + "*"):
+    for old in DATA.parent.glob(INT_DATA.name + ".*"):
         old.unlink()
+    rc = DATA.parent / "int.coveragerc"
+    rc.write_text(f"[run]\ndata_file = {INT_DATA}\nparallel = true\nsource = {REPO / 'python' / 'knobfleet'}\n")
     purelib = Path(sysconfig.get_paths()["purelib"])
+    # coverage installs a .pth of its own that does this (a1_coverage.pth); older releases do not
     pth = purelib / "zz_knobfleet_coverage.pth"
-    pth.write_text("import coverage; coverage.process_startup()\n")
-    # the .pth is read by every new interpreter of this venv while it exists
+    if not list(purelib.glob("*coverage*.pth")):
+        pth.write_text("import coverage; coverage.process_startup()\n")
     try:
         env = {**os.environ, "COVERAGE_PROCESS_START": str(rc)}
         # pytest itself is measured by the same .pth hook as every process it starts
