@@ -9,7 +9,7 @@ collection is generated from them, never edited by hand:
   (``ansible_collections.knobfleet.serving.plugins.module_utils.knob_live``);
 * the roles' tasks and the playbooks name modules and roles by FQCN (``knobfleet.serving.knob_generation``,
   ``knobfleet.serving.knob_serve``);
-* ``galaxy.yml`` is ``collection/galaxy.yml`` with the package's version.
+* ``galaxy.yml`` is ``collection/galaxy.yml.in`` with the package's version.
 
 ``stage_ansible_dir`` lays out what the wheel ships in ``knobfleet/_data/ansible``: the playbooks, with the
 collection beside them in ``collections/`` (Ansible looks there first), so the CLI always runs its own copy.
@@ -68,7 +68,8 @@ def stage_collection(src: Path, dest: Path, version: str | None = None) -> Path:
     dest.mkdir(parents=True)
     modules = _modules(src)
     template = src / "collection"
-    galaxy = (template / "galaxy.yml").read_text(encoding="utf-8").replace("@VERSION@", version)
+    text = (template / "galaxy.yml.in").read_text(encoding="utf-8").replace("@VERSION@", version)
+    galaxy = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     (dest / "galaxy.yml").write_text(galaxy, encoding="utf-8")
     for extra in ("README.md", "meta", "changelogs"):
         s = template / extra

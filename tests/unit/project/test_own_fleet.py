@@ -33,7 +33,7 @@ def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "ANSIBLE_VAULT_IDENTITY_LIST",
         "ANSIBLE_VAULT_PASSWORD_FILE",
     ):
-        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var, raising=False)  # an empty ANSIBLE_VAULT_PASSWORD_FILE is "the working directory"
 
 
 @pytest.fixture
