@@ -38,6 +38,8 @@ environment:
   KNOBFLEET_FORKS                                        hosts probed at once (drift, verify: --forks)
   KNOBFLEET_VERBOSE=1|2, KNOBFLEET_EXAMPLES=1            as -v / -vv and --examples
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
+  KNOBFLEET_INVENTORY_CACHE=0                            re-read the inventory and host views every time
+  KNOBFLEET_VLLM_CACHE                                   where the lab's real vLLM is installed (/var/cache/knobfleet)
   ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
 
 shell completion: pip install 'knobfleet[completion]'; eval "$(register-python-argcomplete knobfleet)"
@@ -64,25 +66,53 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"knobfleet {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback for unexpected errors")
+    _global_options(parser, None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in (ALONE[command],) if command in ALONE else COMMANDS:
+        importlib.import_module(f"knobfleet.cli.{name}").register(sub)
+    _global_options_everywhere(sub)
+    _complete(parser)
+    return parser
+
+
+def _global_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--debug, -v and --examples. On a command's parser their default is SUPPRESS, so a global option given
+    before the command is kept and one given after it (``knobfleet render --examples …``) works too."""
+    bool_default = False if default is None else default
+    parser.add_argument(
+        "--debug", action="store_true", default=bool_default, help="show a traceback for unexpected errors"
+    )
     parser.add_argument(
         "-v",
         "--verbose",
         action="count",
-        default=None,
+        default=default,
         help="show Ansible's output and each run's artifact folder; -vv also runs ansible-playbook -v "
         "(default: $KNOBFLEET_VERBOSE)",
     )
     parser.add_argument(
         "--examples",
         action="store_true",
+        default=bool_default,
         help="use knobfleet's built-in example profiles instead of the project's (or $KNOBFLEET_EXAMPLES=1)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in (ALONE[command],) if command in ALONE else COMMANDS:
-        importlib.import_module(f"knobfleet.cli.{name}").register(sub)
-    _complete(parser)
-    return parser
+
+
+def _global_options_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Give every command parser (and their own sub-commands') the global options, unless it has its own."""
+    seen: set[int] = set()
+    todo = list(sub.choices.values())
+    while todo:
+        p = todo.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        taken = {o for a in p._actions for o in a.option_strings}
+        if not taken & {"--debug", "-v", "--verbose", "--examples"}:
+            _global_options(p, argparse.SUPPRESS)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
 
 
 def _complete(parser: argparse.ArgumentParser) -> None:
