@@ -100,7 +100,7 @@ def waves_table(
     short = _short_names(list(knobs))
     knob_s = " ".join(f"{short[k]}={v}" for k, v in knobs.items())
     body = table(
-        ["batch", "n_hg", "nsplit", "CTAs", "waves", "ceil", "last wave", "cost", "cost/req"],
+        ["batch", "n_hg", "nsplit", "CTAs", "waves", "ceil", "last wave", "cost", "combine", "step", "step/req"],
         [
             [
                 r.batch,
@@ -111,15 +111,19 @@ def waves_table(
                 r.waves_ceil,
                 f"{r.last_wave_ctas} CTAs ({r.last_wave_fill:.0%})",
                 f"{r.cost:.3f}",
-                f"{r.cost / r.batch:.4f}",
+                f"{r.combine_cost:.3f}",
+                f"{r.step_cost:.3f}",
+                f"{r.step_cost / r.batch:.4f}",
             ]
             for r in rows
         ],
-        align="rrrrrrrrr",
+        align="rrrrrrrrrrr",
     )
     lines = [f"{sms} SMs, {heads} heads, {knob_s}", *([note] if note else []), body]
     for b in cliffs:
         lines.append(f"warning: cliff at batch {b}: attention cost per request rises as the batch grows")
+    if rows:
+        lines.append("step = cost (attention) + combine (split-K merge): the planner ranks TARGET_CTAS by step")
     return "\n".join(lines)
 
 

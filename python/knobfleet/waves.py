@@ -96,6 +96,8 @@ class WaveRow:
     cost: float
     resident: int = 1  # CTAs per SM in one wave (1 without a calibration)
     calibrated: bool = False  # cost in predicted microseconds (True) or relative units (False)
+    combine_cost: float = 0.0  # the split-K combine pass (``combine_cost``), in the same units as ``cost``
+    step_cost: float = 0.0  # cost + combine_cost: what the planner ranks TARGET_CTAS by (``step_cost``)
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -141,9 +143,11 @@ def row(
             waves_ceil=waves_ceil,
             last_wave_ctas=last,
             last_wave_fill=round(last / slots, 4),
-            cost=round(attention_us(ctas, nsplit, context, sms, terms), 4),
+            cost=(cost := round(attention_us(ctas, nsplit, context, sms, terms), 4)),
             resident=terms.resident,
             calibrated=True,
+            combine_cost=(combine := combine_cost(batch, nsplit, heads, calibration)),
+            step_cost=round(cost + combine, 4),
         )
     waves_ceil = math.ceil(ctas / sms)
     last = ctas - (waves_ceil - 1) * sms
@@ -157,7 +161,9 @@ def row(
         waves_ceil=waves_ceil,
         last_wave_ctas=last,
         last_wave_fill=round(last / sms, 4),
-        cost=round(waves_ceil * per_cta, 6),
+        cost=(cost := round(waves_ceil * per_cta, 6)),
+        combine_cost=(combine := round(combine_cost(batch, nsplit, heads), 6)),
+        step_cost=round(cost + combine, 6),
     )
 
 

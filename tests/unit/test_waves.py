@@ -161,3 +161,16 @@ def test_calibrated_and_plain_rows_agree_on_the_launch(batch: int, tc: int, bh: 
     a, b = row(batch, k, 100, 64, 4096), row(batch, k, 100, 64, 4096, CAL)
     assert (a.n_hg, a.nsplit, a.ctas) == (b.n_hg, b.nsplit, b.ctas)
     assert b.cost > 0
+
+
+@pytest.mark.parametrize("gpu", [None, "h200"])
+@pytest.mark.parametrize("batch", [1, 48, 64, 80, 96, 200])
+def test_each_row_carries_the_combine_pass_and_the_ranked_total(gpu: str | None, batch: int) -> None:
+    """A user comparing `waves --json` rows by their total gets the planner's answer (step_cost)."""
+    cal = waves.calibration_for(gpu) if gpu else None
+    knobs = waves.KernelKnobs(target_ctas=512, block_h=32, nsplit_max=16, min_chunk=32)
+    r = waves.row(batch, knobs, 132, calibration=cal)
+    assert r.combine_cost == pytest.approx(waves.combine_cost(batch, r.nsplit, 64, cal), abs=1e-4)
+    assert r.step_cost == pytest.approx(waves.step_cost(batch, knobs, 132, calibration=cal), abs=1e-4)
+    assert r.as_dict()["step_cost"] == r.step_cost
+    assert (r.combine_cost > 0) == (r.nsplit > 1)

@@ -90,6 +90,8 @@ def test_plain_row_as_printed() -> None:
         "cost": round(5 * per_cta, 6),
         "resident": 1,
         "calibrated": False,
+        "combine_cost": round(0.03 * 48 * 64 * 3 / (96 * 64 * 2), 6),
+        "step_cost": round(round(5 * per_cta, 6) + round(0.03 * 48 * 64 * 3 / (96 * 64 * 2), 6), 6),
     }
     assert r.cost == 0.966667
 
@@ -100,7 +102,9 @@ def test_calibrated_row_as_printed() -> None:
     t = CAL.blocks[32]
     per_wave = t.fixed_us + t.per_token_us * 4096 / 6
     # the last wave holds 176 CTAs: 2 on some SM, so it is a full wave's time
-    assert r == WaveRow(48, 2, 6, 576, 2.88, 3, 176, 0.88, round(3 * per_wave, 4), 2, True)
+    combine = round(CAL.combine_fixed_us + CAL.combine_per_unit_us * 48 * 64 * 6, 4)
+    cost = round(3 * per_wave, 4)
+    assert r == WaveRow(48, 2, 6, 576, 2.88, 3, 176, 0.88, cost, 2, True, combine, round(cost + combine, 4))
     r = row(40, KernelKnobs(512, 32), 100, 64, 4096, CAL)  # 7 splits: 560 CTAs = 2.8 waves, the last 160
     assert (r.waves, r.last_wave_ctas, r.last_wave_fill) == (2.8, 160, 0.8)
     r = row(56, KernelKnobs(512, 16), 100, 64, 4096, CAL)  # 4 groups x 3 splits: 672 CTAs over 400 slots
