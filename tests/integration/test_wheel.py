@@ -73,3 +73,18 @@ def test_wheel_installed_outside_the_repo_renders(tmp_path: Path) -> None:
     assert Path(where[1], "profiles", "catalogs", "sglang.overlay.yaml").is_file()
     assert Path(where[1], "profiles", "catalogs", "generated", "sglang.yaml").is_file()
     assert Path(where[1]).parent.joinpath("module_utils", "knob_live.py").is_file()  # the fast path's copy
+
+    # Outside a project, a command that reaches hosts refuses (as `profiles list` does) instead of using the
+    # wheel's built-in lab inventory and ssh-ing to 127.0.1.1-3; --examples or -i say which hosts are meant.
+    for argv in (["drift"], ["verify"], ["history"], ["profiles", "list"]):
+        refused = subprocess.run(
+            [str(env_dir / "bin" / "knobfleet"), *argv],
+            cwd=outside,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode == 64, (argv, refused.stderr)
+        assert "no knobfleet project here or above" in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and refused.stdout == ""

@@ -221,6 +221,13 @@ def default() -> Path:
     proj = paths.project()
     if proj is not None:
         return proj.inventory
+    if paths.uses_collection() and not paths.examples():  # installed, outside any project: never the lab's
+        from knobfleet.errors import UsageError
+
+        raise UsageError(
+            f"{Path.cwd()}: no knobfleet project here or above (no knobfleet.toml) and no inventory given; "
+            "pass -i INVENTORY, create a project with `knobfleet init DIR`, or pass --examples for the built-in lab"
+        )
     lab_dir = paths.state_dir() / "lab"
     up = set()
     for pid_file in (lab_dir / "run").glob("*.pid") if (lab_dir / "run").is_dir() else ():
