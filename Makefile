@@ -4,9 +4,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
-APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2
+APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick coverage
+.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick coverage \
+	monitoring-check
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,14 +20,19 @@ $(STAMP): requirements.lock pyproject.toml
 venv: $(STAMP)
 	@$(BIN)/python -m compileall -q python/knobfleet >/dev/null
 
-# Installs the lab's system packages when missing (idempotent; needs root).
+# Installs the lab's system packages when missing (idempotent; needs root). Packages that ship a service
+# (prometheus, node_exporter, sshd) must not start it on this machine (it would listen on every address): a
+# policy-rc.d that denies starts is put in place for the install when the machine has none.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "make: need root to install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
 	  echo "installing:$$missing"; \
+	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d && guard=1; fi; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+	  if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
 	fi
 
 demo: venv system-deps
@@ -43,11 +49,17 @@ vllm: venv
 
 test: venv system-deps vllm
 	$(BIN)/python -m pytest -q tests/unit
+	$(MAKE) --no-print-directory monitoring-check
 	$(BIN)/knobfleet lab down
 	$(BIN)/python -m pytest -q tests/integration
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# The shipped Prometheus rules (monitoring/): syntax, then their unit tests (alerts fire and resolve as written).
+monitoring-check: system-deps
+	promtool check rules monitoring/rules/*.yml
+	cd monitoring/tests && promtool test rules *.test.yml
 
 # Mutation testing of the pure core (tools/mutation.py, mutmut; [tool.mutmut] in pyproject.toml): every mutant
 # runs the unit tests that call the mutated function, two at a time. Last line: "mutation score: N%".

@@ -347,8 +347,9 @@ def rollback_report(outcomes: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def prometheus(verdicts: list[HostVerdict]) -> str:
-    """Prometheus textfile-collector format."""
+def prometheus(verdicts: list[HostVerdict], now: float | None = None) -> str:
+    """Prometheus textfile-collector format; ``now`` (Unix time of the run) adds
+    ``knobfleet_drift_last_run_timestamp_seconds``, which the shipped KnobfleetDriftCheckStale alert watches."""
 
     def esc(v: object) -> str:
         return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -381,4 +382,10 @@ def prometheus(verdicts: list[HostVerdict]) -> str:
         lines.append(
             f'knobfleet_probe_success{{host="{esc(v.host)}"}} {0 if v.status in ("unreachable", "error") else 1}'
         )
+    if now is not None:
+        lines += [
+            "# HELP knobfleet_drift_last_run_timestamp_seconds When the drift run that wrote this file ended.",
+            "# TYPE knobfleet_drift_last_run_timestamp_seconds gauge",
+            f"knobfleet_drift_last_run_timestamp_seconds {now:.3f}",
+        ]
     return "\n".join(lines) + "\n"

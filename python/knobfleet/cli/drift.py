@@ -55,7 +55,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     summary = verify.summary(verdicts)
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
-        drift.write_atomic(Path(args.prom), report.prometheus(verdicts))
+        import time
+
+        drift.write_atomic(Path(args.prom), report.prometheus(verdicts, now=time.time()))
     testinfra_rc = None
     if getattr(args, "testinfra", False):
         testinfra_rc = drift.run_testinfra(inventory, args.limit, quiet=not text)
