@@ -20,6 +20,14 @@ def _notes(notes: list[str]) -> None:
         sys.stderr.write(f"{note}\n")
 
 
+def paths_display(path: object) -> str:
+    from pathlib import Path
+
+    from knobfleet import paths
+
+    return paths.display(Path(str(path)))
+
+
 def cmd_lab_up(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.lab.nspawn import Lab
@@ -33,6 +41,14 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
         _notes(lab.notes)
     took = time.monotonic() - started
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
+    if args.monitoring:
+        from knobfleet.lab import monitoring
+
+        url = monitoring.start_for_lab(lab)
+        _out(
+            f"lab: Prometheus {url} (node_exporter on each host; drift textfile: "
+            f"`knobfleet drift --prom {paths_display(monitoring.textfile_dir(lab.dir) / 'knobfleet.prom')}`)"
+        )
     _out(
         f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
         f"inventory: {'inventories/lab' if args.n == 3 and not vllm else lab.dir / 'inventory'}"
@@ -114,6 +130,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         metavar="HOSTS",
         help="hosts that run real vLLM (CPU build, tiny local model) instead of the stand-in, e.g. lab3 "
         "(installs vLLM once into /var/cache/knobfleet: ~2 min, 3.4 GB)",
+    )
+    p.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also start Prometheus on 127.0.0.1:19090 (scraping every engine, node_exporter on each host and "
+        "the controller's drift textfile) with the shipped alert rules",
     )
     p.set_defaults(func=cmd_lab_up)
     p = lsub.add_parser("down", help="stop every lab host; leave no mounts or processes")

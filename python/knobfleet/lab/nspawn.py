@@ -395,6 +395,9 @@ class Lab:
 
     def down(self) -> list[str]:
         """Stop every lab host found; leave no mounts and no processes behind."""
+        from knobfleet.lab import monitoring
+
+        monitoring.stop(self.dir)
         stopped = []
         hosts = self.known()
         for host in hosts:

@@ -1,0 +1,68 @@
+"""A real Prometheus in front of the lab: it scrapes every engine, each host's node_exporter and the controller's
+drift textfile, and the shipped drift alert fires on a hand edit and resolves after the repair."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from knobfleet.lab import monitoring
+from knobfleet.telemetry.prom import Prometheus
+from tests.integration.conftest import Fleet, boot_fleet, wait_until
+
+SCRIPT = "/root/serve_dsv4_decode.sh"
+
+
+@pytest.fixture(scope="module")
+def watched(lab_state: Path) -> Iterator[tuple[Fleet, Prometheus]]:
+    fleet = boot_fleet(lab_state, 2)
+    monitoring.start_for_lab(fleet.lab)
+    try:
+        yield fleet, Prometheus(monitoring.prometheus_url())
+    finally:
+        fleet.lab.down()
+        assert not monitoring.running(fleet.lab.dir)
+
+
+def _up(prom: Prometheus) -> dict[tuple[str, str], float]:
+    return {(s.labels["job"], s.labels["host"]): s.value for s in prom.query("up")}
+
+
+def test_prometheus_scrapes_engines_nodes_and_the_controller(watched: tuple[Fleet, Prometheus]) -> None:
+    _, prom = watched
+    want = {("engine", "lab1"), ("engine", "lab2"), ("node", "lab1"), ("node", "lab2"), ("knobfleet", "controller")}
+    wait_until(lambda: {k for k, v in _up(prom).items() if v == 1} >= want, 30, "every target up")
+    running = prom.query("sglang:num_running_reqs")
+    assert {s.labels["host"] for s in running} == {"lab1", "lab2"}
+    # node_exporter answers from inside each host (its own hostname), not this machine's
+    names = {s.labels["host"]: s.labels.get("nodename") for s in prom.query("node_uname_info")}
+    assert names == {"lab1": "lab1", "lab2": "lab2"}
+
+
+def test_the_drift_alert_fires_on_a_hand_edit_and_resolves(watched: tuple[Fleet, Prometheus]) -> None:
+    fleet, prom = watched
+    textfile = monitoring.textfile_dir(fleet.lab.dir) / "knobfleet.prom"
+    fleet.knobfleet("apply", "ctas512", "--yes", check=True)
+
+    def drift_run() -> None:  # what the drift timer runs
+        fleet.knobfleet("drift", "--prom", str(textfile))
+
+    def alert_state() -> str | None:
+        drift_run()
+        found = [a for a in prom.alerts() if a.name == "KnobfleetDrift" and a.labels.get("host") == "lab2"]
+        return found[0].state if found else None
+
+    drift_run()
+    wait_until(lambda: bool(prom.query("knobfleet_drift_last_run_timestamp_seconds")), 30, "drift textfile scraped")
+    assert alert_state() is None
+    fleet.ssh("lab2", f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=640/' {SCRIPT}")
+    started = time.monotonic()
+    wait_until(lambda: alert_state() == "firing", 60, "KnobfleetDrift firing for lab2")
+    fired_after = time.monotonic() - started
+    assert not [a for a in prom.alerts() if a.labels.get("host") == "lab1"]
+    fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab2", check=True)
+    wait_until(lambda: alert_state() is None, 60, "KnobfleetDrift resolved for lab2")
+    print(f"drift alert fired {fired_after:.1f}s after the edit")
