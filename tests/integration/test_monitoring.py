@@ -66,3 +66,32 @@ def test_the_drift_alert_fires_on_a_hand_edit_and_resolves(watched: tuple[Fleet,
     fleet.knobfleet("apply", "ctas512", "--yes", "--limit", "lab2", check=True)
     wait_until(lambda: alert_state() is None, 60, "KnobfleetDrift resolved for lab2")
     print(f"drift alert fired {fired_after:.1f}s after the edit")
+
+
+def test_load_profile_measures_where_the_live_load_is(watched: tuple[Fleet, Prometheus]) -> None:
+    """A closed-loop load held at 56 then 72 requests in flight on lab1: the weights measured from Prometheus put
+    at least 80% of the mass in the 48-80 band, as the campaign assumed."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    fleet, _ = watched
+    started = time.time()
+    client = REPO / "roles" / "knob_bench" / "files" / "client.py"
+    subprocess.run(
+        [sys.executable, str(client), "--url", "http://127.0.1.1:30000", "--conc", "56,72", "--n-mult", "3",
+         "--max-tokens", "256", "--warmup", "0", "--timeout", "120", "--out", "/dev/null"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    window = f"{int(time.time() - started) + 2}s"
+    proc = fleet.knobfleet("load-profile", "--window", window, "--step", "1s", "--limit", "lab1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    weights = {int(b): w for b, w in doc["weights"].items()}
+    assert doc["engines"] == ["lab1"]
+    assert weights[48] + weights[64] + weights[80] >= 0.8, doc
+    text = fleet.knobfleet("load-profile", "--window", window, "--step", "1s", "--limit", "lab1")
+    assert text.returncode == 0 and text.stdout.splitlines()[-1].startswith("--weights 48="), text.stdout
+    print(text.stdout)

@@ -18,7 +18,19 @@ from knobfleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
 
 Handler = Callable[[argparse.Namespace], int]
 # The flat registry: command modules in the order `knobfleet --help` lists them.
-COMMANDS = ("init", "profiles", "catalog", "render", "apply", "drift", "history", "bench", "kernel", "lab")
+COMMANDS = (
+    "init",
+    "profiles",
+    "catalog",
+    "render",
+    "apply",
+    "drift",
+    "history",
+    "bench",
+    "telemetry",
+    "kernel",
+    "lab",
+)
 # Commands whose module is registered alone when they are the command run: the read path (drift, verify) then
 # loads no other command's module (the kernel commands alone cost ~17 ms). `--help` lists every command.
 ALONE = {"drift": "drift", "verify": "drift"}
@@ -40,6 +52,7 @@ environment:
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
   KNOBFLEET_INVENTORY_CACHE=0                            re-read the inventory and host views every time
   KNOBFLEET_VLLM_CACHE                                   where the lab's real vLLM is installed (/var/cache/knobfleet)
+  KNOBFLEET_PROMETHEUS                                   load-profile's --prometheus
   ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
 
 shell completion: pip install 'knobfleet[completion]'; eval "$(register-python-argcomplete knobfleet)"

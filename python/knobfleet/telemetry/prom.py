@@ -90,6 +90,16 @@ class Prometheus:
             raise PromError(f"{self.url}: query {expr!r} gave a {kind}, expected an instant vector")
         return [Sample(dict(r.get("metric", {})), float(r["value"][1])) for r in result]
 
+    def query_range(
+        self, expr: str, start: float, end: float, step_s: float
+    ) -> list[tuple[dict[str, str], list[float]]]:
+        """Each series of a range query with its values (timestamps dropped: the step is fixed)."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        data = self._api("/api/v1/query_range", params)
+        if data.get("resultType") != "matrix":
+            raise PromError(f"{self.url}: range query {expr!r} gave a {data.get('resultType')}, expected a matrix")
+        return [(dict(r.get("metric", {})), [float(v[1]) for v in r.get("values", [])]) for r in data["result"]]
+
     def alerts(self) -> list[Alert]:
         data = self._api("/api/v1/alerts")
         return [
