@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import model
+from .metrics import Metrics
 
+KV_TOKENS_PER_REQUEST = 1024  # generated tokens a request may hold beyond its context in the modelled KV pool
 if TYPE_CHECKING:
     from knobfleet.waves import Calibration
 
@@ -26,6 +28,8 @@ class Request:
     corrupt_at: int | None = None
     shared_batch: bool = False
     cond: threading.Condition = field(default_factory=threading.Condition)
+    arrived: float = field(default_factory=time.monotonic)
+    last_token_at: float | None = None
 
     @property
     def done(self) -> bool:
@@ -54,6 +58,7 @@ class Engine:
         self._drift = model.Drift(cfg.noise, random.Random(cfg.seed))
         self.last_gen_throughput = 0.0
         self.generated_tokens = 0
+        self.metrics = Metrics()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
@@ -73,10 +78,19 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def token_usage(self) -> float:
+        """Tokens the running requests hold in the modelled KV pool (``max_running`` requests at the longest
+        context the lab serves), as SGLang's ``token_usage``: used / total."""
+        batch = list(self._running)
+        used = sum(model.BASE_CONTEXT + len(r.tokens) for r in batch)
+        return min(1.0, used / (self.cfg.max_running * (model.BASE_CONTEXT + KV_TOKENS_PER_REQUEST)))
+
     def submit(self, prompt: str, max_tokens: int, ignore_eos: bool) -> Request:
         with self._lock:
             self._seq += 1
             req = Request(prompt, max(1, max_tokens), ignore_eos, self._seq)
+            self.metrics.request_started(len(prompt.split()))
             self._waiting.append(req)
             self._lock.notify_all()
         return req
@@ -134,7 +148,11 @@ class Engine:
             if delay > 0:
                 time.sleep(delay)
             finished = []
+            produced = time.monotonic()
             for req in batch:
+                first = req.last_token_at is None
+                self.metrics.token(produced - (req.arrived if first else req.last_token_at or produced), first)
+                req.last_token_at = produced
                 with req.cond:
                     req.tokens.append(self._token(req, len(req.tokens)))
                     if len(req.tokens) >= req.max_tokens:
@@ -143,6 +161,7 @@ class Engine:
                         req.finish_reason = "stop"
                     if req.done:
                         finished.append(req)
+                        self.metrics.request_finished(produced - req.arrived)
                     req.cond.notify_all()
             self.generated_tokens += len(batch)
             self.last_gen_throughput = len(batch) / step if step > 0 else 0.0

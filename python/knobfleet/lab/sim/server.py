@@ -151,17 +151,10 @@ class Handler(BaseHTTPRequestHandler):
             )
         elif path == "/metrics":
             eng = self.state.engine
-            lines = [
-                "# TYPE sglang:num_running_reqs gauge",
-                f"sglang:num_running_reqs {eng.num_running}",
-                "# TYPE sglang:num_queue_reqs gauge",
-                f"sglang:num_queue_reqs {eng.num_waiting}",
-                "# TYPE sglang:gen_throughput gauge",
-                f"sglang:gen_throughput {eng.last_gen_throughput:.3f}",
-                "# TYPE sglang:generation_tokens_total counter",
-                f"sglang:generation_tokens_total {eng.generated_tokens}",
-            ]
-            self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
+            text = eng.metrics.exposition(
+                self.state.model_name, eng.num_running, eng.num_waiting, eng.last_gen_throughput, eng.token_usage
+            )
+            self._send(200, text.encode(), "text/plain; version=0.0.4")
         else:
             self._json(404, {"error": {"message": f"no route {path}"}})
 

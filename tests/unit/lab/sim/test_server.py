@@ -230,3 +230,28 @@ def test_chat_rejects_bad_requests_with_400(server: tuple[str, State], body: dic
 def test_chat_is_503_until_ready(server: tuple[str, State]) -> None:
     url, _ = server
     assert post_status(url + "/v1/chat/completions", {"messages": MESSAGES})[0] == 503
+
+
+def test_metrics_record_what_the_engine_served(server: tuple[str, State]) -> None:
+    """After two requests (12 and 5 tokens), /metrics holds exactly what happened: 2 first tokens, 15 later
+    tokens, 2 finished requests, their prompt words, and latencies summed from the engine's own clock."""
+    url, state = server
+    state.ready.set()
+    post(url + "/v1/completions", {"prompt": "a b c", "max_tokens": 12, "ignore_eos": True, "stream": True})
+    post(url + "/v1/completions", {"prompt": "d e", "max_tokens": 5, "ignore_eos": True})
+    text = get(url + "/metrics")[1].decode()
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"
+    }
+    m = 'model_name="' + state.model_name + '"'
+    assert values[f"sglang:generation_tokens_total{{{m}}}"] == 17
+    assert values[f"sglang:prompt_tokens_total{{{m}}}"] == 5
+    assert values[f"sglang:num_requests_total{{{m}}}"] == 2
+    assert values[f"sglang:time_to_first_token_seconds_count{{{m}}}"] == 2
+    assert values[f"sglang:inter_token_latency_seconds_count{{{m}}}"] == 15
+    assert values[f"sglang:e2e_request_latency_seconds_count{{{m}}}"] == 2
+    e2e = values[f"sglang:e2e_request_latency_seconds_sum{{{m}}}"]
+    ttft = values[f"sglang:time_to_first_token_seconds_sum{{{m}}}"]
+    itl = values[f"sglang:inter_token_latency_seconds_sum{{{m}}}"]
+    assert e2e == pytest.approx(ttft + itl, rel=1e-6)  # each request's end-to-end = first token + the gaps after
+    assert values[f"sglang:num_running_reqs{{{m}}}"] == 0 and values[f"sglang:token_usage{{{m}}}"] == 0
