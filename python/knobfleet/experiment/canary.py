@@ -1,0 +1,196 @@
+"""Pure: judge a canary on live traffic, window by window (``knobfleet canary``).
+
+A canary subset runs the new profile and an equal baseline subset runs the current one, both restarted at the
+same time so both are equally fresh (Kayenta's practice). Prometheus gives, per host and window (within one
+process lifetime, so counters never reset inside a window):
+
+- ``tput``: output tokens/s per running request, ``rate(generation_tokens_total) / avg(num_running_reqs)``
+  (higher is better; per running request so an uneven router split does not look like a faster engine);
+- ``itl``: mean inter-token latency, ``rate(_sum) / rate(_count)`` (exact, unlike quantiles from buckets);
+- ``ttft``: mean time to first token, the same way;
+- ``errors`` and ``requests`` from the router.
+
+Each window gives one paired observation per metric, x = ln(canary mean / baseline mean), signed so that
+positive is better. The rule is ``ab``'s sequential rule (``experiment.stats``): after ``min_windows``, each
+metric's interval uses a Bonferroni z over the looks still possible and over the metrics, so peeking every window
+keeps the false-rollback rate of an identical profile at most ``alpha`` overall:
+
+- any metric significantly worse on the canaries (its interval entirely below 0) by more than ``min_effect``
+  (its estimate below ln(1 - min_effect)), or a canary error rate significantly above the baseline's →
+  **rollback** at once: a profile that is measurably worse on live traffic does not spread;
+- every metric's interval above ln(1 - max_regression): the canary is shown to be no worse than the margin on
+  anything (non-inferiority) → **promote**;
+- otherwise another window, up to ``max_windows``; then **inconclusive** (the canaries are rolled back: an
+  unproven profile does not spread).
+
+Too little traffic in a window (fewer than ``min_requests`` per side) makes the window not count, and the answer
+says how many requests there were and how many are needed. perf/canary_quality.py measures the false-rollback
+rate of A/A canaries and the power against real changes at the lab's noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from knobfleet.experiment import stats
+
+METRICS: dict[str, bool] = {"tput": True, "itl": False, "ttft": False}  # name -> higher is better
+PRIMARY = "tput"
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_regression: float = 0.03
+    min_effect: float = 0.01  # a worse metric smaller than this is not a reason to roll back
+    min_windows: int = 3
+    max_windows: int = 12
+    # Nominal false-rollback rate over all looks and metrics. Measured at the lab's drift it comes out about twice
+    # nominal (few windows, correlated windows), so the default sits at a tenth of the 1% target.
+    alpha: float = 0.001
+    min_requests: int = 20  # finished requests per side in a window for it to count
+    metrics: tuple[str, ...] = ("tput", "itl")  # ttft is queueing-dominated: report it, judge on it only if asked
+    prior_rho: float = 0.3  # lag-1 correlation of 60 s windows under the lab's drift (perf/canary_quality.py)
+    prior_weight: float = 8.0
+
+    def z(self) -> float:
+        looks = max(1, self.max_windows - self.min_windows + 1)
+        return stats.normal_quantile(1 - self.alpha / (looks * len(self.metrics)))
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window's per-host values: metric -> host -> value; requests and errors per side."""
+
+    canary: Mapping[str, Mapping[str, float]]
+    baseline: Mapping[str, Mapping[str, float]]
+    canary_requests: int
+    baseline_requests: int
+    canary_errors: int = 0
+    baseline_errors: int = 0
+
+
+@dataclass
+class Verdict:
+    verdict: str  # continue | promote | rollback | inconclusive
+    reason: str
+    windows: int  # windows that counted
+    skipped: int = 0
+    intervals: dict[str, stats.Interval] = field(default_factory=dict)
+
+    @property
+    def final(self) -> bool:
+        return self.verdict != "continue"
+
+
+def _pct(x: float) -> str:
+    return f"{(math.exp(x) - 1) * 100:+.1f}%"
+
+
+def observation(w: Window, metric: str) -> float:
+    """ln(canary / baseline) of the per-side mean, signed so that positive is better."""
+    c, b = w.canary.get(metric, {}), w.baseline.get(metric, {})
+    if not c or not b:
+        raise ValueError(f"{metric}: no value on the {'canary' if not c else 'baseline'} side")
+    cm, bm = sum(c.values()) / len(c), sum(b.values()) / len(b)
+    if cm <= 0 or bm <= 0:
+        raise ValueError(f"{metric}: values must be > 0 (canary {cm}, baseline {bm})")
+    x = math.log(cm / bm)
+    return x if METRICS[metric] else -x
+
+
+def lag1(xs: Sequence[float]) -> float | None:
+    """Lag-1 autocorrelation of ``xs`` (None with fewer than 3 values or no spread)."""
+    if len(xs) < 3:
+        return None
+    m = sum(xs) / len(xs)
+    den = sum((x - m) ** 2 for x in xs)
+    if den <= 0:
+        return None
+    return sum((a - m) * (b - m) for a, b in itertools.pairwise(xs)) / den
+
+
+def interval(xs: Sequence[float], z: float, s: Settings) -> stats.Interval:
+    """``stats.interval`` with the sd inflated for the correlation between consecutive windows.
+
+    Live traffic drifts slowly: a window that ran fast is followed by one that runs fast, so n windows hold less
+    than n independent observations. With lag-1 autocorrelation rho the variance of the mean grows by about
+    (1 + rho) / (1 - rho) (an AR(1) process). rho is measured from the windows, shrunk toward ``prior_rho`` by
+    ``prior_weight`` pseudo-windows and kept in [0, 0.8], so a few lucky windows cannot make it look independent.
+    """
+    base = stats.interval(xs, z)
+    r = lag1(xs)
+    n = len(xs) - 1 if r is not None else 0
+    rho = ((r or 0.0) * n + s.prior_rho * s.prior_weight) / (n + s.prior_weight)
+    rho = min(0.8, max(0.0, rho))
+    sigma = base.sigma * math.sqrt((1 + rho) / (1 - rho))
+    half = z * sigma / math.sqrt(len(xs))
+    return stats.Interval(base.estimate, base.estimate - half, base.estimate + half, len(xs), sigma)
+
+
+def _error_excess(windows: Sequence[Window], z: float) -> str | None:
+    """A two-proportion test of canary vs baseline error rates over all windows."""
+    cr = sum(w.canary_requests for w in windows)
+    br = sum(w.baseline_requests for w in windows)
+    ce = sum(w.canary_errors for w in windows)
+    be = sum(w.baseline_errors for w in windows)
+    if cr == 0 or br == 0 or ce == 0:
+        return None
+    p = (ce + be) / (cr + br)
+    se = math.sqrt(max(p * (1 - p) * (1 / cr + 1 / br), 1e-12))
+    if (ce / cr - be / br) / se > z:
+        return (
+            f"the canaries failed {ce} of {cr} requests ({ce / cr:.2%}) against {be} of {br} ({be / br:.2%}) on the "
+            "baseline"
+        )
+    return None
+
+
+def judge(windows: Sequence[Window], s: Settings = Settings()) -> Verdict:
+    """The verdict after ``windows`` (oldest first)."""
+    counted = [w for w in windows if min(w.canary_requests, w.baseline_requests) >= s.min_requests]
+    skipped = len(windows) - len(counted)
+    z = s.z()
+    excess = _error_excess(windows, z)
+    if excess:
+        return Verdict("rollback", excess, len(counted), skipped)
+    if not counted:
+        last = windows[-1] if windows else None
+        have = min(last.canary_requests, last.baseline_requests) if last else 0
+        reason = f"too little traffic for a verdict: {have} requests in window, need {s.min_requests}"
+        verdict = "inconclusive" if len(windows) >= s.max_windows else "continue"
+        return Verdict(verdict, reason, 0, skipped)
+    intervals = {m: interval([observation(w, m) for w in counted], z, s) for m in s.metrics}
+    v = Verdict("continue", "", len(counted), skipped, intervals)
+    limit = math.log1p(-s.max_regression)
+    if len(counted) < s.min_windows:
+        v.reason = f"{len(counted)} of at least {s.min_windows} windows"
+        return v
+    floor = math.log1p(-s.min_effect)
+    worse = [m for m, iv in intervals.items() if iv.high < 0 and iv.estimate < floor]
+    if worse:
+        m = worse[0]
+        iv = intervals[m]
+        v.verdict = "rollback"
+        v.reason = (
+            f"{m} is {_pct(iv.estimate)} on the canaries ({_pct(iv.low)} to {_pct(iv.high)}): significantly worse"
+        )
+        return v
+    if all(iv.low > limit for iv in intervals.values()):
+        primary = intervals[s.metrics[0]]
+        v.verdict = "promote"
+        v.reason = (
+            f"{s.metrics[0]} {_pct(primary.estimate)} ({_pct(primary.low)} to {_pct(primary.high)}) and no metric "
+            f"beyond the {s.max_regression:.0%} regression limit after {len(counted)} windows"
+        )
+        return v
+    if len(counted) >= s.max_windows:
+        v.verdict = "inconclusive"
+        v.reason = "after {} windows: {}; not certain either way, so the canaries go back".format(
+            len(counted), ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in intervals.items())
+        )
+        return v
+    v.reason = ", ".join(f"{m} {_pct(iv.estimate)} ({_pct(iv.low)} to {_pct(iv.high)})" for m, iv in intervals.items())
+    return v
