@@ -63,6 +63,23 @@ class Histogram:
         return out
 
 
+def process_start_time() -> float:
+    """This process's start (Unix seconds), as prometheus_client's process collector reports it: what tells a
+    window that spans a restart (counters reset there) from one that does not."""
+    import os
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        import time
+
+        return time.time()
+
+
 class Metrics:
     """What the stand-in records while it serves; ``exposition`` renders it with the engine's gauges."""
 
@@ -79,6 +96,7 @@ class Metrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests = 0
+        self.started = process_start_time()
         self._lock = threading.Lock()
 
     def request_started(self, prompt_tokens: int) -> None:
@@ -112,6 +130,9 @@ class Metrics:
             *metric("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", prompt),
             *metric("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", generated),
             *metric("sglang:num_requests_total", "counter", "Number of requests processed.", requests),
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
+            "# TYPE process_start_time_seconds gauge",
+            f"process_start_time_seconds {self.started:.2f}",
             *self.ttft.lines(labels),
             *self.itl.lines(labels),
             *self.e2e.lines(labels),

@@ -76,3 +76,14 @@ def test_count_equals_observations_and_buckets_never_decrease(values: list[float
     counts = [float(line.rsplit(" ", 1)[1]) for line in h.lines("")[2:-2]]
     assert counts == sorted(counts) and counts[-1] == len(values)
     assert h.sum == pytest.approx(sum(values))
+
+
+def test_process_start_time_is_this_process_start() -> None:
+    import time
+
+    from knobfleet.lab.sim.metrics import process_start_time
+
+    started = process_start_time()
+    assert time.time() - 24 * 3600 * 365 < started <= time.time()
+    text = Metrics().exposition("m", 0, 0, 0.0, 0.0)
+    assert f"process_start_time_seconds {started:.2f}" in text.splitlines()
