@@ -1,0 +1,113 @@
+"""Pure: the cross-rank rule of an engine group. Each host's own rule (``live.verify``) proves that host runs
+its generation; this one proves the ranks of one engine agree with each other, which a host alone cannot show
+(a hand edit on one rank, then "verified" alone, is still a mismatch).
+
+Compared, rank by rank against rank 0 (prefill/decode groups: within a role, plus the settings both roles must
+share): every env var but the group's ``may_differ`` list, every launch flag but the per-rank ones, the model
+path and the engine version. A rank whose engine process is not alive and joined is reported too: SGLang's
+followers run a dummy health server that answers 200 whatever the engine does, so their health proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from knobfleet.fleet.groups import PER_RANK_FLAGS, EngineGroup, Member
+
+GROUP_MISMATCH = "group_mismatch"
+GROUP_RANK_DOWN = "group_rank_down"
+# What a prefill and a decode server of one pair must share (a different TP or model crashes or hangs the pair).
+PD_SHARED_FLAGS = ("tp-size", "tensor-parallel-size", "page-size", "kv-cache-dtype", "disaggregation-transfer-backend")
+
+
+@dataclass(frozen=True)
+class RankState:
+    """What was observed on one rank (from its probe)."""
+
+    env: Mapping[str, str]
+    flags: Mapping[str, str | bool]
+    model_path: str | None
+    engine_version: str | None
+    alive: bool = True  # the engine's main process runs (not stopped, not a zombie)
+    joined: bool | None = None  # rank 0's report that this rank joined (None: not reported)
+    unreadable: tuple[str, ...] = field(default=())  # what could not be read on this rank
+
+
+def _show(v: Any) -> str:
+    return "unset" if v is None else repr(v)
+
+
+def _label(m: Member) -> str:
+    return f"rank {m.rank} ({m.host})" if m.role == "rank" else f"{m.role} {m.rank} ({m.host})"
+
+
+def _compare(
+    group: EngineGroup, ref: Member, other: Member, a: RankState, b: RankState, flags: tuple[str, ...] | None
+) -> list[dict[str, Any]]:
+    out = []
+
+    def finding(name: str, what: str, expected: Any, actual: Any) -> None:
+        out.append(
+            {
+                "kind": GROUP_MISMATCH,
+                "host": other.host,
+                "name": name,
+                "expected": expected,
+                "actual": actual,
+                "message": (
+                    f"group {group.name}: {_label(other)} {what} {name}: {_label(ref)} has {_show(expected)}, "
+                    f"{_label(other)} has {_show(actual)}"
+                ),
+            }
+        )
+
+    if flags is None:  # same role: everything but the allow-list
+        for name in sorted(set(a.env) | set(b.env)):
+            if name not in group.may_differ and a.env.get(name) != b.env.get(name):
+                finding(name, "env", a.env.get(name), b.env.get(name))
+        names = sorted((set(a.flags) | set(b.flags)) - set(PER_RANK_FLAGS))
+    else:
+        names = [f for f in flags if f in a.flags or f in b.flags]
+    for name in names:
+        if a.flags.get(name) != b.flags.get(name):
+            finding(f"--{name}", "flag", a.flags.get(name), b.flags.get(name))
+    if a.model_path != b.model_path:
+        finding("model path", "has", a.model_path, b.model_path)
+    if a.engine_version != b.engine_version:
+        finding("engine version", "runs", a.engine_version, b.engine_version)
+    return out
+
+
+def check(group: EngineGroup, observed: Mapping[str, RankState]) -> list[dict[str, Any]]:
+    """Findings of ``group`` from each member's observed state (a member missing from ``observed`` was not
+    reached: the per-host check reports that)."""
+    out: list[dict[str, Any]] = []
+    for m in group.members:
+        s = observed.get(m.host)
+        if s is None:
+            continue
+        if not s.alive or s.joined is False:
+            why = "its engine process is not running" if not s.alive else f"{_label(group.head)} reports it absent"
+            out.append(
+                {
+                    "kind": GROUP_RANK_DOWN,
+                    "host": m.host,
+                    "message": f"group {group.name}: {_label(m)} is down: {why} (its health endpoint proves nothing)",
+                }
+            )
+    roles = ("rank",) if group.kind == "tp" else ("prefill", "decode")
+    refs: dict[str, Member] = {}
+    for role in roles:
+        same = [m for m in group.members if m.role == role and m.host in observed]
+        if not same:
+            continue
+        ref = same[0]
+        refs[role] = ref
+        for other in same[1:]:
+            out += _compare(group, ref, other, observed[ref.host], observed[other.host], None)
+    if group.kind == "pd" and len(refs) == 2:
+        p, d = refs["prefill"], refs["decode"]
+        out += _compare(group, p, d, observed[p.host], observed[d.host], PD_SHARED_FLAGS)
+    return out

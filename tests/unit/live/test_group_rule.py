@@ -1,0 +1,122 @@
+"""The cross-rank rule: every single-rank mismatch is found, allow-listed differences are not, and a follower
+whose process is down is reported though its health endpoint answers 200."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from knobfleet.fleet.groups import parse
+from knobfleet.live.groups import GROUP_MISMATCH, GROUP_RANK_DOWN, RankState, check
+
+ADDR = {f"lab{i}": f"127.0.1.{i}" for i in range(1, 5)}
+TP = parse({"a": {"members": {"lab1": 0, "lab2": 1}}}, ADDR)[0]
+PD = parse({"p": {"kind": "pd", "members": {"lab3": "prefill", "lab4": "decode"}}}, ADDR)[0]
+
+BASE = RankState(
+    env={
+        "SGLANG_SM120_MMA_TARGET_CTAS": "512",
+        "SGLANG_SM120_MMA_BLOCK_H": "32",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+        "QUANT_CONFIG": "fp8",
+    },
+    flags={"tp-size": "8", "nnodes": "2", "node-rank": "0", "dist-init-addr": "127.0.1.1:5000", "host": "127.0.1.1"},
+    model_path="/models/dsv4",
+    engine_version="0.5.23",
+)
+
+
+def _env(**kv: str | None) -> RankState:
+    env = dict(BASE.env)
+    for k, v in kv.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return replace(BASE, env=env)
+
+
+def _flags(**kv: Any) -> RankState:
+    flags = dict(BASE.flags)
+    for k, v in kv.items():
+        k = k.replace("_", "-")
+        if v is None:
+            flags.pop(k, None)
+        else:
+            flags[k] = v
+    return replace(BASE, flags=flags)
+
+
+FOLLOWER_OK = _flags(node_rank="1", host="127.0.1.2")
+MISMATCHES = [
+    ("env knob value", _env(SGLANG_SM120_MMA_TARGET_CTAS="768"), "SGLANG_SM120_MMA_TARGET_CTAS"),
+    ("env knob unset on the follower", _env(SGLANG_SM120_MMA_BLOCK_H=None), "SGLANG_SM120_MMA_BLOCK_H"),
+    ("quant config on the head only", _env(QUANT_CONFIG=None), "QUANT_CONFIG"),
+    ("an extra env var on the follower", _env(SGLANG_ENABLE_TORCH_COMPILE="1"), "SGLANG_ENABLE_TORCH_COMPILE"),
+    ("env value case", _env(QUANT_CONFIG="FP8"), "QUANT_CONFIG"),
+    ("env value trailing space", _env(QUANT_CONFIG="fp8 "), "QUANT_CONFIG"),
+    ("tp size", _flags(node_rank="1", tp_size="4"), "--tp-size"),
+    ("nnodes", _flags(node_rank="1", nnodes="3"), "--nnodes"),
+    ("dist-init-addr", _flags(node_rank="1", dist_init_addr="127.0.1.2:5000"), "--dist-init-addr"),
+    ("a boolean flag on one rank", _flags(node_rank="1", disable_overlap_schedule=True), "--disable-overlap-schedule"),
+    ("a flag missing on one rank", _flags(node_rank="1", tp_size=None), "--tp-size"),
+    ("attention backend", _flags(node_rank="1", attention_backend="triton"), "--attention-backend"),
+    ("kv cache dtype", _flags(node_rank="1", kv_cache_dtype="fp8_e5m2"), "--kv-cache-dtype"),
+    ("quantization flag", _flags(node_rank="1", quantization="fp8"), "--quantization"),
+    ("model path", replace(FOLLOWER_OK, model_path="/models/dsv4-old"), "model path"),
+    ("model path unset", replace(FOLLOWER_OK, model_path=None), "model path"),
+    ("engine version (package file)", replace(FOLLOWER_OK, engine_version="0.5.22"), "engine version"),
+    ("engine version unreadable", replace(FOLLOWER_OK, engine_version=None), "engine version"),
+    ("mem fraction", _flags(node_rank="1", mem_fraction_static="0.8"), "--mem-fraction-static"),
+    ("chunked prefill", _flags(node_rank="1", chunked_prefill_size="4096"), "--chunked-prefill-size"),
+    ("max running requests", _flags(node_rank="1", max_running_requests="64"), "--max-running-requests"),
+    ("ep size", _flags(node_rank="1", ep_size="8"), "--ep-size"),
+]
+ALLOWED = [
+    ("NIC name", _env(NCCL_SOCKET_IFNAME="eth1")),
+    ("visible devices", _env(CUDA_VISIBLE_DEVICES="4,5,6,7")),
+    ("gloo NIC set on one rank only", _env(GLOO_SOCKET_IFNAME="eth1")),
+    ("its own listen address and rank", FOLLOWER_OK),
+    ("headless follower", _flags(node_rank="1", headless=True)),
+]
+
+
+@pytest.mark.parametrize(("what", "follower", "name"), MISMATCHES, ids=[m[0] for m in MISMATCHES])
+def test_every_single_rank_mismatch_is_found(what: str, follower: RankState, name: str) -> None:
+    findings = check(TP, {"lab1": BASE, "lab2": follower})
+    assert [(f["kind"], f["host"], f["name"]) for f in findings] == [(GROUP_MISMATCH, "lab2", name)], what
+    assert findings[0]["message"].startswith("group a: rank 1 (lab2) ")
+    assert "rank 0 (lab1) has" in findings[0]["message"]
+
+
+@pytest.mark.parametrize(("what", "follower"), ALLOWED, ids=[a[0] for a in ALLOWED])
+def test_allow_listed_differences_are_not_findings(what: str, follower: RankState) -> None:
+    assert check(TP, {"lab1": BASE, "lab2": follower}) == [], what
+
+
+def test_the_detection_rate_over_the_injected_mismatches() -> None:
+    found = sum(bool(check(TP, {"lab1": BASE, "lab2": f})) for _, f, _ in MISMATCHES)
+    false = sum(bool(check(TP, {"lab1": BASE, "lab2": f})) for _, f in ALLOWED)
+    assert (found, len(MISMATCHES), false) == (len(MISMATCHES), 22, 0)
+
+
+def test_a_down_follower_is_reported_whatever_its_health_says() -> None:
+    stopped = replace(FOLLOWER_OK, alive=False)
+    (f,) = check(TP, {"lab1": BASE, "lab2": stopped})
+    assert f["kind"] == GROUP_RANK_DOWN
+    assert f["message"] == (
+        "group a: rank 1 (lab2) is down: its engine process is not running (its health endpoint proves nothing)"
+    )
+    absent = replace(FOLLOWER_OK, joined=False)
+    assert "rank 0 (lab1) reports it absent" in check(TP, {"lab1": BASE, "lab2": absent})[0]["message"]
+
+
+def test_prefill_and_decode_share_only_what_the_pair_needs() -> None:
+    prefill = _flags(chunked_prefill_size="8192", disaggregation_mode="prefill")
+    decode = _flags(disaggregation_mode="decode")
+    assert check(PD, {"lab3": prefill, "lab4": decode}) == []
+    (f,) = check(PD, {"lab3": prefill, "lab4": replace(decode, flags={**decode.flags, "tp-size": "4"})})
+    assert f["message"] == "group p: decode 0 (lab4) flag --tp-size: prefill 0 (lab3) has '8', decode 0 (lab4) has '4'"
