@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from knobfleet import paths
 from knobfleet.errors import LabError
-from knobfleet.telemetry.promconfig import Settings, Target, engine_target, node_target, render
+from knobfleet.telemetry.promconfig import Settings, Target, drift_target, engine_target, node_target, render
 
 if TYPE_CHECKING:
     from knobfleet.lab.nspawn import Lab
@@ -73,7 +73,7 @@ def targets(engines: list[Endpoint], node_hosts: list[tuple[str, str]], extra: S
     (the router's metrics port when the lab has one)."""
     out = [engine_target(e.host, e.address, e.port, e.engine) for e in engines]
     out += [node_target(name, address, NODE_PORT) for name, address in node_hosts]
-    out.append(Target("knobfleet", CONTROLLER_NODE_LISTEN, "controller"))
+    out.append(drift_target(CONTROLLER_NODE_LISTEN))
     return out + list(extra)
 
 

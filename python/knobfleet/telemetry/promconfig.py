@@ -32,6 +32,9 @@ class Target:
     host: str  # the inventory host (label ``host``)
     labels: dict[str, str] = field(default_factory=dict)
     path: str = "/metrics"
+    # The series carry their own ``host`` label (knobfleet's drift textfile names the fleet's hosts): keep it,
+    # and give the target no ``host`` label of its own (Prometheus would rename theirs to ``exported_host``).
+    honor_labels: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ def scrape_configs(targets: Iterable[Target], settings: Settings = Settings()) -
     """One scrape job per (job, metrics path), targets sorted; a duplicate address in one job is an error."""
     jobs: dict[tuple[str, str], list[dict[str, object]]] = {}
     seen: set[tuple[str, str]] = set()
+    honor: set[tuple[str, str]] = set()
     for t in targets:
         if not _JOB.fullmatch(t.job):
             raise ConfigError(f"{t.host}: job {t.job!r}: letters, digits, '_', '.' and '-' only")
@@ -73,19 +77,20 @@ def scrape_configs(targets: Iterable[Target], settings: Settings = Settings()) -
         if (t.job, address) in seen:
             raise ConfigError(f"{t.host}: {t.job} target {address} is listed twice")
         seen.add((t.job, address))
+        own = {} if t.honor_labels else {"host": t.host}
         jobs.setdefault((t.job, t.path), []).append(
-            {"targets": [address], "labels": {"host": t.host, **dict(sorted(t.labels.items()))}}
+            {"targets": [address], "labels": {**own, **dict(sorted(t.labels.items()))}}
         )
+        if t.honor_labels:
+            honor.add((t.job, t.path))
     out: list[dict[str, object]] = []
     for (job, path), groups in sorted(jobs.items()):
         name = job if sum(1 for j, _ in jobs if j == job) == 1 else f"{job}{path.replace('/', '_')}"
-        out.append(
-            {
-                "job_name": name,
-                "metrics_path": path,
-                "static_configs": sorted(groups, key=lambda g: (str(g["labels"]), str(g["targets"]))),
-            }
-        )
+        job_doc: dict[str, object] = {"job_name": name, "metrics_path": path}
+        if (job, path) in honor:
+            job_doc["honor_labels"] = True
+        job_doc["static_configs"] = sorted(groups, key=lambda g: (str(g["labels"]), str(g["targets"])))
+        out.append(job_doc)
     return out
 
 
@@ -111,3 +116,8 @@ def engine_target(host: str, address: str, port: int, engine: str | None) -> Tar
 
 def node_target(host: str, address: str, port: int = 9100) -> Target:
     return Target("node", f"{address}:{port}", host)
+
+
+def drift_target(address: str) -> Target:
+    """The node_exporter whose textfile collector exposes ``drift --prom``: its series name their hosts."""
+    return Target("knobfleet", address, "controller", honor_labels=True)

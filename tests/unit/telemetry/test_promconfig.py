@@ -11,7 +11,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knobfleet.telemetry.promconfig import ConfigError, Settings, Target, engine_target, node_target, render
+from knobfleet.telemetry.promconfig import (
+    ConfigError,
+    Settings,
+    Target,
+    drift_target,
+    engine_target,
+    node_target,
+    render,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,7 +29,7 @@ def _lab() -> list[Target]:
     for n in (1, 2, 3):
         out += [engine_target(f"lab{n}", f"127.0.1.{n}", 30000, None), node_target(f"lab{n}", f"127.0.1.{n}")]
     out.append(engine_target("lab4", "127.0.1.4", 8000, "vllm"))
-    out.append(Target("knobfleet", "127.0.0.1:9100", "controller"))
+    out.append(drift_target("127.0.0.1:9100"))
     return out
 
 
@@ -38,6 +46,9 @@ def test_one_job_per_kind_with_the_host_label() -> None:
     assert {"targets": ["127.0.1.4:8000"], "labels": {"host": "lab4", "engine": "vllm"}} in jobs["engine"][
         "static_configs"
     ]
+    assert jobs["knobfleet"]["honor_labels"] is True  # the drift textfile's own host labels stay host
+    assert jobs["knobfleet"]["static_configs"] == [{"targets": ["127.0.0.1:9100"], "labels": {}}]
+    assert "honor_labels" not in jobs["engine"]
     assert [g["targets"] for g in jobs["node"]["static_configs"]] == [
         ["127.0.1.1:9100"],
         ["127.0.1.2:9100"],
