@@ -148,6 +148,17 @@ def int_list(value: str) -> tuple[int, ...]:
     return out
 
 
+def checked(check: Callable[[str], object]) -> Callable[[str], str]:
+    """Validate with ``check`` while parsing, keep the text (the command parses it later)."""
+
+    def keep(value: str) -> str:
+        check(value)
+        return value
+
+    keep.__name__ = getattr(check, "__name__", "value")
+    return keep
+
+
 POSITIVE = integer(1)
 NON_NEGATIVE = integer(0)
 PERCENT = number(0.0, 100.0)

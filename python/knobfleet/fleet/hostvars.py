@@ -14,7 +14,6 @@ from knobfleet.errors import InventoryError
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
-from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
 
 # The one rule set (roles/knob_serve/vars/rules.json), shared with the role's preflight; always fullmatch():
 # `$` lets "\n" through.
@@ -275,6 +274,7 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
         data["profile"] = variables["knob_profile"]
     if "knob_engine" in variables:
         data["engine"] = variables["knob_engine"]
+
     def refuse(var: str, why: str) -> InventoryError:
         return InventoryError(f"{where}: host {host}: {var}: {why}; fix it in host_vars or group_vars")
 

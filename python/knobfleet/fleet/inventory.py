@@ -94,7 +94,9 @@ def check_sources(inventory: Path) -> str | None:
             if not stat.S_ISREG(entry_mode):
                 return f"{shown(str(path))}: {safefile.kind(entry_mode)}; inventory files must be regular files"
             name = path.name
-            vars_dir = root.name in ("group_vars", "host_vars") or "group_vars" in path.parts or "host_vars" in path.parts
+            vars_dir = (
+                root.name in ("group_vars", "host_vars") or "group_vars" in path.parts or "host_vars" in path.parts
+            )
             parsed = (path.suffix in _VARS_EXTS) if vars_dir else not name.endswith(_IGNORED_EXTS)
             files.append((path, parsed and not os.access(path, os.X_OK)))
     for path, parsed in files:

@@ -114,7 +114,7 @@ def test_the_role_refuses_what_the_controller_refuses(preflight_results: dict[st
 
 
 @pytest.mark.parametrize(
-    "host", [h for h, (o, n) in CASES.items() if n and "knob_serve_profile" not in o and "host_flag_reserved" != h]
+    "host", [h for h, (o, n) in CASES.items() if n and "knob_serve_profile" not in o and h != "host_flag_reserved"]
 )
 def test_the_controller_refuses_the_same_host_vars(host: str) -> None:
     overrides, _ = CASES[host]
