@@ -256,7 +256,7 @@ def _integer(value: object, var: str, refuse: Callable[[str, str], InventoryErro
         shown = "null" if value is None else str(value).lower()
         raise refuse(var, f"{shown} is not an integer; write a whole number such as 30000")
     if isinstance(value, str):
-        digits = value.strip()
+        digits = value
         if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
             raise refuse(var, f"{rules.shown(value)} is not an integer; write a whole number")
         return int(digits)
