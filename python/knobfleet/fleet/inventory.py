@@ -92,7 +92,8 @@ def check_sources(inventory: Path) -> str | None:
             if len(files) >= MAX_FILES:
                 return f"more than {MAX_FILES} files; point -i at the inventory itself"
             if not stat.S_ISREG(entry_mode):
-                return f"{shown(paths.display(path))}: {safefile.kind(entry_mode)}; inventory files must be regular files"
+                kind = safefile.kind(entry_mode)
+                return f"{shown(paths.display(path))}: {kind}; inventory files must be regular files"
             name = path.name
             vars_dir = (
                 root.name in ("group_vars", "host_vars") or "group_vars" in path.parts or "host_vars" in path.parts

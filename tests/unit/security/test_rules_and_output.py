@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from knobfleet import project, rules
 from knobfleet.cli import run
+from knobfleet.errors import KnobfleetError
 from knobfleet.fleet import hostvars
 from knobfleet.profiles import model
 from knobfleet.report import table, visible
@@ -116,7 +117,7 @@ def test_init_refuses_an_invisible_name(tmp_path: Path) -> None:
 def test_init_that_fails_part_way_removes_what_it_wrote(tmp_path: Path) -> None:
     target = tmp_path / "p"
     (target / "README.md").mkdir(parents=True)  # with --force, the write of README.md fails after others
-    with pytest.raises(Exception, match="README.md: is a directory"):
+    with pytest.raises(KnobfleetError, match=r"README\.md: is a directory"):
         project.init(target, name="p", force=True)
     assert sorted(p.name for p in target.iterdir()) == ["README.md"]
 
