@@ -172,7 +172,8 @@ def _unexpected(exc: Exception) -> int:
         where = f"; details in {crash}"
     except OSError:
         pass
-    sys.stderr.write(f"knobfleet: internal error: {type(exc).__name__}: {exc}{where} (re-run with --debug)\n")
+    text = _visible(f"{type(exc).__name__}: {exc}")
+    sys.stderr.write(f"knobfleet: internal error: {text}{where} (re-run with --debug)\n")
     return EXIT_ERROR
 
 

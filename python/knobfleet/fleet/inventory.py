@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knobfleet import __version__, paths
+from knobfleet import __version__, paths, safefile
 from knobfleet.errors import InventoryError
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
@@ -51,7 +51,10 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
     for f in files:
         if os.access(f, os.X_OK):
             return None  # an inventory script: its output is not in any file
-        data = f.read_bytes()
+        try:  # non-blocking and bounded: a FIFO or device is never read (read_hosts refuses it with one line)
+            data = safefile.read_bytes(f, MAX_FILE, "inventory file")
+        except safefile.FileRefused:
+            return None
         if _PLUGIN_SOURCE.search(data):
             return None  # an inventory plugin (cloud, constructed…): same
         h.update(f"\0{f.relative_to(root.parent)}\0{len(data)}\0".encode() + data)
@@ -70,7 +73,6 @@ def check_sources(inventory: Path) -> str | None:
     file under an inventory folder, and the group_vars/host_vars beside it) must be a readable regular file of
     at most 16 MiB, and the ones it parses as text valid UTF-8. A FIFO or a device is refused without opening it
     blocking. A missing inventory is left to ``read_hosts`` (its message has the hint)."""
-    from knobfleet import safefile
     from knobfleet.rules import shown
 
     try:

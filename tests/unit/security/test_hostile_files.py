@@ -264,3 +264,15 @@ def test_a_vault_password_file_from_the_environment_is_checked_too(
         f"{tmp_path}/zero: is a character device; a vault password file must be a regular file; "
         "fix --vault-password-file / --vault-id"
     )
+
+
+@pytest.mark.parametrize("command", [["drift"], ["history"]])
+def test_an_inventory_from_the_environment_is_checked_like_i(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from knobfleet.cli import run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOBFLEET_INVENTORY", str(fifo(tmp_path)))
+    assert run(command) == 1
+    assert capsys.readouterr().err == "fifo: is a FIFO (named pipe); an inventory must be a regular file or a folder\n"
