@@ -78,7 +78,7 @@ def preflight_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dic
         private_data_dir=str(work / "pd"),
         playbook=str(work / "play.yml"),
         inventory=str(work / "hosts.json"),
-        cmdline="--check",
+        cmdline=f"--check --forks {len(CASES)}",
         quiet=True,
         envvars={
             "PATH": f"{bindir}:{os.environ.get('PATH', '')}",
