@@ -12,11 +12,13 @@ any file changing. ``KNOBFLEET_INVENTORY_CACHE=0`` turns the cache off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -270,13 +272,19 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         vault_secrets(loader)
     except AnsibleError as exc:
         raise InventoryError(f"{where}: cannot read the vault password: {str(exc).splitlines()[0]}") from None
-    try:
-        manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    except AnsibleError as exc:
-        raise InventoryError(f"{where}: cannot parse inventory: {exc}") from None
+    check = f"check it with `ansible-inventory -i {where} --list`"
+    with _quiet_display() as parse_warnings:  # Ansible's parse warnings quote the file's lines: never shown
+        try:
+            manager = InventoryManager(loader=loader, sources=[str(inventory)])
+        except AnsibleError as exc:
+            line = re.search(r"line (\d+)", str(exc))
+            at = f" near line {line.group(1)}" if line else ""
+            raise InventoryError(f"{where}: cannot parse inventory{at}; {check}") from None
     if limit:
         manager.subset(limit)
     hosts = manager.get_hosts()
+    if not hosts and any("parse" in w for w in parse_warnings):
+        raise InventoryError(f"{where}: not a YAML or INI inventory Ansible can parse; {check}")
     if not hosts:
         what = f" matching --limit {limit!r}" if limit else ""
         raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
@@ -302,6 +310,24 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 ) from None
             raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
     return out, deterministic
+
+
+@contextlib.contextmanager
+def _quiet_display() -> Iterator[list[str]]:
+    """Collect (instead of printing) Ansible's warnings while an inventory is parsed: they quote file contents."""
+    from ansible.utils.display import Display
+
+    display = Display()
+    seen: list[str] = []
+
+    def collect(msg: str, formatted: bool = False, **_: Any) -> None:
+        seen.append(str(msg))
+
+    display.warning = collect
+    try:
+        yield seen
+    finally:
+        del display.warning
 
 
 def default() -> Path:

@@ -276,3 +276,37 @@ def test_an_inventory_from_the_environment_is_checked_like_i(
     monkeypatch.setenv("KNOBFLEET_INVENTORY", str(fifo(tmp_path)))
     assert run(command) == 1
     assert capsys.readouterr().err == "fifo: is a FIFO (named pipe); an inventory must be a regular file or a folder\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "expected"),
+    [
+        (
+            "bad.yml",
+            "all:\n  hosts:\n    h1:\n      knob_serve_port: [SECRETVALUE\n",
+            "bad.yml: not a YAML or INI inventory Ansible can parse; check it with `ansible-inventory -i bad.yml --list`",
+        ),
+        (
+            "shadow",
+            "root:$6$c2FsdA$SECRETVALUE:19000:0:99999:7:::\n",
+            "shadow: no hosts; check the pattern against `ansible-inventory --list`",
+        ),
+    ],
+)
+def test_inventory_parse_errors_never_echo_the_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    name: str,
+    body: str,
+    expected: str,
+) -> None:
+    from knobfleet.fleet.inventory import read_hosts
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(body)
+    with pytest.raises(InventoryError) as info:
+        read_hosts(Path(name))
+    assert str(info.value) == expected
+    out, err = capfd.readouterr()  # Ansible's own warnings (which quote the line) are not printed either
+    assert "SECRETVALUE" not in out + err + str(info.value)
