@@ -284,7 +284,8 @@ def test_an_inventory_from_the_environment_is_checked_like_i(
         (
             "bad.yml",
             "all:\n  hosts:\n    h1:\n      knob_serve_port: [SECRETVALUE\n",
-            "bad.yml: not a YAML or INI inventory Ansible can parse; check it with `ansible-inventory -i bad.yml --list`",
+            "bad.yml: not a YAML or INI inventory Ansible can parse; "
+            "check it with `ansible-inventory -i bad.yml --list`",
         ),
         (
             "shadow",
