@@ -146,3 +146,55 @@ def test_an_os_error_at_the_boundary_is_one_line(capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().err == (
         "knobfleet: /srv/knobfleet/state/cache: Read-only file system; nothing more was done\n"
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "table",
+        "profile_list",
+        "profile_show",
+        "waves_table",
+        "apply_summary",
+        "drift_report",
+        "drift_head",
+        "drift_rows",
+        "drift_tail",
+        "history_report",
+        "rollback_report",
+    ],
+)
+def test_every_human_rendering_passes_through_visible(name: str) -> None:
+    from knobfleet import report
+
+    assert getattr(getattr(report, name), "__wrapped__", None) is not None, f"report.{name} is not @_human"
+
+
+def test_a_plan_diff_shows_a_hiding_value_escaped() -> None:
+    from types import SimpleNamespace
+
+    from knobfleet.report import apply_summary
+
+    diff = "--- a\n+++ b\n-export NCCL_DEBUG=WARN\n+export NCCL_DEBUG='INFO\r\x1b[2KWARN'\n"
+    host = SimpleNamespace(
+        host="h1",
+        seen={},
+        generation=None,
+        previous=None,
+        main_pid=None,
+        ready_s=None,
+        message="",
+        restarted=False,
+        status="pending",
+        knob_changes=["NCCL_DEBUG: WARN -> INFO\r\x1b[2KWARN"],
+        diffs=[{"diff": diff}],
+        restored=None,
+        committed=False,
+        lock=None,
+    )
+    result = SimpleNamespace(
+        hosts=[host], check=True, wall_s=0.1, profile=SimpleNamespace(ref="p@1", content_hash="sha256:" + "0" * 64)
+    )
+    text = apply_summary(result)
+    assert "\x1b" not in text and "\r" not in text
+    assert "+export NCCL_DEBUG='INFO\\r\\x1b[2KWARN'" in text and "NCCL_DEBUG: WARN -> INFO\\r\\x1b[2KWARN" in text
