@@ -14,14 +14,19 @@ Standard library only (tomllib); no I/O beyond reading that one file and walking
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from knobfleet import safefile
 from knobfleet.errors import UsageError
+from knobfleet.rules import first_invisible, shown
 
 CONFIG_NAME = "knobfleet.toml"
+MAX_CONFIG = 256 * 1024
 KEYS = {
     "name": "the project's name",
     "profiles": "folder of profile files (default profiles)",
@@ -63,11 +68,11 @@ def find(start: Path) -> Path | None:
 def load(root: Path) -> Project:
     """The project at ``root``; a bad ``knobfleet.toml`` is one line naming the file, the key and the fix."""
     path = root / CONFIG_NAME
-    where = str(path)
+    where = shown(str(path))
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProjectError(f"{where}: cannot read ({exc.strerror})") from None
+        data = tomllib.loads(safefile.read_text(path, MAX_CONFIG, "knobfleet.toml"))
+    except safefile.FileRefused as exc:
+        raise ProjectError(f"{where}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProjectError(f"{where}: not valid TOML ({exc}); fix the syntax") from None
     section = data.get("project", {})
@@ -179,15 +184,37 @@ ansible-playbook knobfleet.serving.apply -i inventories/hosts.yml -e @mybase.var
 GITIGNORE = ".state/\ncollections/\n*.vars.yml\n"
 
 
+def _project_name(name: str, given: bool) -> str:
+    """A project name that TOML and a terminal can carry: decodable text without invisible characters."""
+    where = "--name" if given else "DIR's folder name"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = name[exc.start].encode("utf-8", "surrogateescape")
+        raise ProjectError(
+            f"{shown(name)}: {where} has the byte 0x{byte.hex()} that is not UTF-8; pass --name NAME "
+            "(nothing was written)"
+        ) from None
+    hit = first_invisible(name)
+    if hit is not None or not name.strip():
+        from knobfleet.rules import describe_char
+
+        what = "is empty" if hit is None else f"contains {describe_char(hit[1])} (invisible)"
+        raise ProjectError(f"{shown(name)}: {where} {what}; pass --name NAME (nothing was written)")
+    return name
+
+
 def init(directory: Path, name: str | None = None, force: bool = False) -> list[Path]:
     """Create a project in ``directory`` (made when missing). Refuses to overwrite files unless ``force``.
-    Returns the files written."""
+    Every file is composed and checked before the first is written, and each is written atomically; a failure
+    part-way removes what this run created, so a re-run starts clean. Returns the files written."""
     directory = directory.resolve()
     if directory.exists() and not directory.is_dir():
-        raise ProjectError(f"{directory}: exists and is not a folder; pick another DIR")
-    name = name or directory.name
+        raise ProjectError(f"{shown(str(directory))}: exists and is not a folder; pick another DIR")
+    name = _project_name(name, True) if name is not None else _project_name(directory.name, False)
+    toml_name = json.dumps(name, ensure_ascii=False)  # a TOML basic string: quotes and backslashes escaped
     files = {
-        CONFIG_NAME: CONFIG_TEMPLATE.format(name=name),
+        CONFIG_NAME: CONFIG_TEMPLATE.replace('"{name}"', toml_name),
         "ansible.cfg": ANSIBLE_CFG,
         "inventories/hosts.yml": INVENTORY,
         "profiles/mybase.yaml": PROFILE,
@@ -196,15 +223,27 @@ def init(directory: Path, name: str | None = None, force: bool = False) -> list[
         "README.md": README.format(name=name),
         ".gitignore": GITIGNORE,
     }
-    existing = [rel for rel in files if (directory / rel).exists()]
+    existing = [rel for rel in files if os.path.lexists(directory / rel)]
     if existing and not force:
         raise ProjectError(
-            f"{directory / existing[0]}: already exists; knobfleet init never overwrites (use --force, or another DIR)"
+            f"{shown(str(directory / existing[0]))}: already exists; knobfleet init never overwrites "
+            "(use --force, or another DIR)"
         )
-    written = []
-    for rel, text in files.items():
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    blobs = {rel: text.encode("utf-8") for rel, text in files.items()}
+    made_dirs = [p for p in (directory, *{(directory / rel).parent for rel in files}) if not p.exists()]
+    written: list[Path] = []
+    try:
+        for rel, blob in blobs.items():
+            path = directory / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            safefile.write_bytes(path, blob)
+            written.append(path)
+    except BaseException:
+        for path in written:
+            if path.relative_to(directory).as_posix() not in existing:
+                path.unlink(missing_ok=True)
+        for d in sorted(made_dirs, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
     return written

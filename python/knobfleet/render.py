@@ -105,6 +105,7 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
         "hash": profile.content_hash,
         "env": profile.env_strings(),
         "args": args,
+        "allow_unknown": list(profile.allow_unknown),  # the role's preflight lets these loader variables through
     }
 
 
@@ -137,6 +138,11 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
         problems.append(
             f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
             f"knob_serve_host_env; remove it from one of them"
+        )
+    for flag in sorted(set(hv.host_args) & set(reserved)):
+        problems.append(
+            f"flag --{flag} is set by host {hv.host}'s knob_serve_host_args and by its {host_var_of(adapter, flag)} "
+            "(the launch line carries it); remove it from knob_serve_host_args"
         )
     for flag in sorted(set(profile.args) & (set(hv.host_args) | set(reserved))):
         source = "knob_serve_host_args" if flag in hv.host_args else host_var_of(adapter, flag)

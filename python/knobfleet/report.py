@@ -3,13 +3,45 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 if TYPE_CHECKING:  # drift and verify import this module: it stays free of pydantic
     from knobfleet.live.verify import HostVerdict
     from knobfleet.profiles.model import Profile
     from knobfleet.waves import WaveRow
+
+
+P = ParamSpec("P")
+
+
+def visible(text: str) -> str:
+    """Human output as it will show: raw terminal escapes, CR, other control and format characters (U+200B,
+    U+202E…), line separators and undecodable bytes are written as escapes (\\x1b, \\r, \\u200b, \\udcff), so a
+    value can neither hide itself nor rewrite the screen. Newlines and tabs stay."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in "\n\t" or ch.isprintable():
+            out.append(ch)
+        elif ch == "\r":
+            out.append("\\r")
+        else:
+            n = ord(ch)
+            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "".join(out)
+
+
+def _human(render: Callable[P, str]) -> Callable[P, str]:
+    """Decorator: the human rendering's text passes through ``visible``."""
+    import functools
+
+    @functools.wraps(render)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> str:
+        return visible(render(*args, **kwargs))
+
+    return wrapper
 
 
 def to_json(data: Any) -> str:
@@ -31,6 +63,7 @@ def terminal_width() -> int | None:
     return None
 
 
+@_human
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "", width: int | None = None) -> str:
     """A plain aligned text table. ``align`` holds one 'l'/'r' per column (default: left). Wider than ``width``
     (default: ``terminal_width()``), the last column (notes, messages) wraps onto continuation lines."""
@@ -59,10 +92,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = ""
     return "\n".join(lines)
 
 
+@_human
 def profile_list(rows: list[tuple[str, str, str, str]]) -> str:
     return table(["profile", "version", "extends", "description"], rows)
 
 
+@_human
 def profile_show(profile: Profile, locked: str | None) -> str:
     out = [
         f"profile    {profile.ref}  ({' -> '.join(profile.chain)})",
@@ -94,6 +129,7 @@ def _short_names(names: list[str]) -> dict[str, str]:
     return {n: n[cut:] for n in names}
 
 
+@_human
 def waves_table(
     rows: list[WaveRow], sms: int, heads: int, knobs: dict[str, int], cliffs: list[int], note: str = ""
 ) -> str:
@@ -135,6 +171,7 @@ def _note(text: str) -> str:
     return text if len(text) <= NOTE_WIDTH else text[: NOTE_WIDTH - 1] + "…"
 
 
+@_human
 def apply_summary(result: Any) -> str:
     """Per-host table of an apply (or plan), then diffs and knob changes for a plan."""
     rows = []
@@ -204,6 +241,7 @@ def _final_generation(h: Any) -> str:
     return "-" if gen is None else f"{gen:04d}"
 
 
+@_human
 def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> str:
     rows = []
     for v in verdicts:
@@ -230,6 +268,7 @@ STATUS_WIDTH = len("unreachable")
 PROFILE_WIDTH = 16
 
 
+@_human
 def drift_head(title: str, hosts: Sequence[str]) -> str:
     """The title and column heads of a streamed drift report (``drift_rows`` below it as hosts answer)."""
     widths = _drift_widths(hosts)
@@ -242,6 +281,7 @@ def _drift_widths(hosts: Sequence[str]) -> list[int]:
     return [max([4, *(len(h) for h in hosts)]), STATUS_WIDTH, PROFILE_WIDTH, 10, 8, 5]
 
 
+@_human
 def drift_rows(v: HostVerdict, hosts: Sequence[str]) -> str:
     """One host's row (as it answers, in the columns of ``drift_head``), then its findings."""
     w = _drift_widths(hosts)
@@ -258,6 +298,7 @@ def drift_rows(v: HostVerdict, hosts: Sequence[str]) -> str:
     return "\n".join([row.rstrip(), *_grouped_findings(v.host, v.findings)])
 
 
+@_human
 def drift_tail(summary: dict[str, Any]) -> str:
     """What follows the rows: hosts per profile, version skew, the counts."""
     out = [""]
@@ -298,6 +339,7 @@ def _grouped_findings(host: str, findings: list[Any]) -> list[str]:
     return lines
 
 
+@_human
 def history_report(hosts: list[Any], ledger: int = 0) -> str:
     out: list[str] = []
     for h in hosts:
@@ -329,6 +371,7 @@ def history_report(hosts: list[Any], ledger: int = 0) -> str:
     return "\n".join(out).rstrip("\n")
 
 
+@_human
 def rollback_report(outcomes: list[Any]) -> str:
     rows = []
     for o in outcomes:

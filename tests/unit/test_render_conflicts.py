@@ -81,7 +81,17 @@ def test_a_reserved_host_flag_names_the_listen_host_var() -> None:
 def test_a_host_arg_that_is_also_reserved_names_the_host_args() -> None:
     hv = HostVars(host="h", host_args={"port": "1"})
     assert problems(profile(args={"port": "2"}), hv) == [
-        "flag --port is set by the profile p and by host h's knob_serve_host_args; remove it from one of them"
+        "flag --port is set by host h's knob_serve_host_args and by its knob_serve_port (the launch line carries "
+        "it); remove it from knob_serve_host_args",
+        "flag --port is set by the profile p and by host h's knob_serve_host_args; remove it from one of them",
+    ]
+
+
+def test_a_host_arg_the_launch_line_sets_is_refused_without_any_profile_arg() -> None:
+    hv = HostVars(host="h", host_args={"port": "1"})
+    assert problems(profile(), hv) == [
+        "flag --port is set by host h's knob_serve_host_args and by its knob_serve_port (the launch line carries "
+        "it); remove it from knob_serve_host_args"
     ]
 
 

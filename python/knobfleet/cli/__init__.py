@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from knobfleet import __version__
-from knobfleet.errors import EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
+from knobfleet.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
 
 Handler = Callable[[argparse.Namespace], int]
 # The flat registry: command modules in the order `knobfleet --help` lists them.
@@ -63,8 +63,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on a bad command line; here that is 64, so it never reads as "drift found"."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        from knobfleet.cli.types import REFUSED
+
+        if not any(message.endswith(r) for r in REFUSED):  # a refused value is one line; a bad command line shows usage
+            self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {_visible(message)}\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -161,8 +164,14 @@ def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = Non
     try:
         return func(args)
     except KnobfleetError as exc:
-        sys.stderr.write(f"{exc}\n")
+        sys.stderr.write(f"{_visible(str(exc))}\n")
         return exc.exit_code
+    except OSError as exc:  # a file or folder knobfleet could not read or write: one line, never a traceback
+        if getattr(args, "debug", False):
+            raise
+        where = f"{_visible(str(exc.filename))}: " if exc.filename else ""
+        sys.stderr.write(f"knobfleet: {where}{exc.strerror or exc}; nothing more was done\n")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("knobfleet: interrupted\n")
         return EXIT_INTERRUPTED
@@ -186,11 +195,17 @@ def _environment(args: argparse.Namespace) -> None:
         os.environ["KNOBFLEET_EXAMPLES"] = "1"
 
 
+def _visible(text: str) -> str:
+    """Error text with raw terminal escapes, CR and invisible characters shown escaped (newlines kept)."""
+    from knobfleet.report import visible
+
+    return visible(text)
+
+
 def _unexpected(exc: Exception) -> int:
     import traceback
 
     from knobfleet import paths
-    from knobfleet.errors import EXIT_ERROR
 
     where = ""
     try:
@@ -200,7 +215,8 @@ def _unexpected(exc: Exception) -> int:
         where = f"; details in {crash}"
     except OSError:
         pass
-    sys.stderr.write(f"knobfleet: internal error: {type(exc).__name__}: {exc}{where} (re-run with --debug)\n")
+    text = _visible(f"{type(exc).__name__}: {exc}")
+    sys.stderr.write(f"knobfleet: internal error: {text}{where} (re-run with --debug)\n")
     return EXIT_ERROR
 
 

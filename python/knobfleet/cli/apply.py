@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from knobfleet.cli import common
+from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import LockHeld, UsageError
@@ -22,6 +23,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from knobfleet.progress import Progress
 
     profile = app.store().resolve(args.profile)
+    check_gate_options(args, profile)  # before any host is touched
     hosts = app.hosts(inventory, args.limit)
     if not args.check:
         common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
@@ -63,6 +65,25 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if any(not g.passed for g in gates):
         return 1
     return result.exit_code
+
+
+GATE_OPTIONS = ("baseline", "gate_conc")
+
+
+def check_gate_options(args: argparse.Namespace, profile: Any) -> None:
+    """Gate settings are validated (and the baseline resolved) before anything changes: a gate that cannot run
+    must not be found out after the fleet was changed."""
+    from knobfleet.ops import workspace as app
+
+    if not getattr(args, "gate", False):
+        given = [f"--{o.replace('_', '-')}" for o in GATE_OPTIONS if getattr(args, o, None) is not None]
+        if given:
+            raise UsageError(f"{given[0]}: a gate option without --gate; add --gate or drop it")
+        return
+    base_name = args.baseline or profile.gate.baseline
+    if not base_name:
+        raise UsageError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE (nothing was changed)")
+    app.store().resolve(base_name)  # a missing or invalid baseline is refused here, not after the apply
 
 
 def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
@@ -112,11 +133,11 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     _common(p)
     p.add_argument("--check", action="store_true", help="plan only: change nothing (exit 2 when changes pending)")
     p.add_argument("--diff", action="store_true", help="with --check: show file diffs")
-    p.add_argument("--serial", default=None, help="batch size: N hosts or N%% at a time")
+    p.add_argument("--serial", type=types.serial, default=None, help="batch size: N hosts or N%% at a time")
     p.add_argument("--canary", action="store_true", help="one host first, then the rest")
     p.add_argument(
         "--max-fail-percent",
-        type=float,
+        type=types.PERCENT,
         default=0.0,
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
@@ -128,23 +149,30 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "a rejected host goes back to its previous generation",
     )
     p.add_argument("--baseline", default=None, help="gate baseline profile (default: the profile's gate.baseline)")
-    p.add_argument("--gate-conc", default=None, help="gate buckets (default: the profile's gate.concurrency)")
-    p.add_argument("--gate-n-mult", type=int, default=4, help="gate: requests per bucket = N x concurrency (4)")
-    p.add_argument("--gate-max-tokens", type=int, default=256, help="gate: tokens per request (256)")
-    p.add_argument("--gate-repeats", type=int, default=2, help="gate: bench runs per profile (2)")
+    p.add_argument(
+        "--gate-conc",
+        type=types.checked(types.int_list),
+        default=None,
+        help="gate buckets (default: the profile's gate.concurrency)",
+    )
+    p.add_argument(
+        "--gate-n-mult", type=types.POSITIVE, default=4, help="gate: requests per bucket = N x concurrency (4)"
+    )
+    p.add_argument("--gate-max-tokens", type=types.POSITIVE, default=256, help="gate: tokens per request (256)")
+    p.add_argument("--gate-repeats", type=types.POSITIVE, default=2, help="gate: bench runs per profile (2)")
     p.add_argument(
         "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
     )
     p.add_argument(
         "--readiness-timeout",
-        type=int,
+        type=types.POSITIVE,
         default=None,
         metavar="S",
         help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)",
     )
     p.add_argument(
         "--grace",
-        type=int,
+        type=types.NON_NEGATIVE,
         default=None,
         metavar="S",
         help="after readiness, watch S seconds that the engine stays up (default: knob_serve_readiness_grace_s)",

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from knobfleet.cli import common
+from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError, UsageError
 
@@ -205,10 +205,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def _bench_opts(p: argparse.ArgumentParser) -> None:
     inventory_opts(p, limit=False)
     p.add_argument("--limit", "-l", default=None, help="exactly one host")
-    p.add_argument("--conc", default="48,64,80,96", help="concurrency buckets, comma-separated (48,64,80,96)")
-    p.add_argument("--n-mult", type=int, default=4, help="requests per bucket = N x concurrency (4)")
-    p.add_argument("--max-tokens", type=int, default=256, help="tokens generated per request (256)")
-    p.add_argument("--timeout", type=int, default=1800, help="bound per bench run, seconds")
+    p.add_argument(
+        "--conc",
+        type=types.checked(types.int_list),
+        default="48,64,80,96",
+        help="concurrency buckets, comma-separated (48,64,80,96)",
+    )
+    p.add_argument("--n-mult", type=types.POSITIVE, default=4, help="requests per bucket = N x concurrency (4)")
+    p.add_argument("--max-tokens", type=types.POSITIVE, default=256, help="tokens generated per request (256)")
+    p.add_argument("--timeout", type=types.POSITIVE, default=1800, help="bound per bench run, seconds")
     p.add_argument(
         "--tool",
         choices=("builtin", "engine"),
@@ -216,7 +221,9 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
         help="builtin: knobfleet's client (default); engine: the engine's own benchmark (vllm bench serve, "
         "sglang.bench_serving), from the catalog's serve.bench",
     )
-    p.add_argument("--input-len", type=int, default=128, help="prompt tokens per request with --tool engine (128)")
+    p.add_argument(
+        "--input-len", type=types.POSITIVE, default=128, help="prompt tokens per request with --tool engine (128)"
+    )
     common.json_opt(p)
 
 
@@ -224,7 +231,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="throughput sweep on one host (current profile, or apply PROFILE first)")
     p.add_argument("profile", nargs="?", help="apply this profile first (default: measure what runs)")
     _bench_opts(p)
-    p.add_argument("--repeats", type=int, default=1, help="runs per bucket; 2+ gives a 95%% Student-t interval")
+    p.add_argument(
+        "--repeats", type=types.POSITIVE, default=1, help="runs per bucket; 2+ gives a 95%% Student-t interval"
+    )
     p.add_argument(
         "--consistency", action="store_true", help="run the output-consistency check instead (exit 1 on fail)"
     )
@@ -239,10 +248,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per concurrency bucket (C=W,…)"
     )
-    p.add_argument("--max-rounds", type=int, default=15, help="stop after N AB/BA rounds at most (15)")
-    p.add_argument("--min-effect", type=float, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
-    p.add_argument("--max-regression", type=float, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)")
-    p.add_argument("--report", default=None, metavar="DIR", help="where report.{json,md,png} go")
+    p.add_argument("--max-rounds", type=types.POSITIVE, default=15, help="stop after N AB/BA rounds at most (15)")
+    p.add_argument("--min-effect", type=types.FRACTION, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
+    p.add_argument(
+        "--max-regression", type=types.FRACTION, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)"
+    )
+    p.add_argument("--report", type=types.output_dir, default=None, metavar="DIR", help="where report.{json,md,png} go")
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")
     common.yes_opt(p)
     p.set_defaults(func=cmd_ab)

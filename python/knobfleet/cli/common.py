@@ -11,11 +11,17 @@ import os
 import sys
 from pathlib import Path
 
+from knobfleet.cli import types
+
 Sub = argparse._SubParsersAction  # the subparsers object each command module registers into
 
 
 def out(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    text = text if text.endswith("\n") else text + "\n"
+    # a path with a byte that is not UTF-8 (a lone surrogate) is shown escaped rather than failing the write
+    sys.stdout.write(
+        text.encode(sys.stdout.encoding or "utf-8", "backslashreplace").decode(sys.stdout.encoding or "utf-8")
+    )
 
 
 def err(text: str) -> None:
@@ -26,7 +32,7 @@ def inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
     p.add_argument(
         "-i",
         "--inventory",
-        type=Path,
+        type=types.inventory,
         default=None,
         help="Ansible inventory (default: $KNOBFLEET_INVENTORY, $ANSIBLE_INVENTORY, the project's knobfleet.toml "
         "inventory, else the running lab's)",
@@ -40,12 +46,14 @@ def inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
         )
     p.add_argument(
         "--vault-password-file",
+        type=types.input_file(types.VAULT_PASSWORD_MAX, "vault password file"),
         default=None,
         metavar="FILE",
         help="password file for vault-encrypted inventory vars (default: ANSIBLE_VAULT_PASSWORD_FILE / ansible.cfg)",
     )
     p.add_argument(
         "--vault-id",
+        type=types.vault_id,
         action="append",
         default=None,
         metavar="ID@SOURCE",

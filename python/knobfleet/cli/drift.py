@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from knobfleet.cli import common
+from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 
@@ -87,10 +87,16 @@ def _opts(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print one JSON object per host as it answers, then one with the summary (JSON Lines)",
     )
-    p.add_argument("--save-probes", default=None, metavar="DIR", help="also save each host's raw probe JSON in DIR")
+    p.add_argument(
+        "--save-probes",
+        type=types.output_dir,
+        default=None,
+        metavar="DIR",
+        help="also save each host's raw probe JSON in DIR",
+    )
     p.add_argument(
         "--forks",
-        type=int,
+        type=types.POSITIVE,
         default=os.environ.get("KNOBFLEET_FORKS") or None,
         metavar="N",
         help="probe at most N hosts at once (default: $KNOBFLEET_FORKS, else ansible.cfg's forks, else 32)",
@@ -105,5 +111,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("drift", help="find drift across the fleet (exit 0 / 2 / 4 / 6)")
     _opts(p)
-    p.add_argument("--prom", default=None, metavar="FILE", help="also write a Prometheus textfile")
+    p.add_argument(
+        "--prom", type=types.output_file, default=None, metavar="FILE", help="also write a Prometheus textfile"
+    )
     p.set_defaults(func=cmd_check)

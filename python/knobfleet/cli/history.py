@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from knobfleet.cli import common
+from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
@@ -52,12 +52,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="generations and ledger of each host")
     inventory_opts(p)
-    p.add_argument("--ledger", type=int, default=0, metavar="N", help="also show the last N ledger entries")
+    p.add_argument(
+        "--ledger", type=types.NON_NEGATIVE, default=0, metavar="N", help="also show the last N ledger entries"
+    )
     common.json_opt(p)
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")
     inventory_opts(p)
-    p.add_argument("--to", type=int, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)")
+    p.add_argument(
+        "--to", type=types.NON_NEGATIVE, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)"
+    )
     p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
     common.yes_opt(p)
     common.json_opt(p)

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from knobfleet.cli import types
 from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
@@ -123,7 +124,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="the embedded fleet of nspawn hosts")
     lsub = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
     p = lsub.add_parser("up", help="boot lab1..labN (idempotent)")
-    p.add_argument("-n", type=int, default=3, help="number of hosts (default 3)")
+    p.add_argument("-n", type=types.integer(1, 64), default=3, help="number of hosts (default 3)")
     p.add_argument(
         "--vllm",
         default=None,

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from knobfleet.cli import types
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, KnobfleetError
@@ -116,13 +117,13 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("profile", nargs="?", help="profile whose kernel knobs to plan (or give --knob)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", help="a kernel knob (repeatable)")
     p.add_argument("--gpu", default=None, help="GPU name from the catalog (default: the profile's fingerprint)")
-    p.add_argument("--sms", type=int, default=None, help="SM count for a GPU not in the catalog")
-    p.add_argument("--heads", type=int, default=64, help="attention heads (64)")
+    p.add_argument("--sms", type=types.POSITIVE, default=None, help="SM count for a GPU not in the catalog")
+    p.add_argument("--heads", type=types.POSITIVE, default=64, help="attention heads (64)")
     p.add_argument("--batch", default="1,8,48,64,80,96", help="batch sizes, comma-separated")
-    p.add_argument("--context", type=int, default=4096, help="context length in tokens (4096)")
+    p.add_argument("--context", type=types.POSITIVE, default=4096, help="context length in tokens (4096)")
     p.add_argument("--suggest", action="store_true", help="rank TARGET_CTAS values for --weights")
     p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per batch size")
-    p.add_argument("--top", type=int, default=3, help="with --suggest: how many values to keep (3)")
+    p.add_argument("--top", type=types.POSITIVE, default=3, help="with --suggest: how many values to keep (3)")
     p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
     p.add_argument("--no-calibration", action="store_true", help="use the uncalibrated wave model")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")

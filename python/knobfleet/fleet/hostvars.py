@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-import re
+import math
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from knobfleet import rules
 from knobfleet.errors import InventoryError
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
-from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE
 
-SAFE_PATH_RE = re.compile(r"/[A-Za-z0-9._/@+-]+")  # always fullmatch(): `$` lets "\n" through
-SERVICE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]*")
-USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")  # what lands in the unit's User=
-LISTEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")  # an address or host name: lands in argv and URLs
+# The one rule set (roles/knob_serve/vars/rules.json), shared with the role's preflight; always fullmatch():
+# `$` lets "\n" through.
+SAFE_PATH_RE = rules.regex("path")
+SERVICE_RE = rules.regex("service")
+USER_RE = rules.regex("user")  # what lands in the unit's User=
+LISTEN_RE = rules.regex("listen_host")  # an address or host name: lands in argv and URLs
 PREFIX = "knob_serve_"
 # How Ansible reaches a host: kept so the SSH fast path (transport.py) connects exactly as Ansible would.
 CONNECTION_VARS = (
@@ -94,22 +97,25 @@ class HostVars(BaseModel):
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod
     def _safe_path(cls, value: str) -> str:
-        if not SAFE_PATH_RE.fullmatch(value) or "/../" in value + "/" or "/./" in value + "/":
-            raise ValueError("must be an absolute path of letters, digits and ._/@+- only")
+        why = rules.check("path", value)
+        if why:
+            raise ValueError(why)
         return value
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        if not USER_RE.fullmatch(value):
-            raise ValueError("must be a plain user name (lower-case letters, digits, _ and -); it becomes User=")
+        why = rules.check("user", value)
+        if why:
+            raise ValueError(why)
         return value
 
     @field_validator("listen_host")
     @classmethod
     def _listen(cls, value: str) -> str:
-        if not LISTEN_RE.fullmatch(value):
-            raise ValueError("must be an IP address or a host name (letters, digits, . : -)")
+        why = rules.check("listen_host", value)
+        if why:
+            raise ValueError(why)
         return value
 
     @field_validator("launcher")
@@ -141,31 +147,35 @@ class HostVars(BaseModel):
     def _readiness(cls, value: str | None) -> str | None:
         if value == "":
             return None  # empty: the engine's own readiness path (as in the role's defaults)
-        if value is not None and not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value):
-            raise ValueError("must be a URL path such as /health (letters, digits and ._~/- only)")
+        why = None if value is None else rules.check("url_path", value)
+        if why:
+            raise ValueError(why)
         return value
 
     @field_validator("service")
     @classmethod
     def _service(cls, value: str) -> str:
-        if not SERVICE_RE.fullmatch(value):
-            raise ValueError("must be a plain unit name without the .service suffix")
+        why = rules.check("service", value)
+        if why:
+            raise ValueError(why)
         return value.removesuffix(".service")
 
     @field_validator("host_env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not ENV_NAME_RE.fullmatch(name):
-                raise ValueError(f"{name!r} is not a valid env var name")
+            why = rules.check("env_name", name)
+            if why:
+                raise ValueError(f"{name!r} is not a valid env var name: {why}")
         return value
 
     @field_validator("host_args")
     @classmethod
     def _flag_names(cls, value: dict[str, str | bool]) -> dict[str, str | bool]:
         for name in value:
-            if not FLAG_NAME_RE.fullmatch(name):
-                raise ValueError(f"{name!r} is not a valid flag name (no leading dashes)")
+            why = rules.check("flag_name", name)
+            if why:
+                raise ValueError(f"{name!r} is not a valid flag name (no leading dashes): {why}")
         return value
 
     @property
@@ -211,6 +221,48 @@ class HostVars(BaseModel):
         return self.base_url + (self.readiness_path or self.adapter().readiness_path)
 
 
+# Integer host vars: ``true`` is not a port (pydantic would read it as 1), nor is 30000.5.
+INT_VARS = ("port", "readiness_timeout_s", "readiness_grace_s", "restart_sec", "timeout_start_s", "timeout_stop_s")
+
+
+def _name(key: object, var: str, refuse: Callable[[str, str], InventoryError]) -> str:
+    if not isinstance(key, str):  # YAML reads `true:` or `1:` as a bool or a number, not a name
+        raise refuse(var, f"{key!r} is a {type(key).__name__}, not a name; quote it")
+    return key
+
+
+def _scalar(value: object, var: str, key: str, refuse: Callable[[str, str], InventoryError]) -> str | bool:
+    """A host env value or host arg as the text that runs; values that would silently become another text are
+    refused (null → 'None', true → 'True' in an env var, a list → its repr)."""
+    if isinstance(value, bool):
+        if key == "host_args":
+            return value  # true: a bare flag; false: omitted
+        raise refuse(var, f"{str(value).lower()} would become the text {value!s}; write '1' or '0' (quoted)")
+    if value is None:
+        fix = "true for a bare flag, false to leave it out" if key == "host_args" else "'' for an empty value"
+        raise refuse(var, f"null would become the text None; write {fix}, or remove the key")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise refuse(var, f"{value} is not a finite number")
+        return str(value)
+    raise refuse(var, f"a {type(value).__name__} is not a value; write a string, a number or true/false")
+
+
+def _integer(value: object, var: str, refuse: Callable[[str, str], InventoryError]) -> object:
+    """An integer host var: an int, or the digits a template renders; never a bool, a float or null."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        shown = "null" if value is None else str(value).lower()
+        raise refuse(var, f"{shown} is not an integer; write a whole number such as 30000")
+    if isinstance(value, str):
+        digits = value
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+            raise refuse(var, f"{rules.shown(value)} is not an integer; write a whole number")
+        return int(digits)
+    return value
+
+
 def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> HostVars:
     """Build HostVars from one host's (already templated) inventory variables."""
     data: dict[str, Any] = {k[len(PREFIX) :]: v for k, v in variables.items() if k.startswith(PREFIX)}
@@ -222,11 +274,19 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
         data["profile"] = variables["knob_profile"]
     if "knob_engine" in variables:
         data["engine"] = variables["knob_engine"]
+
+    def refuse(var: str, why: str) -> InventoryError:
+        return InventoryError(f"{where}: host {host}: {var}: {why}; fix it in host_vars or group_vars")
+
     for key in ("host_env", "host_args"):
         if isinstance(data.get(key), dict):
             data[key] = {
-                str(k): (v if isinstance(v, bool) and key == "host_args" else str(v)) for k, v in data[key].items()
+                _name(k, f"{PREFIX}{key}", refuse): _scalar(v, f"{PREFIX}{key}.{rules.shown(str(k))}", key, refuse)
+                for k, v in data[key].items()
             }
+    for key in INT_VARS:
+        if key in data:
+            data[key] = _integer(data[key], f"{PREFIX}{key}", refuse)
     try:
         return HostVars.model_validate(data)
     except ValidationError as exc:

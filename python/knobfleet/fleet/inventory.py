@@ -12,14 +12,17 @@ any file changing. ``KNOBFLEET_INVENTORY_CACHE=0`` turns the cache off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knobfleet import __version__, paths
+from knobfleet import __version__, paths, safefile
 from knobfleet.errors import InventoryError
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
@@ -50,11 +53,91 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
     for f in files:
         if os.access(f, os.X_OK):
             return None  # an inventory script: its output is not in any file
-        data = f.read_bytes()
+        try:  # non-blocking and bounded: a FIFO or device is never read (read_hosts refuses it with one line)
+            data = safefile.read_bytes(f, MAX_FILE, "inventory file")
+        except safefile.FileRefused:
+            return None
         if _PLUGIN_SOURCE.search(data):
             return None  # an inventory plugin (cloud, constructed…): same
         h.update(f"\0{f.relative_to(root.parent)}\0{len(data)}\0".encode() + data)
     return h.hexdigest()
+
+
+MAX_FILE = 16 * 1024 * 1024  # one inventory or vars file
+MAX_FILES = 10_000  # files under an inventory folder (and its group_vars/host_vars)
+# Files Ansible parses as YAML/JSON/INI text (vars files: no extension or these; inventory folders: all but these).
+_VARS_EXTS = ("", ".yml", ".yaml", ".json")
+_IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
+
+
+def check_sources(inventory: Path) -> str | None:
+    """Why the inventory cannot be read safely, or None: every file Ansible would read (the inventory, or each
+    file under an inventory folder, and the group_vars/host_vars beside it) must be a readable regular file of
+    at most 16 MiB, and the ones it parses as text valid UTF-8. A FIFO or a device is refused without opening it
+    blocking. A missing inventory is left to ``read_hosts`` (its message has the hint)."""
+    from knobfleet.rules import shown
+
+    try:
+        st = inventory.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read ({exc.strerror})"
+    files: list[tuple[Path, bool]] = []  # (path, parsed as text)
+    if stat.S_ISDIR(st.st_mode):
+        roots = [inventory]
+    elif stat.S_ISREG(st.st_mode):
+        files.append((inventory, not os.access(inventory, os.X_OK)))
+        roots = [d for d in (inventory.parent / "group_vars", inventory.parent / "host_vars") if d.is_dir()]
+    else:
+        return f"{safefile.kind(st.st_mode)}; an inventory must be a regular file or a folder"
+    for root in roots:
+        for path, entry_mode in _walk(root):
+            if len(files) >= MAX_FILES:
+                return f"more than {MAX_FILES} files; point -i at the inventory itself"
+            if not stat.S_ISREG(entry_mode):
+                kind = safefile.kind(entry_mode)
+                return f"{shown(paths.display(path))}: {kind}; inventory files must be regular files"
+            name = path.name
+            vars_dir = (
+                root.name in ("group_vars", "host_vars") or "group_vars" in path.parts or "host_vars" in path.parts
+            )
+            parsed = (path.suffix in _VARS_EXTS) if vars_dir else not name.endswith(_IGNORED_EXTS)
+            files.append((path, parsed and not os.access(path, os.X_OK)))
+    for path, parsed in files:
+        try:
+            if parsed:
+                safefile.read_text(path, MAX_FILE, "inventory file")
+            else:
+                safefile.check_input(path, MAX_FILE, "inventory file")
+        except safefile.FileRefused as exc:
+            return str(exc) if path == inventory else f"{shown(paths.display(path))}: {exc}"
+    return None
+
+
+def _walk(root: Path, depth: int = 0) -> list[tuple[Path, int]]:
+    """(path, mode) of every entry under ``root`` but folders, symlinks followed (as Ansible does); bounded."""
+    out: list[tuple[Path, int]] = []
+    if depth > 16:
+        return out
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return [(root, 0)]
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue  # Ansible skips hidden files
+        try:
+            mode = os.stat(entry.path).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISDIR(mode):
+            out.extend(_walk(Path(entry.path), depth + 1))
+        else:
+            out.append((Path(entry.path), mode))
+        if len(out) > MAX_FILES:
+            break
+    return out
 
 
 def _cache_dir() -> Path:
@@ -100,6 +183,9 @@ def read_hosts(inventory: Path, limit: str | None = None) -> tuple[list[HostVars
             else " (default: the project's, ANSIBLE_INVENTORY, or the running lab's)"
         )
         raise InventoryError(f"{where}: inventory not found; pass -i PATH{hint}")
+    why = check_sources(inventory)
+    if why:
+        raise InventoryError(f"{where}: {why}")
     key = fingerprint(inventory, limit)
     cached = _read_cache(key) if key else None
     if cached is not None:
@@ -121,6 +207,7 @@ def vault_secrets(loader: Any) -> None:
     ids = [i for i in env_ids.split(",") if i] if env_ids else list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
     password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or C.DEFAULT_VAULT_PASSWORD_FILE
     files = [password_file] if password_file else []
+    _check_vault_sources([*files, *(i.split("@", 1)[-1] for i in ids)])
     try:  # ansible-core >= 2.19 decrypts through an ambient context, initialized once per process
         from ansible.parsing.vault import VaultSecretsContext as context
     except ImportError:
@@ -133,6 +220,21 @@ def vault_secrets(loader: Any) -> None:
         loader.set_vault_secrets(secrets)
     if context is not None and context._current is None:
         context._current = context(secrets=list(secrets))
+
+
+def _check_vault_sources(sources: list[str]) -> None:
+    """A vault password file (or script) must be a regular file of bounded size: /dev/zero or a FIFO would hang or
+    fill memory inside Ansible's reader."""
+    from knobfleet import safefile
+    from knobfleet.rules import shown
+
+    for source in sources:
+        if not source or source in ("prompt", "prompt_ask_vault_pass"):
+            continue
+        try:
+            safefile.check_input(Path(os.path.expanduser(source)), 64 * 1024, "vault password file")
+        except safefile.FileRefused as exc:
+            raise InventoryError(f"{shown(source)}: {exc}; fix --vault-password-file / --vault-id") from None
 
 
 def _is_vaulted(value: Any) -> bool:
@@ -170,13 +272,19 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         vault_secrets(loader)
     except AnsibleError as exc:
         raise InventoryError(f"{where}: cannot read the vault password: {str(exc).splitlines()[0]}") from None
-    try:
-        manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    except AnsibleError as exc:
-        raise InventoryError(f"{where}: cannot parse inventory: {exc}") from None
+    check = f"check it with `ansible-inventory -i {where} --list`"
+    with _quiet_display() as parse_warnings:  # Ansible's parse warnings quote the file's lines: never shown
+        try:
+            manager = InventoryManager(loader=loader, sources=[str(inventory)])
+        except AnsibleError as exc:
+            line = re.search(r"line (\d+)", str(exc))
+            at = f" near line {line.group(1)}" if line else ""
+            raise InventoryError(f"{where}: cannot parse inventory{at}; {check}") from None
     if limit:
         manager.subset(limit)
     hosts = manager.get_hosts()
+    if not hosts and any("parse" in w for w in parse_warnings):
+        raise InventoryError(f"{where}: not a YAML or INI inventory Ansible can parse; {check}")
     if not hosts:
         what = f" matching --limit {limit!r}" if limit else ""
         raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
@@ -202,6 +310,24 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 ) from None
             raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
     return out, deterministic
+
+
+@contextlib.contextmanager
+def _quiet_display() -> Iterator[list[str]]:
+    """Collect (instead of printing) Ansible's warnings while an inventory is parsed: they quote file contents."""
+    from ansible.utils.display import Display
+
+    display = Display()
+    seen: list[str] = []
+
+    def collect(msg: str, formatted: bool = False, **_: Any) -> None:
+        seen.append(str(msg))
+
+    display.warning = collect
+    try:
+        yield seen
+    finally:
+        del display.warning
 
 
 def default() -> Path:

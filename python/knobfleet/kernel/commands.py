@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from knobfleet import paths, waves
+from knobfleet import paths, safefile, waves
+from knobfleet.cli import types as cli_types
 from knobfleet.errors import KnobfleetError
 from knobfleet.kernel import fit, store
 from knobfleet.kernel.grid import BATCHES, BLOCK_H, CONTEXTS, HEADS, TARGET_CTAS, Grid, parse_ints
@@ -46,9 +47,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-h", type=_ints, default=BLOCK_H, help="BLOCK_H values (default 16,32,64)")
     parser.add_argument("--heads", type=_ints, default=HEADS, help="head counts (default 64,128)")
     parser.add_argument("--context", type=_ints, default=CONTEXTS, help="context lengths (default 2048,4096)")
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds of timing on the host (default 480)")
+    parser.add_argument(
+        "--budget",
+        type=cli_types.number(1.0, 86400.0),
+        default=480.0,
+        help="seconds of timing on the host (default 480)",
+    )
     parser.add_argument("--python", default=None, help="interpreter on the host that has torch and Triton")
-    parser.add_argument("--out", type=Path, default=None, help="write the raw sweep JSON here")
+    parser.add_argument("--out", type=cli_types.output_file, default=None, help="write the raw sweep JSON here")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -109,8 +115,7 @@ def kernel_bench(
     doc = json.loads(base64.b64decode(res["content"]))
     if not doc.get("skipped"):
         target = out or paths.state_dir() / "kernel" / f"{run_id}-{host}.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        safefile.write_text(target, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         out = target
     return summarize_bench(host, doc, out if not doc.get("skipped") else None)
 
@@ -172,11 +177,18 @@ def render_bench(summary: dict[str, Any]) -> str:
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``knobfleet waves calibrate SWEEP...``."""
-    parser.add_argument("sweeps", nargs="+", type=Path, help="kernel bench sweep JSON files of one GPU")
+    parser.add_argument(
+        "sweeps",
+        nargs="+",
+        type=cli_types.input_file(cli_types.SWEEP_MAX, "sweep file"),
+        help="kernel bench sweep JSON files of one GPU",
+    )
     parser.add_argument("--gpu", default=None, help="knobfleet GPU name to store it under (default: from gpus.json)")
     parser.add_argument("--holdout", default="alt-batch", help=f"cells kept out of the fit: {fit.HOLDOUTS}")
     parser.add_argument("--dry-run", action="store_true", help="fit and score, store nothing")
-    parser.add_argument("--store", type=Path, default=None, help="calibrations file (default: next to gpus.json)")
+    parser.add_argument(
+        "--store", type=cli_types.calibrations_file, default=None, help="calibrations file (default: next to gpus.json)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knobfleet import waves
+from knobfleet import safefile, waves
 
 RESIDENT = (1, 2, 3, 4)
 PARTIAL_STEPS = 50
@@ -117,9 +117,11 @@ def parse_sweep(data: dict[str, Any], path: str = "<sweep>") -> Sweep:
 
 def load_sweep(path: Path) -> Sweep:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SweepError(f"{path}: cannot read ({exc})") from None
+        data = json.loads(safefile.read_text(path, 64 * safefile.MIB, "sweep file"))
+    except safefile.FileRefused as exc:
+        raise SweepError(f"{path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SweepError(f"{path}: not a sweep JSON file ({exc.msg} at line {exc.lineno}); check the path") from None
     return parse_sweep(data, str(path))
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from knobfleet import waves
+from knobfleet import safefile, waves
+from knobfleet.errors import KnobfleetError
 
 COMMENT = (
     "Wave-planner GPU terms fitted by `knobfleet waves calibrate` from `knobfleet kernel bench` sweeps, keyed by "
@@ -23,10 +23,11 @@ def save(cal: waves.Calibration, path: Path | None = None) -> Path:
     file = path or default_path()
     data: dict[str, object] = {}
     if file.exists():
-        data = json.loads(file.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(safefile.read_text(file, 16 * safefile.MIB, "calibrations file"))
+        except safefile.FileRefused as exc:
+            raise KnobfleetError(f"{file}: {exc}; nothing was written") from None
     data["_comment"] = COMMENT
     data[cal.fingerprint] = cal.as_json()
-    tmp = file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, file)
+    safefile.write_text(file, json.dumps(data, indent=2, sort_keys=True) + "\n")  # temp + rename; never a symlink
     return file

@@ -100,14 +100,10 @@ def check(
 
 
 def write_atomic(path: Path, text: str) -> None:
-    import tempfile
+    """Temp file + rename in the same folder; never replaces a device, FIFO, directory or symlink (safefile)."""
+    from knobfleet import safefile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    safefile.write_text(path, text)
 
 
 def run_testinfra(inventory: Path, limit: str | None, quiet: bool) -> int:

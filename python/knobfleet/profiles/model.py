@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator
 
+from knobfleet import rules
+
 SCHEMA_VERSION = 1
 
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # always fullmatch()
-FLAG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-PROFILE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-ENGINE_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# The one rule set (roles/knob_serve/vars/rules.json), shared with the role's preflight; always fullmatch().
+ENV_NAME_RE = rules.regex("env_name")
+FLAG_NAME_RE = rules.regex("flag_name")
+PROFILE_NAME_RE = rules.regex("profile_name")
+ENGINE_NAME_RE = rules.regex("engine_name")
 
 Scalar = str | bool | int | float
 ProfileName = Annotated[str, StringConstraints(pattern=f"^{PROFILE_NAME_RE.pattern}$")]

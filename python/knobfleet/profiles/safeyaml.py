@@ -8,7 +8,6 @@ PyYAML's ``safe_load`` already refuses arbitrary objects; on top of that we refu
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -141,16 +140,17 @@ def loads(text: str, max_bytes: int = MAX_BYTES) -> Any:
 
 def load_file(path: Path, max_bytes: int = MAX_BYTES) -> Any:
     """Read and parse a YAML file; raises YamlProblem for size, encoding and syntax problems."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise YamlProblem(f"cannot read: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise YamlProblem("is not a regular file; point at a YAML file")
-    size = st.st_size
-    if size > max_bytes:
-        raise YamlProblem(_too_large(max_bytes))
-    raw = path.read_bytes()
+    from knobfleet import safefile
+
+    try:  # non-blocking and bounded: a FIFO or /dev/zero at the path is refused, never read
+        raw = safefile.read_bytes(path, max_bytes, "YAML file")
+    except safefile.FileRefused as exc:
+        text = str(exc)
+        if text.startswith("is larger than"):
+            raise YamlProblem(_too_large(max_bytes)) from None
+        if "must be a regular file" in text:
+            raise YamlProblem(f"{text.split(';')[0]}, not a regular file; point at a YAML file") from None
+        raise YamlProblem(text.replace("cannot read (", "cannot read: ").rstrip(")")) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

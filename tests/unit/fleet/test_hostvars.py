@@ -29,7 +29,7 @@ def test_example_inventory_declares_profiles(repo: Path) -> None:
             "knob_serve_script_path",
             "relative/serve.sh",
             "inv: host h1: knob_serve_script_path: Value error, must be an absolute path of letters, digits and "
-            "._/@+- only; fix it in host_vars or group_vars",
+            "._/@+- only, without . or .. segments; fix it in host_vars or group_vars",
         ),
         (
             "knob_serve_port",
@@ -41,7 +41,7 @@ def test_example_inventory_declares_profiles(repo: Path) -> None:
             "knob_serve_service",
             "a b",
             "inv: host h1: knob_serve_service: Value error, must be a plain unit name "
-            "without the .service suffix; fix it in host_vars or group_vars",
+            "without the .service suffix (letters, digits and _.@-); fix it in host_vars or group_vars",
         ),
     ],
 )

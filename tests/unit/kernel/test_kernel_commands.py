@@ -68,7 +68,7 @@ def test_calibration_line() -> None:
     assert cal is None and "none for rtx-pro-6000" in line
 
 
-def test_bench_arguments_parse_a_grid() -> None:
+def test_bench_arguments_parse_a_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ap = argparse.ArgumentParser()
     commands.add_bench_arguments(ap)
     args = ap.parse_args(["--host", "gpu1", "--batch", "8..32:8,64", "--ctas", "256,512", "--budget", "60"])
@@ -78,6 +78,8 @@ def test_bench_arguments_parse_a_grid() -> None:
         ap.parse_args(["--host", "h", "--batch", "0"])
     ap2 = argparse.ArgumentParser()
     commands.add_calibrate_arguments(ap2)
+    monkeypatch.chdir(tmp_path)
+    Path("s.json").write_text("{}")  # sweep files must exist and be regular files (checked while parsing)
     a2 = ap2.parse_args(["s.json", "--holdout", "L=4096", "--dry-run"])
     assert a2.sweeps == [Path("s.json")] and a2.dry_run
 

@@ -123,12 +123,12 @@ def test_the_size_limit_is_inclusive(tmp_path: Path) -> None:
 def test_files_that_cannot_be_profiles(tmp_path: Path) -> None:
     with pytest.raises(YamlProblem, match=r"^cannot read: No such file or directory$"):
         safeyaml.load_file(tmp_path / "missing.yaml")
-    with pytest.raises(YamlProblem, match=r"^is not a regular file; point at a YAML file$"):
+    with pytest.raises(YamlProblem, match=r"^is a directory, not a regular file; point at a YAML file$"):
         safeyaml.load_file(tmp_path)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
-    with pytest.raises(YamlProblem, match=r"^is not a regular file; point at a YAML file$"):
-        safeyaml.load_file(fifo)  # never opened: reading a fifo would hang
+    with pytest.raises(YamlProblem, match=r"^is a FIFO \(named pipe\), not a regular file; point at a YAML file$"):
+        safeyaml.load_file(fifo)  # opened non-blocking, never read: reading a fifo would hang
     nul = tmp_path / "nul.yaml"
     nul.write_bytes(b"a: x\x00y\n")
     with pytest.raises(YamlProblem, match=r"^contains a NUL byte; remove it$"):

@@ -225,15 +225,17 @@ def test_env_defaults_for_common_options(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (args.limit, args.via) == ("lab2", "ansible")
 
 
-def test_verbose_and_vault_ids_become_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verbose_and_vault_ids_become_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import os
 
     from knobfleet.cli import _environment
 
-    args = build_parser().parse_args(["-vv", "drift", "--vault-id", "prod@/tmp/p", "--vault-id", "dev@prompt"])
+    pw = tmp_path / "p"
+    pw.write_text("secret\n")  # a vault password file must exist and be a regular file (checked while parsing)
+    args = build_parser().parse_args(["-vv", "drift", "--vault-id", f"prod@{pw}", "--vault-id", "dev@prompt"])
     _environment(args)
     assert os.environ["KNOBFLEET_VERBOSE"] == "2"
-    assert os.environ["ANSIBLE_VAULT_IDENTITY_LIST"] == "prod@/tmp/p,dev@prompt"
+    assert os.environ["ANSIBLE_VAULT_IDENTITY_LIST"] == f"prod@{pw},dev@prompt"
 
 
 def test_tables_wrap_long_notes_to_the_terminal() -> None:

@@ -57,7 +57,11 @@ def test_a_profile_path_that_is_not_a_regular_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("var", "value", "expected"),
     [
-        ("knob_serve_user", "root\nExecStartPre=/bin/sh -c id", "knob_serve_user: Value error, must be a plain user"),
+        (
+            "knob_serve_user",
+            "root\nExecStartPre=/bin/sh -c id",
+            "knob_serve_user: Value error, contains U+000A LINE FEED at position 4 (invisible); remove it",
+        ),
         ("knob_serve_listen_host", "127.0.0.1\nEnvironment=X=1", "knob_serve_listen_host: Value error"),
         ("knob_serve_script_path", "/root/serve.sh\n", "knob_serve_script_path: Value error"),
         ("knob_serve_script_path", "/root/../etc/passwd", "knob_serve_script_path: Value error"),

@@ -1,0 +1,185 @@
+"""Files the operator names on the command line (or in knobfleet.toml / the environment), read and written safely.
+
+Inputs are regular files only, opened non-blocking (a FIFO never hangs the command) and read with a size bound
+(``/dev/zero`` never fills memory). Outputs never replace a device, a FIFO, a socket, a directory or a symlink:
+they are written to a temp file in the same folder and renamed over a regular file or a new path.
+
+Every refusal is a ``FileRefused`` whose text is one phrase without the path; callers prefix the path and the
+option. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class FileRefused(Exception):
+    """Why a path cannot be read or written (one phrase, no path)."""
+
+
+_KINDS = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISCHR, "is a character device"),
+    (stat.S_ISBLK, "is a block device"),
+    (stat.S_ISFIFO, "is a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "is a socket"),
+    (stat.S_ISLNK, "is a symlink"),
+)
+
+
+def kind(mode: int) -> str:
+    for test, phrase in _KINDS:
+        if test(mode):
+            return phrase
+    return "is not a regular file"
+
+
+def _strerror(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def read_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path`` (symlinks followed), at most ``max_bytes``; raises FileRefused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise FileRefused(f"cannot read ({_strerror(exc)})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file")
+        if st.st_size > max_bytes:
+            raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(MIB, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FileRefused(f"cannot read ({_strerror(exc)})") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, max_bytes: int, what: str = "file") -> str:
+    """``read_bytes`` decoded as UTF-8; a byte that is not UTF-8 is a refusal naming its offset."""
+    raw = read_bytes(path, max_bytes, what)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileRefused(f"byte {exc.start}: not valid UTF-8; save the {what} as UTF-8") from None
+
+
+def check_input(path: Path, max_bytes: int, what: str = "file") -> None:
+    """Refuse (FileRefused) what ``read_bytes`` would refuse, reading nothing but the file's metadata."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise FileRefused(f"cannot read ({_strerror(exc)})") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file")
+    if st.st_size > max_bytes:
+        raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+
+
+def check_output(path: Path, what: str = "output file") -> None:
+    """An output path must be a regular file (replaced) or not exist yet, in an existing or creatable folder;
+    never a symlink, device, FIFO, socket or directory."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{kind(st.st_mode)}; knobfleet never replaces one: name a regular file or a new path")
+    parent = _existing_parent(path)
+    try:
+        pst = os.stat(parent)
+    except OSError as exc:
+        raise FileRefused(f"cannot check its folder {parent} ({_strerror(exc)})") from None
+    if not stat.S_ISDIR(pst.st_mode):
+        raise FileRefused(f"its folder {parent} {kind(pst.st_mode)}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FileRefused(f"its folder {parent} is not writable")
+
+
+def check_output_dir(path: Path, what: str = "output folder") -> None:
+    """An output folder must be a real directory (not a symlink) or not exist yet under a writable folder."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileRefused(f"{kind(st.st_mode)}; an {what} must be a folder (knobfleet makes it when missing)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise FileRefused(f"is not writable; an {what} must be")
+        return
+    parent = _existing_parent(path)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise FileRefused(f"cannot be made: {parent} is not a writable folder")
+
+
+def _existing_parent(path: Path) -> Path:
+    parent = path.absolute().parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` atomically: a temp file in the same folder, renamed over ``path``, which must be a regular
+    file or absent (checked again just before the rename). A refusal or an OS error is one KnobfleetError line
+    naming the path; nothing is left behind."""
+    from knobfleet.errors import KnobfleetError
+    from knobfleet.rules import shown
+
+    tmp = None
+    try:
+        check_output(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        check_output(path)
+        os.replace(tmp, path)
+        tmp = None
+    except FileRefused as exc:
+        raise KnobfleetError(f"{shown(str(path))}: {exc}; nothing was written") from None
+    except OSError as exc:
+        raise KnobfleetError(f"{shown(str(path))}: cannot write ({_strerror(exc)}); nothing was written") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    write_bytes(path, text.encode("utf-8"), mode)
+
+
+def _size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else f"{n // KIB} KiB"
