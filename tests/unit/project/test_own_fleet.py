@@ -33,7 +33,11 @@ def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "ANSIBLE_VAULT_IDENTITY_LIST",
         "ANSIBLE_VAULT_PASSWORD_FILE",
     ):
-        monkeypatch.delenv(var, raising=False)  # an empty ANSIBLE_VAULT_PASSWORD_FILE is "the working directory"
+        # setenv first: it records the variable's value now, so whatever the CLI writes into os.environ during the
+        # test is undone after it (delenv of an unset variable records nothing); then unset it, because an empty
+        # ANSIBLE_VAULT_PASSWORD_FILE means "the working directory" to Ansible
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
 
 
 @pytest.fixture
