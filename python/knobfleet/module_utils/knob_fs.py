@@ -89,37 +89,157 @@ def split(path: str) -> tuple[str, str]:
     return parent or "/", name
 
 
-def read_at(dfd: int, name: str, limit: int = MAX_FILE) -> bytes:
-    """The regular file ``name`` in directory ``dfd``; a symlink, FIFO or device is refused, and so is a file
-    larger than ``limit``."""
+def kind_of(mode: int) -> str:
+    """What a file type is called in knobfleet's messages."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_stat_at(dfd: int, name: str, limit: int = MAX_FILE, single_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """The regular file ``name`` in directory ``dfd`` and its stat. Opened ``O_NONBLOCK`` (a FIFO never blocks
+    the open) and checked on the descriptor before a byte is read: a symlink, FIFO, device, socket or
+    directory is refused, and so is a file larger than ``limit`` (by its size, without reading it) and, with
+    ``single_link``, a file with more than one hard link (it may be another file's content)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePath(exc.errno, "is a symlink; knobfleet reads regular files only", name) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV):  # a socket, device, dir
+            raise UnsafePath(exc.errno, "is not a regular file", name) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(errno.EINVAL, "is not a regular file", name)
-        data = b""
-        while len(data) <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
+            raise UnsafePath(errno.EINVAL, "is %s, not a regular file" % kind_of(st.st_mode), name)
+        if single_link and st.st_nlink > 1:
+            raise UnsafePath(errno.EMLINK, "has %d hard links (it may be another file's content)" % st.st_nlink, name)
+        if st.st_size > limit:
+            raise UnsafePath(errno.EFBIG, "is larger than %d bytes" % limit, name)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
             if not chunk:
                 break
-            data += chunk
-        if len(data) > limit:
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while read
             raise UnsafePath(errno.EFBIG, "is larger than %d bytes" % limit, name)
-        return data
+        return b"".join(chunks), st
     finally:
         os.close(fd)
 
 
-def read(path: str, limit: int = MAX_FILE) -> bytes:
+def read_at(dfd: int, name: str, limit: int = MAX_FILE) -> bytes:
+    """The regular file ``name`` in directory ``dfd`` (see ``read_stat_at``)."""
+    return read_stat_at(dfd, name, limit)[0]
+
+
+def read_stat(path: str, limit: int = MAX_FILE, single_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """The regular file at ``path`` and its stat, never following a symlink anywhere in the path."""
     parent, name = split(path)
     dfd = open_dir(parent)
     try:
-        return read_at(dfd, name, limit)
+        return read_stat_at(dfd, name, limit, single_link)
+    finally:
+        os.close(dfd)
+
+
+def read(path: str, limit: int = MAX_FILE) -> bytes:
+    return read_stat(path, limit)[0]
+
+
+def lstat(path: str) -> os.stat_result:
+    """The stat of whatever is at ``path`` (not following a final symlink, nor one in the directories)."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(dfd)
+
+
+def same_content(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` is a single-link regular file holding exactly ``data``. Compared by size
+    first: a larger file, a FIFO or a device is read not at all (it simply differs), so an oversized or special
+    file there can always be replaced."""
+    try:
+        st = lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size != len(data):
+        return False
+    try:
+        return read_stat(path, max(len(data), 1), single_link=True)[0] == data
+    except UnsafePath:
+        return False
+
+
+def entries(dfd: int) -> list[tuple[str, bool]]:
+    """(name, is a real directory) of every entry of the directory ``dfd``; symlinks are never followed (a
+    symlink to a directory is not a directory here)."""
+    with os.scandir(dfd) as it:
+        return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+
+
+def remove_tree_at(dfd: int, name: str, depth: int = 4) -> None:
+    """Remove directory ``name`` of ``dfd`` and what it holds, never leaving it: each level is opened with
+    ``O_NOFOLLOW`` relative to its parent, a symlink inside is unlinked (never followed), and nothing deeper
+    than ``depth`` levels is touched (knobfleet's own directories are one level deep)."""
+    fd = os.open(name, DIR_FLAGS, dir_fd=dfd)
+    try:
+        for child, is_dir in entries(fd):
+            if is_dir:
+                if depth <= 0:
+                    raise UnsafePath(errno.ENOTEMPTY, "holds directories nested deeper than knobfleet makes", name)
+                remove_tree_at(fd, child, depth - 1)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dfd)
+
+
+def append_line(path: str, line: bytes, mode: int = 0o600) -> None:
+    """Append ``line`` (one line, ending in a newline) to the regular file at ``path``, created ``mode`` when
+    missing. Never blocks (``O_NONBLOCK``: a FIFO there is refused, not waited on), never follows a symlink,
+    and starts on a fresh line: when the file's last byte is not a newline (a line cut short by a crash or a
+    full disk) a newline goes first, so a truncated entry never swallows this one."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
+    try:
+        try:
+            fd = os.open(
+                name,
+                os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                mode,
+                dir_fd=dfd,
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV):
+                raise UnsafePath(exc.errno, "is not a regular file; knobfleet appends to regular files only", path) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(errno.EINVAL, "is %s, not a regular file" % kind_of(st.st_mode), path)
+            if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     finally:
         os.close(dfd)
 
