@@ -332,25 +332,51 @@ class Store(object):
     def write_meta(self, number, meta):
         write_atomic(os.path.join(self.gen_dir(number), "meta.json"), meta_bytes(meta), 0o644)
 
-    def switch_current(self, number):
+    def switch_current(self, number, keep_previous=False):
+        """Point ``current`` at generation ``number`` atomically. ``keep_previous``: first keep the old link
+        under a hard link ``current.prev``, so ``unswitch`` needs no new inode (a full disk cannot stop it)."""
         tmp = "%s.%d.tmp" % (self.current_link, os.getpid())
         if os.path.lexists(tmp):
             os.unlink(tmp)
         os.symlink(os.path.join("generations", "%04d" % number), tmp)
-        os.rename(tmp, self.current_link)
+        try:
+            if keep_previous:
+                self.drop_previous()
+                try:
+                    os.link(self.current_link, self.current_link + ".prev", follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+            os.rename(tmp, self.current_link)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def drop_previous(self):
+        try:
+            os.unlink(self.current_link + ".prev")
+        except FileNotFoundError:
+            pass
 
     def append_ledger(self, entry):
         """One JSON line, appended without blocking (a FIFO there is refused) and on a fresh line."""
         append_line(self.ledger, (json.dumps(entry, sort_keys=True) + "\n").encode())
 
     def unswitch(self, number, back_to):
-        """Undo switch_current(number): point ``current`` at ``back_to`` again (or remove it)."""
+        """Undo switch_current(number, keep_previous=True): ``current`` points at ``back_to`` again (or is
+        removed when there was none), by renaming the kept link back."""
         try:
-            if self.current() != number:
-                return
+            moved = self.current() == number
         except (OSError, ValueError):
-            return
-        if back_to is None:
+            moved = False
+        prev = self.current_link + ".prev"
+        if not moved:
+            self.drop_previous()
+        elif os.path.lexists(prev):
+            os.rename(prev, self.current_link)
+        elif back_to is None:
             os.unlink(self.current_link)
         else:
             self.switch_current(back_to)
@@ -462,6 +488,10 @@ class Install(object):
                             pass
                     elif isinstance(keep, str):
                         os.rename(keep, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        try:  # renaming a hard link onto its own file does nothing: the link is still there
+                            os.unlink(keep, dir_fd=dfd)
+                        except FileNotFoundError:
+                            pass
                     else:
                         data, st = keep
                         write_at(dfd, name, data, st.st_mode & 0o7777, st.st_uid, st.st_gid)
@@ -866,7 +896,7 @@ def commit(module, store, p):
                          % (number, store.gens, exc.strerror or exc, live), errno=exc.errno)
     install_all(module, store, number, current, [
         (p["script_path"], script, mode, gid), (p["unit_path"], unit, UNIT_MODE, 0)], remove, [
-        lambda: store.switch_current(number),
+        lambda: store.switch_current(number, keep_previous=True),
         lambda: store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
                                      "profile": profile.get("name"), "version": profile.get("version"),
                                      "hash": profile.get("hash"), "status": "installing", "run_id": p["run_id"],
@@ -928,6 +958,10 @@ def install_all(module, store, number, current, files, remove, then=()):
                                                 number, live_name(current)),
                          errno=getattr(exc, "errno", None), rolled_back=True)
     inst.done()
+    try:
+        store.drop_previous()
+    except OSError:
+        pass
 
 
 def live_name(current):
@@ -1056,7 +1090,7 @@ def restore(module, store, p):
     try:
         for dest, data, mode, uid, gid in plan:
             inst.put(dest, data, mode, uid, gid)
-        store.switch_current(target)
+        store.switch_current(target, keep_previous=True)
     except BaseException as exc:
         back, stuck = inst.undo()
         try:
@@ -1070,6 +1104,10 @@ def restore(module, store, p):
             ("could not put back %s" % ", ".join(stuck)) if stuck else "nothing changed", live_name(current)),
             errno=getattr(exc, "errno", None))
     inst.done()
+    try:
+        store.drop_previous()
+    except OSError:
+        pass
     put_back = []
     if current is not None and target < current:
         try:
