@@ -226,7 +226,9 @@ def append_line(path: str, line: bytes, mode: int = 0o600) -> None:
             )
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV):
-                raise UnsafePath(exc.errno, "is not a regular file; knobfleet appends to regular files only", path) from None
+                raise UnsafePath(
+                    exc.errno, "is not a regular file; knobfleet appends to regular files only", path
+                ) from None
             raise
         try:
             st = os.fstat(fd)

@@ -97,14 +97,18 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
         return {"path": path, "exists": False}
     except OSError as exc:
         try:
-            lst = os.stat(name, dir_fd=dfd, follow_symlinks=False) if dfd is not None else os.lstat(path)
+            lst = os.stat(name or path, dir_fd=dfd, follow_symlinks=False) if dfd is not None else os.lstat(path)
             kind = "symlink" if stat.S_ISLNK(lst.st_mode) else "special file"
         except OSError:
             kind = "symlink"  # a symlinked directory on the way
         return {"path": path, "exists": True, "error": "%s: %s" % (kind, exc.strerror or exc)}
     if st.st_nlink > 1:
-        return {"path": path, "exists": True, "error": "hard-linked: %d links, content not read" % st.st_nlink,
-                "mode": "%04o" % (st.st_mode & 0o7777)}
+        return {
+            "path": path,
+            "exists": True,
+            "error": "hard-linked: %d links, content not read" % st.st_nlink,
+            "mode": "%04o" % (st.st_mode & 0o7777),
+        }
     try:
         owner = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:

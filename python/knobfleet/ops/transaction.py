@@ -70,9 +70,9 @@ def manual_steps(hv: HostVars, generation: int | None) -> str:
     d = f"{hv.service_state_dir}/generations/{gen}"
     script = hv.script_path.rsplit("/", 1)[-1]
     access = (
-        "python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))[\"files\"][sys.argv[2]]; "
+        'python3 -c \'import json,sys; f=json.load(open(sys.argv[1]))["files"][sys.argv[2]]; '
         'print("-m %04o -o %d -g %d" % (f.get("mode", 0o755 if sys.argv[2] == "script" else 0o644), '
-        "f.get(\"uid\", 0), f.get(\"gid\", 0)))' " + f"{d}/meta.json"
+        'f.get("uid", 0), f.get("gid", 0)))\' ' + f"{d}/meta.json"
     )
     return "\n".join(
         [

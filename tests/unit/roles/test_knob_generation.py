@@ -185,10 +185,22 @@ def test_begin_adopts_the_hand_written_files_as_generation_0(host: Host) -> None
     meta = host.meta(0)
     assert (meta["status"], meta["profile"], meta["run_id"], meta["operator"]) == ("adopted", None, "run-1", "alice")
     assert meta["files"] == {  # the mode, owner and group they had, so a restore puts those back too
-        "script": {"path": str(host.script), "sha256": sha(HAND_SCRIPT), "name": "serve.sh", "mode": 0o700,
-                   "uid": 0, "gid": 0},
-        "unit": {"path": str(host.unit), "sha256": sha(HAND_UNIT), "name": "svc.service", "mode": 0o640, "uid": 0,
-                 "gid": 0},
+        "script": {
+            "path": str(host.script),
+            "sha256": sha(HAND_SCRIPT),
+            "name": "serve.sh",
+            "mode": 0o700,
+            "uid": 0,
+            "gid": 0,
+        },
+        "unit": {
+            "path": str(host.unit),
+            "sha256": sha(HAND_UNIT),
+            "name": "svc.service",
+            "mode": 0o640,
+            "uid": 0,
+            "gid": 0,
+        },
     }
     stored = host.state / "generations/0000"
     assert (stored / "serve.sh").read_text() == HAND_SCRIPT and mode(stored / "serve.sh") == 0o600

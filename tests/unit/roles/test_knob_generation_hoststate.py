@@ -245,7 +245,7 @@ class FaultyOs:
         def call(*args: Any, **kw: Any) -> Any:
             self.calls.append(name)
             if self.fail_at is not None and len(self.calls) - 1 == self.fail_at:
-                raise OSError(self.err, os.strerror(self.err), "injected-%s" % name)
+                raise OSError(self.err, os.strerror(self.err), f"injected-{name}")
             if name == "fsync":
                 return None
             if self.budget is not None:
@@ -529,11 +529,16 @@ def test_the_script_path_may_not_point_at_the_unit_or_the_state(host: Host, wher
     assert snapshot(host.unit) == (HAND_UNIT.encode(), 0o640, 0, 0)
 
 
+def group_writable(d: Path) -> None:
+    os.chown(d, 0, 4242)
+    d.chmod(0o775)
+
+
 @pytest.mark.parametrize(
     "make,says",
     [
-        (lambda d: (d.chmod(0o777)), "writable by every user"),
-        (lambda d: (os.chown(d, 0, 4242), d.chmod(0o775)), "writable by group 4242"),
+        (lambda d: d.chmod(0o777), "writable by every user"),
+        (lambda d: group_writable(d), "writable by group 4242"),
         (lambda d: os.chown(d, 4242, 0), "owned by uid 4242"),
     ],
 )
