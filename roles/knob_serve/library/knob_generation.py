@@ -205,6 +205,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import subprocess
 
@@ -525,12 +526,18 @@ def lock_holder(store):
 def break_lock(store, p):
     """Break a held lock atomically: rename it aside (only one breaker's rename can succeed; a second one
     finds nothing and must then win the O_EXCL create like anyone else)."""
-    aside = "%s.broken-%s" % (store.lock, p["run_id"])
+    aside = "%s.broken-%s" % (store.lock, secrets.token_hex(8))  # never a name built from input
     try:
         os.rename(store.lock, aside)
     except FileNotFoundError:
         return False
-    os.unlink(aside)
+    try:
+        os.unlink(aside)
+    except IsADirectoryError:  # whatever sat there, it is out of the lock's way now
+        try:
+            os.rmdir(aside)
+        except OSError:
+            pass
     return True
 
 
