@@ -415,6 +415,22 @@ def test_a_refusal_after_the_lock_releases_it(host: Host) -> None:
     assert not (host.state / "lock").exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "bad json", "list"])
+def test_an_unreadable_lock_holds_the_host_until_broken_and_never_blocks(host: Host, kind: str) -> None:
+    hand_written(host)
+    host.store.ensure()
+    lock = host.state / "lock"
+    {"fifo": lambda: os.mkfifo(lock), "directory": lock.mkdir, "bad json": lambda: lock.write_text("{"),
+     "list": lambda: lock.write_text("[]")}[kind]()  # fmt: skip
+    with pytest.raises(Failed) as err:
+        install(host, 1)
+    assert err.value.result["lock_held"] and err.value.result["steps"] == {}
+    res = install(host, 1, break_lock=True)
+    assert res["steps"]["begin"]["locked"] and host.script.read_text() == script(1)
+    finish(host, 1)
+    assert not lock.exists() and not list(host.state.glob("lock.broken-*"))
+
+
 # --- prune and walks --------------------------------------------------------------------------------------
 
 
