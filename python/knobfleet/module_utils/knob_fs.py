@@ -317,3 +317,120 @@ def exists(path: str) -> bool:
         return False
     finally:
         os.close(dfd)
+
+
+class Install:
+    """Replace (or remove) several host files all or none. Before a file is replaced, the file there is kept
+    under a hard link ``.NAME.knobfleet-prev`` in its own directory (no data copied, so a full disk cannot stop
+    the way back); ``undo`` renames each back atomically, ``done`` drops the links. Where the filesystem has no
+    hard links, the old file is read (bounded) and written back with its mode and owner."""
+
+    def __init__(self) -> None:
+        self.changed: list[
+            tuple[str, str | tuple[bytes, os.stat_result] | None]
+        ] = []  # (path, a link name, None (was absent), or (bytes, stat))
+
+    def _keep(self, dfd: int, name: str, path: str) -> str | tuple[bytes, os.stat_result] | None:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(errno.EISDIR, "is a directory; remove it and apply again", path)
+        keep = ".%s.knobfleet-prev" % name
+        try:
+            os.unlink(keep, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(name, keep, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return keep
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+        return read_stat_at(dfd, name)
+
+    def put(self, path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+        parent, name = split(path)
+        dfd = open_dir(parent, create_mode=0o755)
+        try:
+            self.changed.append((path, self._keep(dfd, name, path)))
+            write_at(dfd, name, data, mode, uid, gid)
+        finally:
+            os.close(dfd)
+
+    def remove(self, path: str) -> None:
+        parent, name = split(path)
+        dfd = open_dir(parent)
+        try:
+            self.changed.append((path, self._keep(dfd, name, path)))
+            os.unlink(name, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def undo(self) -> tuple[list[str], list[str]]:
+        """Every changed file back as it was; returns the paths put back and those that could not be."""
+        back: list[str] = []
+        stuck: list[str] = []
+        for path, keep in reversed(self.changed):
+            parent, name = split(path)
+            try:
+                dfd = open_dir(parent)
+                try:
+                    if keep is None:
+                        try:
+                            os.unlink(name, dir_fd=dfd)
+                        except FileNotFoundError:
+                            pass
+                    elif isinstance(keep, str):
+                        os.rename(keep, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        try:  # renaming a hard link onto its own file does nothing: the link is still there
+                            os.unlink(keep, dir_fd=dfd)
+                        except FileNotFoundError:
+                            pass
+                    else:
+                        data, st = keep
+                        write_at(dfd, name, data, st.st_mode & 0o7777, st.st_uid, st.st_gid)
+                finally:
+                    os.close(dfd)
+                back.append(path)
+            except OSError:
+                stuck.append(path)
+        self.changed = []
+        return back, stuck
+
+    def done(self) -> None:
+        """Drop the kept links (best effort: one left behind is removed by the next ``put`` of that file)."""
+        for path, keep in self.changed:
+            if isinstance(keep, str):
+                try:
+                    unlink(os.path.join(split(path)[0], keep))
+                except OSError:
+                    pass
+        self.changed = []
+
+
+def writable_by_others(path: str) -> tuple[str, str] | None:
+    """The first directory of ``path``'s parents that a non-root user can change (owned by another user, or
+    group/other-writable — a sticky bit protects entries only in the directories above the file's own), with
+    why; None when only root can (or when the path is refused anyway: a symlink on it, a missing directory
+    that knobfleet creates root-owned 0755)."""
+    parts = [x for x in os.path.dirname(path).split("/") if x]
+    walked = ""
+    for i in range(len(parts) + 1):
+        walked = walked + "/" + parts[i - 1] if i else "/"
+        try:
+            st = os.stat(walked, follow_symlinks=False)
+        except OSError:
+            return None
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            return None
+        last = i == len(parts)
+        if st.st_uid != 0:
+            return walked, "owned by uid %d" % st.st_uid
+        if mode & 0o002 and (last or not mode & stat.S_ISVTX):
+            return walked, "writable by every user (mode %04o)" % (mode & 0o7777)
+        if mode & 0o020 and st.st_gid != 0 and (last or not mode & stat.S_ISVTX):
+            return walked, "writable by group %d (mode %04o)" % (st.st_gid, mode & 0o7777)
+    return None

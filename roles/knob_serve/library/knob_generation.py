@@ -210,10 +210,23 @@ import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.knob_fs import DIR_FLAGS, UnsafePath, append_line, entries, kind_of, open_dir, private_dir
-from ansible.module_utils.knob_fs import read as fs_read
-from ansible.module_utils.knob_fs import read_stat, read_stat_at, remove_tree_at, same_content, split, write_at
+from ansible.module_utils.knob_fs import (
+    DIR_FLAGS,
+    Install,
+    UnsafePath,
+    append_line,
+    entries,
+    kind_of,
+    open_dir,
+    private_dir,
+    read_stat,
+    remove_tree_at,
+    same_content,
+    writable_by_others,
+    write_at,
+)
 from ansible.module_utils.knob_fs import exists as fs_exists
+from ansible.module_utils.knob_fs import read as fs_read
 from ansible.module_utils.knob_fs import sha256 as fs_sha256
 from ansible.module_utils.knob_fs import unlink as fs_unlink
 from ansible.module_utils.knob_fs import write as fs_write
@@ -427,93 +440,6 @@ def remove_generation(store, number):
         os.close(gfd)
 
 
-class Install(object):
-    """Replace (or remove) several host files all or none. Before a file is replaced, the file there is kept
-    under a hard link ``.NAME.knobfleet-prev`` in its own directory (no data copied, so a full disk cannot stop
-    the way back); ``undo`` renames each back atomically, ``done`` drops the links. Where the filesystem has no
-    hard links, the old file is read (bounded) and written back with its mode and owner."""
-
-    def __init__(self):
-        self.changed = []  # (path, how to undo: a link name, None (was absent), or (bytes, stat))
-
-    def _keep(self, dfd, name, path):
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISDIR(st.st_mode):
-            raise UnsafePath(errno.EISDIR, "is a directory; remove it and apply again", path)
-        keep = ".%s.knobfleet-prev" % name
-        try:
-            os.unlink(keep, dir_fd=dfd)
-        except FileNotFoundError:
-            pass
-        try:
-            os.link(name, keep, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            return keep
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
-                raise
-        return read_stat_at(dfd, name)
-
-    def put(self, path, data, mode, uid=0, gid=0):
-        parent, name = split(path)
-        dfd = open_dir(parent, create_mode=0o755)
-        try:
-            self.changed.append((path, self._keep(dfd, name, path)))
-            write_at(dfd, name, data, mode, uid, gid)
-        finally:
-            os.close(dfd)
-
-    def remove(self, path):
-        parent, name = split(path)
-        dfd = open_dir(parent)
-        try:
-            self.changed.append((path, self._keep(dfd, name, path)))
-            os.unlink(name, dir_fd=dfd)
-        finally:
-            os.close(dfd)
-
-    def undo(self):
-        """Every changed file back as it was; returns the paths put back and those that could not be."""
-        back, stuck = [], []
-        for path, keep in reversed(self.changed):
-            parent, name = split(path)
-            try:
-                dfd = open_dir(parent)
-                try:
-                    if keep is None:
-                        try:
-                            os.unlink(name, dir_fd=dfd)
-                        except FileNotFoundError:
-                            pass
-                    elif isinstance(keep, str):
-                        os.rename(keep, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                        try:  # renaming a hard link onto its own file does nothing: the link is still there
-                            os.unlink(keep, dir_fd=dfd)
-                        except FileNotFoundError:
-                            pass
-                    else:
-                        data, st = keep
-                        write_at(dfd, name, data, st.st_mode & 0o7777, st.st_uid, st.st_gid)
-                finally:
-                    os.close(dfd)
-                back.append(path)
-            except OSError:
-                stuck.append(path)
-        self.changed = []
-        return back, stuck
-
-    def done(self):
-        for path, keep in self.changed:
-            if isinstance(keep, str):
-                try:
-                    fs_unlink(os.path.join(split(path)[0], keep))
-                except OSError:
-                    pass
-        self.changed = []
-
-
 def lock_holder(store):
     try:
         return read_json_object(store.lock)
@@ -659,31 +585,6 @@ def check_paths(module, p):
         problems.append("knob_serve_script_path %s may not be named %s" % (script, name))
     if problems:
         module.fail_json(msg="%s; pick another path; nothing was changed" % problems[0], refused=True)
-
-
-def writable_by_others(path):
-    """The first directory of ``path``'s parents that a non-root user can change (owned by another user, or
-    group/other-writable — a sticky bit protects entries only in the directories above the script's own), with
-    why; None when only root can."""
-    parts = [x for x in os.path.dirname(path).split("/") if x]
-    walked = ""
-    for i in range(len(parts) + 1):
-        walked = walked + "/" + parts[i - 1] if i else "/"
-        try:
-            st = os.stat(walked, follow_symlinks=False)
-        except OSError:
-            return None  # missing: knobfleet creates it root-owned 0755
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            return None  # knob_fs refuses the path itself, with its own line
-        last = i == len(parts)
-        if st.st_uid != 0:
-            return walked, "owned by uid %d" % st.st_uid
-        if mode & 0o002 and (last or not mode & stat.S_ISVTX):
-            return walked, "writable by every user (mode %04o)" % (mode & 0o7777)
-        if mode & 0o020 and st.st_gid != 0 and (last or not mode & stat.S_ISVTX):
-            return walked, "writable by group %d (mode %04o)" % (st.st_gid, mode & 0o7777)
-    return None
 
 
 def check_script_dir(module, p):
