@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, addr, restart_sh
 
 SVC = "sglang-dsv4-decode"
 TOKEN = "hf_LabSecret_4f1c2e9d7a"
@@ -117,7 +117,14 @@ SCRIPT = "/root/serve_dsv4_decode.sh"
 
 def test_an_adopted_0700_script_comes_back_0700_after_rollback_to_0(fleet: Fleet) -> None:
     host = "lab3"  # not applied to by the tests above: its hand-written script is adopted here
-    fleet.ssh(host, f"chmod 0700 {SCRIPT}")
+    # A hand-written 0700 script (root-only, as one holding a token is), its flags in --flag=value form (the live rule's argv reading of
+    # space-separated flags in hand-written scripts is another class's), running before knobfleet arrives.
+    fleet.ssh(
+        host,
+        f"sed -i -e 's/--model-path /--model-path=/' -e 's/--host /--host=/' -e 's/--port /--port=/' "
+        f"-e 's/--tp /--tp=/' {SCRIPT} && "
+        f"chmod 0700 {SCRIPT} && {restart_sh(SVC, addr(host))}",
+    )
     fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
     assert fleet.ssh(host, f"stat -c '%a' {SCRIPT}").stdout.strip() == "755"
     meta = fleet.ssh(host, f"cat {STATE}/generations/0000/meta.json").stdout
