@@ -117,8 +117,8 @@ SCRIPT = "/root/serve_dsv4_decode.sh"
 
 def test_an_adopted_0700_script_comes_back_0700_after_rollback_to_0(fleet: Fleet) -> None:
     host = "lab3"  # not applied to by the tests above: its hand-written script is adopted here
-    # A hand-written 0700 script (root-only, as one holding a token is), its flags in --flag=value form (the live rule's argv reading of
-    # space-separated flags in hand-written scripts is another class's), running before knobfleet arrives.
+    # A hand-written root-only (0700) script running before knobfleet arrives; its flags in --flag=value form
+    # (reading space-separated flags of hand-written scripts is the argv class's).
     fleet.ssh(
         host,
         f"sed -i -e 's/--model-path /--model-path=/' -e 's/--host /--host=/' -e 's/--port /--port=/' "
