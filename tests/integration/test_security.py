@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, addr, restart_sh
 
 SVC = "sglang-dsv4-decode"
 TOKEN = "hf_LabSecret_4f1c2e9d7a"
@@ -83,7 +83,13 @@ def test_a_secret_reaches_the_engine_and_nothing_else(fleet: Fleet, tmp_path: Pa
 def test_the_owner_of_the_script_directory_cannot_redirect_roots_writes(fleet: Fleet, tmp_path: Path) -> None:
     host = "lab2"
     fleet.ssh(host, "id engine >/dev/null 2>&1 || useradd -m engine; install -d -o engine -g engine /srv/engine")
-    inv = _inventory(fleet, tmp_path, host, {"knob_serve_script_path": "/srv/engine/serve.sh"})
+    inv = _inventory(
+        fleet,
+        tmp_path,
+        host,
+        # the engine user owns the directory: refused unless overridden (see the test after this one)
+        {"knob_serve_script_path": "/srv/engine/serve.sh", "knob_serve_allow_writable_script_dir": True},
+    )
     victim = "/etc/knobfleet-victim"
     fleet.ssh(host, f"echo root-only > {victim}")
     # The attacker pre-creates the temp names an older knobfleet used, and links the script path at the victim.
@@ -103,3 +109,74 @@ def test_the_owner_of_the_script_directory_cannot_redirect_roots_writes(fleet: F
     assert fleet.ssh(host, f"cat {victim}").stdout == "root-only\n"
     fleet.ssh(host, f"rm -f {victim}")
     fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
+
+
+STATE = f"/var/lib/knobfleet/{SVC}"
+SCRIPT = "/root/serve_dsv4_decode.sh"
+
+
+def test_an_adopted_0700_script_comes_back_0700_after_rollback_to_0(fleet: Fleet) -> None:
+    host = "lab3"  # not applied to by the tests above: its hand-written script is adopted here
+    # A hand-written root-only (0700) script running before knobfleet arrives; its flags in --flag=value form
+    # (reading space-separated flags of hand-written scripts is the argv class's).
+    fleet.ssh(
+        host,
+        f"sed -i -e 's/--model-path /--model-path=/' -e 's/--host /--host=/' -e 's/--port /--port=/' "
+        f"-e 's/--tp /--tp=/' {SCRIPT} && "
+        f"chmod 0700 {SCRIPT} && {restart_sh(SVC, addr(host))}",
+    )
+    fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
+    assert fleet.ssh(host, f"stat -c '%a' {SCRIPT}").stdout.strip() == "755"
+    meta = fleet.ssh(host, f"cat {STATE}/generations/0000/meta.json").stdout
+    assert '"mode": 448' in meta  # 0700, recorded at adoption
+    proc = fleet.knobfleet("rollback", "--to", "0", "--limit", host, "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert fleet.ssh(host, f"stat -c '%a %U %G' {SCRIPT}").stdout.split() == ["700", "root", "root"]
+    drift = fleet.knobfleet("drift", "--limit", host)
+    assert drift.returncode == 0, drift.stdout  # in sync, and truly: the adopted file, its mode, live again
+    fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
+
+
+def test_a_fifo_at_the_ledger_neither_hangs_drift_nor_apply(fleet: Fleet) -> None:
+    host = "lab3"
+    fleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True)
+    fleet.ssh(host, f"mv {STATE}/ledger.jsonl /root/ledger.keep && mkfifo -m 600 {STATE}/ledger.jsonl")
+    try:
+        drift = fleet.knobfleet("drift", "--limit", host, "--json", timeout=120)
+        assert drift.returncode == 0, drift.stdout + drift.stderr
+        apply = fleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", timeout=120)
+        assert apply.returncode == 1 and "ledger.jsonl is a FIFO" in apply.stdout + apply.stderr
+        assert fleet.ssh(host, f"test -e {STATE}/lock", check=False).returncode == 1  # never left held
+    finally:
+        fleet.ssh(host, f"rm -f {STATE}/ledger.jsonl && mv /root/ledger.keep {STATE}/ledger.jsonl")
+    fleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", check=True)
+
+
+def test_a_hard_link_at_the_script_path_is_refused_shipped_nowhere_and_the_lock_released(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    host, svc = "lab2", "kf-hardlink"
+    secret = "root-only-line-5b1e0c"
+    fleet.ssh(host, f"umask 077; echo {secret} > /root/kf-secret && ln -f /root/kf-secret /root/kf-hl.sh")
+    inv = _inventory(fleet, tmp_path, host, {"knob_serve_service": svc, "knob_serve_script_path": "/root/kf-hl.sh"})
+    try:
+        for args in (("plan", "ctas512", "--limit", host), ("apply", "ctas512", "--limit", host, "--yes")):
+            code, out = kf(fleet, inv, *args)
+            assert secret not in out
+        assert code == 1 and "cannot adopt /root/kf-hl.sh" in out and "has 2 hard links" in out, out
+        assert fleet.ssh(host, f"test -e /var/lib/knobfleet/{svc}/lock", check=False).returncode == 1
+        assert fleet.ssh(host, f"ls /var/lib/knobfleet/{svc}/generations", check=False).stdout.strip() == ""
+    finally:
+        fleet.ssh(host, f"rm -rf /root/kf-secret /root/kf-hl.sh /var/lib/knobfleet/{svc}")
+
+
+def test_a_script_dir_another_user_can_write_is_refused_for_root(fleet: Fleet, tmp_path: Path) -> None:
+    host = "lab2"
+    fleet.ssh(host, "install -d -m 0777 /srv/kf-open")
+    inv = _inventory(fleet, tmp_path, host, {"knob_serve_script_path": "/srv/kf-open/serve.sh"})
+    try:
+        code, out = kf(fleet, inv, "apply", "ctas512", "--limit", host, "--yes")
+        assert code == 1 and "/srv/kf-open" in out and "knob_serve_allow_writable_script_dir" in out, out
+        assert fleet.ssh(host, f"test -e {STATE}/lock", check=False).returncode == 1
+    finally:
+        fleet.ssh(host, "rm -rf /srv/kf-open")

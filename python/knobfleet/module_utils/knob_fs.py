@@ -89,37 +89,159 @@ def split(path: str) -> tuple[str, str]:
     return parent or "/", name
 
 
-def read_at(dfd: int, name: str, limit: int = MAX_FILE) -> bytes:
-    """The regular file ``name`` in directory ``dfd``; a symlink, FIFO or device is refused, and so is a file
-    larger than ``limit``."""
+def kind_of(mode: int) -> str:
+    """What a file type is called in knobfleet's messages."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_stat_at(dfd: int, name: str, limit: int = MAX_FILE, single_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """The regular file ``name`` in directory ``dfd`` and its stat. Opened ``O_NONBLOCK`` (a FIFO never blocks
+    the open) and checked on the descriptor before a byte is read: a symlink, FIFO, device, socket or
+    directory is refused, and so is a file larger than ``limit`` (by its size, without reading it) and, with
+    ``single_link``, a file with more than one hard link (it may be another file's content)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePath(exc.errno, "is a symlink; knobfleet reads regular files only", name) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV):  # a socket, device, dir
+            raise UnsafePath(exc.errno, "is not a regular file", name) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(errno.EINVAL, "is not a regular file", name)
-        data = b""
-        while len(data) <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
+            raise UnsafePath(errno.EINVAL, "is %s, not a regular file" % kind_of(st.st_mode), name)
+        if single_link and st.st_nlink > 1:
+            raise UnsafePath(errno.EMLINK, "has %d hard links (it may be another file's content)" % st.st_nlink, name)
+        if st.st_size > limit:
+            raise UnsafePath(errno.EFBIG, "is larger than %d bytes" % limit, name)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
             if not chunk:
                 break
-            data += chunk
-        if len(data) > limit:
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while read
             raise UnsafePath(errno.EFBIG, "is larger than %d bytes" % limit, name)
-        return data
+        return b"".join(chunks), st
     finally:
         os.close(fd)
 
 
-def read(path: str, limit: int = MAX_FILE) -> bytes:
+def read_at(dfd: int, name: str, limit: int = MAX_FILE) -> bytes:
+    """The regular file ``name`` in directory ``dfd`` (see ``read_stat_at``)."""
+    return read_stat_at(dfd, name, limit)[0]
+
+
+def read_stat(path: str, limit: int = MAX_FILE, single_link: bool = False) -> tuple[bytes, os.stat_result]:
+    """The regular file at ``path`` and its stat, never following a symlink anywhere in the path."""
     parent, name = split(path)
     dfd = open_dir(parent)
     try:
-        return read_at(dfd, name, limit)
+        return read_stat_at(dfd, name, limit, single_link)
+    finally:
+        os.close(dfd)
+
+
+def read(path: str, limit: int = MAX_FILE) -> bytes:
+    return read_stat(path, limit)[0]
+
+
+def lstat(path: str) -> os.stat_result:
+    """The stat of whatever is at ``path`` (not following a final symlink, nor one in the directories)."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(dfd)
+
+
+def same_content(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` is a single-link regular file holding exactly ``data``. Compared by size
+    first: a larger file, a FIFO or a device is read not at all (it simply differs), so an oversized or special
+    file there can always be replaced."""
+    try:
+        st = lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size != len(data):
+        return False
+    try:
+        return read_stat(path, max(len(data), 1), single_link=True)[0] == data
+    except UnsafePath:
+        return False
+
+
+def entries(dfd: int) -> list[tuple[str, bool]]:
+    """(name, is a real directory) of every entry of the directory ``dfd``; symlinks are never followed (a
+    symlink to a directory is not a directory here)."""
+    with os.scandir(dfd) as it:
+        return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+
+
+def remove_tree_at(dfd: int, name: str, depth: int = 4) -> None:
+    """Remove directory ``name`` of ``dfd`` and what it holds, never leaving it: each level is opened with
+    ``O_NOFOLLOW`` relative to its parent, a symlink inside is unlinked (never followed), and nothing deeper
+    than ``depth`` levels is touched (knobfleet's own directories are one level deep)."""
+    fd = os.open(name, DIR_FLAGS, dir_fd=dfd)
+    try:
+        for child, is_dir in entries(fd):
+            if is_dir:
+                if depth <= 0:
+                    raise UnsafePath(errno.ENOTEMPTY, "holds directories nested deeper than knobfleet makes", name)
+                remove_tree_at(fd, child, depth - 1)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dfd)
+
+
+def append_line(path: str, line: bytes, mode: int = 0o600) -> None:
+    """Append ``line`` (one line, ending in a newline) to the regular file at ``path``, created ``mode`` when
+    missing. Never blocks (``O_NONBLOCK``: a FIFO there is refused, not waited on), never follows a symlink,
+    and starts on a fresh line: when the file's last byte is not a newline (a line cut short by a crash or a
+    full disk) a newline goes first, so a truncated entry never swallows this one."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
+    try:
+        try:
+            fd = os.open(
+                name,
+                os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                mode,
+                dir_fd=dfd,
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV):
+                raise UnsafePath(
+                    exc.errno, "is not a regular file; knobfleet appends to regular files only", path
+                ) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(errno.EINVAL, "is %s, not a regular file" % kind_of(st.st_mode), path)
+            if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     finally:
         os.close(dfd)
 
@@ -195,3 +317,120 @@ def exists(path: str) -> bool:
         return False
     finally:
         os.close(dfd)
+
+
+class Install:
+    """Replace (or remove) several host files all or none. Before a file is replaced, the file there is kept
+    under a hard link ``.NAME.knobfleet-prev`` in its own directory (no data copied, so a full disk cannot stop
+    the way back); ``undo`` renames each back atomically, ``done`` drops the links. Where the filesystem has no
+    hard links, the old file is read (bounded) and written back with its mode and owner."""
+
+    def __init__(self) -> None:
+        self.changed: list[
+            tuple[str, str | tuple[bytes, os.stat_result] | None]
+        ] = []  # (path, a link name, None (was absent), or (bytes, stat))
+
+    def _keep(self, dfd: int, name: str, path: str) -> str | tuple[bytes, os.stat_result] | None:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(errno.EISDIR, "is a directory; remove it and apply again", path)
+        keep = ".%s.knobfleet-prev" % name
+        try:
+            os.unlink(keep, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(name, keep, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return keep
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+        return read_stat_at(dfd, name)
+
+    def put(self, path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+        parent, name = split(path)
+        dfd = open_dir(parent, create_mode=0o755)
+        try:
+            self.changed.append((path, self._keep(dfd, name, path)))
+            write_at(dfd, name, data, mode, uid, gid)
+        finally:
+            os.close(dfd)
+
+    def remove(self, path: str) -> None:
+        parent, name = split(path)
+        dfd = open_dir(parent)
+        try:
+            self.changed.append((path, self._keep(dfd, name, path)))
+            os.unlink(name, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def undo(self) -> tuple[list[str], list[str]]:
+        """Every changed file back as it was; returns the paths put back and those that could not be."""
+        back: list[str] = []
+        stuck: list[str] = []
+        for path, keep in reversed(self.changed):
+            parent, name = split(path)
+            try:
+                dfd = open_dir(parent)
+                try:
+                    if keep is None:
+                        try:
+                            os.unlink(name, dir_fd=dfd)
+                        except FileNotFoundError:
+                            pass
+                    elif isinstance(keep, str):
+                        os.rename(keep, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        try:  # renaming a hard link onto its own file does nothing: the link is still there
+                            os.unlink(keep, dir_fd=dfd)
+                        except FileNotFoundError:
+                            pass
+                    else:
+                        data, st = keep
+                        write_at(dfd, name, data, st.st_mode & 0o7777, st.st_uid, st.st_gid)
+                finally:
+                    os.close(dfd)
+                back.append(path)
+            except OSError:
+                stuck.append(path)
+        self.changed = []
+        return back, stuck
+
+    def done(self) -> None:
+        """Drop the kept links (best effort: one left behind is removed by the next ``put`` of that file)."""
+        for path, keep in self.changed:
+            if isinstance(keep, str):
+                try:
+                    unlink(os.path.join(split(path)[0], keep))
+                except OSError:
+                    pass
+        self.changed = []
+
+
+def writable_by_others(path: str) -> tuple[str, str] | None:
+    """The first directory of ``path``'s parents that a non-root user can change (owned by another user, or
+    group/other-writable — a sticky bit protects entries only in the directories above the file's own), with
+    why; None when only root can (or when the path is refused anyway: a symlink on it, a missing directory
+    that knobfleet creates root-owned 0755)."""
+    parts = [x for x in os.path.dirname(path).split("/") if x]
+    walked = ""
+    for i in range(len(parts) + 1):
+        walked = walked + "/" + parts[i - 1] if i else "/"
+        try:
+            st = os.stat(walked, follow_symlinks=False)
+        except OSError:
+            return None
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            return None
+        last = i == len(parts)
+        if st.st_uid != 0:
+            return walked, "owned by uid %d" % st.st_uid
+        if mode & 0o002 and (last or not mode & stat.S_ISVTX):
+            return walked, "writable by every user (mode %04o)" % (mode & 0o7777)
+        if mode & 0o020 and st.st_gid != 0 and (last or not mode & stat.S_ISVTX):
+            return walked, "writable by group %d (mode %04o)" % (st.st_gid, mode & 0o7777)
+    return None

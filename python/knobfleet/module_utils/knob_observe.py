@@ -4,6 +4,7 @@ the unit's cgroup, generations, lock, ledger, health and the engine's info endpo
 
 from __future__ import annotations
 
+import errno
 import glob
 import grp
 import hashlib
@@ -18,8 +19,10 @@ import urllib.request
 from typing import Any
 
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
+    from ansible.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
     from ansible.module_utils.knob_live import redact_env, redact_script, redact_tree
 except ImportError:  # on the controller
+    from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
     from knobfleet.module_utils.knob_live import redact_env, redact_script, redact_tree
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
@@ -44,14 +47,20 @@ PROPS = (
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
 
 
-def read_bounded(path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
-    """Up to ``limit`` bytes of the regular file at ``path`` (never through a final symlink), whether it was
-    cut, and its stat. Raises OSError for anything that is not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def read_bounded_at(dfd: int | None, path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
+    """Up to ``limit`` bytes of the regular file ``path`` (relative to directory ``dfd``), whether it was cut,
+    and its stat. Opened ``O_NONBLOCK`` and never through a symlink: a FIFO, device, socket or directory raises
+    OSError before a byte is read, so no reader ever blocks or runs unbounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.ENODEV):  # a socket or a device without a driver
+            raise OSError(errno.EINVAL, "not a regular file", path) from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(21, "not a regular file", path)
+            raise OSError(errno.EINVAL, "not a regular file", path)
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(65536, limit + 1 - size))
@@ -65,14 +74,41 @@ def read_bounded(path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat
         os.close(fd)
 
 
-def file_info(path: str) -> dict[str, Any]:
+def read_bounded(path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
+    """``read_bounded_at`` of an absolute path, its directories opened without following any symlink."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
     try:
-        data, cut, st = read_bounded(path)
+        return read_bounded_at(dfd, name, limit)
+    finally:
+        os.close(dfd)
+
+
+def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """What a managed file is: sha256, mode, owner, group, mtime, size, and its text when small. Nothing of a
+    file's content is read, hashed or shipped unless it is a single-link regular file: a symlink (in the path
+    too), FIFO, device or hard link (it may be another file's content) is reported as an ``error``."""
+    try:
+        if dfd is None:
+            data, cut, st = read_bounded(path)
+        else:
+            data, cut, st = read_bounded_at(dfd, name or os.path.basename(path))
     except FileNotFoundError:
         return {"path": path, "exists": False}
     except OSError as exc:
-        kind = "symlink" if os.path.islink(path) else "special file"
+        try:
+            lst = os.stat(name or path, dir_fd=dfd, follow_symlinks=False) if dfd is not None else os.lstat(path)
+            kind = "symlink" if stat.S_ISLNK(lst.st_mode) else "special file"
+        except OSError:
+            kind = "symlink"  # a symlinked directory on the way
         return {"path": path, "exists": True, "error": "%s: %s" % (kind, exc.strerror or exc)}
+    if st.st_nlink > 1:
+        return {
+            "path": path,
+            "exists": True,
+            "error": "hard-linked: %d links, content not read" % st.st_nlink,
+            "mode": "%04o" % (st.st_mode & 0o7777),
+        }
     try:
         owner = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
@@ -177,64 +213,131 @@ def read_json(path: str, limit: int = MAX_READ) -> Any:
     return json.loads(data.decode("utf-8"))
 
 
+def _open_dir_at(dfd: int | None, name: str) -> int:
+    return os.open(name, DIR_FLAGS, dir_fd=dfd)
+
+
 def generations(state_dir: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "exists": os.path.isdir(state_dir),
-        "current": None,
-        "list": [],
-        "errors": [],
-        "lock": None,
-    }
+    """The generations, ``current``, the lock and the ledger tail, read the way the module writes them: every
+    directory through a descriptor opened without following a symlink, every walk by ``os.scandir`` on that
+    descriptor (a symlinked generation is reported, never entered), every file bounded and non-blocking."""
+    out: dict[str, Any] = {"exists": False, "current": None, "list": [], "errors": [], "lock": None}
     gens = os.path.join(state_dir, "generations")
     try:
-        out["current"] = int(os.path.basename(os.readlink(os.path.join(state_dir, "current"))))
-    except (OSError, ValueError):
-        pass
-    if os.path.isdir(gens):
-        for name in sorted(os.listdir(gens)):
-            if not name.isdigit():
-                continue
-            entry: dict[str, Any] = {"generation": int(name), "files": sorted(os.listdir(os.path.join(gens, name)))}
-            meta_path = os.path.join(gens, name, "meta.json")
+        sfd = open_dir(state_dir)
+    except OSError as exc:
+        if not isinstance(exc, FileNotFoundError):
+            out["errors"].append("%s: %s" % (state_dir, exc.strerror or exc))
+        out["ledger"] = []
+        return out
+    try:
+        out["exists"] = True
+        try:
+            out["current"] = int(os.path.basename(os.readlink("current", dir_fd=sfd)))
+        except (OSError, ValueError):
+            pass
+        try:
+            gfd: int | None = _open_dir_at(sfd, "generations")
+        except FileNotFoundError:
+            gfd = None
+        except OSError as exc:
+            out["errors"].append("%s: %s" % (gens, exc.strerror or exc))
+            gfd = None
+        if gfd is not None:
             try:
-                meta = read_json(meta_path)
+                _list_generations(gfd, gens, out)
+            finally:
+                os.close(gfd)
+        out["ledger"] = ledger_tail_at(sfd, "ledger.jsonl")
+        try:
+            lock = _read_json_at(sfd, "lock", 64 * 1024)
+            out["lock"] = lock if isinstance(lock, dict) else {"corrupt": "not a JSON object"}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            out["lock"] = {"corrupt": str(exc)}
+    finally:
+        os.close(sfd)
+    return out
+
+
+def _list_generations(gfd: int, gens: str, out: dict[str, Any]) -> None:
+    cur = out["current"]
+    for name, is_dir in entries(gfd):
+        if not name.isdigit() or not name.isascii():
+            continue
+        where = os.path.join(gens, name)
+        if not is_dir:
+            out["errors"].append("%s: not a directory (a symlink or a file); not a generation" % where)
+            continue
+        try:
+            dfd = _open_dir_at(gfd, name)
+        except OSError as exc:
+            out["errors"].append("%s: %s" % (where, exc.strerror or exc))
+            continue
+        try:
+            listing = entries(dfd)
+            entry: dict[str, Any] = {"generation": int(name), "files": [n for n, _ in listing]}
+            try:
+                meta = _read_json_at(dfd, "meta.json")
                 if not isinstance(meta, dict):
                     raise ValueError("not a JSON object")
                 entry["meta"] = meta
             except (OSError, ValueError) as exc:
-                out["errors"].append("%s: %s" % (meta_path, exc))
+                out["errors"].append("%s/meta.json: %s" % (where, exc))
             out["list"].append(entry)
-    cur = out["current"]
+            if cur is not None and int(name) == cur:
+                out["current_files"] = {
+                    n: file_info(os.path.join(where, n), dfd, n) for n, d in listing if n != "meta.json" and not d
+                }
+        finally:
+            os.close(dfd)
     if cur is not None:
-        cur_dir = os.path.join(gens, "%04d" % cur)
-        out["current_files"] = {}
-        if os.path.isdir(cur_dir):
-            for name in os.listdir(cur_dir):
-                if name != "meta.json" and not os.path.isdir(os.path.join(cur_dir, name)):
-                    out["current_files"][name] = file_info(os.path.join(cur_dir, name))
-    out["ledger"] = ledger_tail(os.path.join(state_dir, "ledger.jsonl"))
-    try:
-        lock = read_json(os.path.join(state_dir, "lock"), 64 * 1024)
-        out["lock"] = lock if isinstance(lock, dict) else {"corrupt": "not a JSON object"}
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as exc:
-        out["lock"] = {"corrupt": str(exc)}
-    return out
+        out.setdefault("current_files", {})
+
+
+def _read_json_at(dfd: int, name: str, limit: int = MAX_READ) -> Any:
+    data, cut, _st = read_bounded_at(dfd, name, limit)
+    if cut:
+        raise ValueError("larger than %d bytes" % limit)
+    return json.loads(data.decode("utf-8"))
 
 
 def ledger_tail(path: str, max_bytes: int = 128 * 1024) -> list[dict[str, Any]]:
-    """The newest ledger entries (bounded), oldest first; unreadable lines are reported, not hidden."""
+    """``ledger_tail_at`` of an absolute path."""
+    parent, name = split(path)
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read(max_bytes)
+        dfd = open_dir(parent)
     except OSError:
         return []
+    try:
+        return ledger_tail_at(dfd, name, max_bytes)
+    finally:
+        os.close(dfd)
+
+
+def ledger_tail_at(dfd: int, name: str, max_bytes: int = 128 * 1024) -> list[dict[str, Any]]:
+    """The newest ledger entries (bounded), oldest first; unreadable lines are reported, not hidden. The ledger
+    is opened ``O_NONBLOCK`` and must be a regular file: a FIFO there is one ``unreadable`` entry, never a wait."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [{"event": "unreadable", "raw": "ledger: %s" % (exc.strerror or exc)}]
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return [{"event": "unreadable", "raw": "ledger is %s, not a regular file" % kind_of(st.st_mode)}]
+        size = st.st_size
+        start = max(0, size - max_bytes)
+        data = os.pread(fd, max_bytes, start)
+    except OSError as exc:
+        return [{"event": "unreadable", "raw": "ledger: %s" % (exc.strerror or exc)}]
+    finally:
+        os.close(fd)
     lines = data.split(b"\n")
-    if size > max_bytes:
+    if start > 0:
         lines = lines[1:]
     out: list[dict[str, Any]] = []
     for line in lines:

@@ -62,18 +62,28 @@ class RestoreFailed(KnobfleetError):
 
 
 def manual_steps(hv: HostVars, generation: int | None) -> str:
+    """The steps that put a host back on ``generation`` by hand and leave it one knobfleet applies to again:
+    each file gets the mode, owner and group its generation recorded (an adopted 0700 script stays 0700), and
+    the lock is never removed by hand: ``--break-lock`` breaks it and marks any generation left 'installing'
+    interrupted, so the next apply is not refused."""
     gen = "NNNN (see `knobfleet history`)" if generation is None else f"{generation:04d}"
     d = f"{hv.service_state_dir}/generations/{gen}"
     script = hv.script_path.rsplit("/", 1)[-1]
+    access = (
+        'python3 -c \'import json,sys; f=json.load(open(sys.argv[1]))["files"][sys.argv[2]]; '
+        'print("-m %04o -o %d -g %d" % (f.get("mode", 0o755 if sys.argv[2] == "script" else 0o644), '
+        'f.get("uid", 0), f.get("gid", 0)))\' ' + f"{d}/meta.json"
+    )
     return "\n".join(
         [
             f"  on {hv.host} ({hv.address}), as root:",
-            f"    install -m 0755 -o root -g root {d}/{script} {hv.script_path}",
-            f"    install -m 0644 -o root -g root {d}/{hv.unit_name} {hv.unit_path}",
+            f"    install $({access} script) {d}/{script} {hv.script_path}",
+            f"    install $({access} unit) {d}/{hv.unit_name} {hv.unit_path}",
             f"    ln -sfn generations/{gen} {hv.service_state_dir}/current",
             f"    systemctl daemon-reload && systemctl restart {hv.unit_name}",
             f"    curl -s -o /dev/null -w '%{{http_code}}\\n' {hv.health_url}   # expect 200",
-            f"    rm -f {hv.service_state_dir}/lock   # only if `knobfleet` reports it held by a dead run",
+            "  then, from the controller, if a lock is reported held by a dead run: re-run with --break-lock",
+            "  (it breaks the lock and marks any generation left 'installing' interrupted; never rm the lock by hand)",
         ]
     )
 

@@ -128,6 +128,11 @@ options:
     description: The engine's info URL, where it reports its env.
     type: str
     default: ""
+  allow_writable_script_dir:
+    description: Accept (with a warning) a serve script that root runs in a directory a non-root user can
+      change; refused otherwise.
+    type: bool
+    default: false
 notes:
   - Supports check mode (C(stage) returns diffs; C(commit) and C(restore) report what they would do).
 """
@@ -195,13 +200,31 @@ failed_step:
 """
 
 import datetime
+import errno
 import hashlib
 import json
 import os
+import re
+import secrets
+import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.knob_fs import UnsafePath, open_dir, private_dir
+from ansible.module_utils.knob_fs import (
+    DIR_FLAGS,
+    Install,
+    UnsafePath,
+    append_line,
+    entries,
+    kind_of,
+    open_dir,
+    private_dir,
+    read_stat,
+    remove_tree_at,
+    same_content,
+    writable_by_others,
+    write_at,
+)
 from ansible.module_utils.knob_fs import exists as fs_exists
 from ansible.module_utils.knob_fs import read as fs_read
 from ansible.module_utils.knob_fs import sha256 as fs_sha256
@@ -220,6 +243,9 @@ from ansible.module_utils.knob_observe import dropins, observe
 
 SCRIPT_MODE = 0o755
 UNIT_MODE = 0o644
+GEN_NAME = re.compile(r"[0-9]{4,9}")  # generations/NNNN; anything else there is not a generation
+PRUNABLE = ("good", "failed", "rolled-back", "interrupted")  # never unreadable, installing or adopted ones
+RESERVED_NAMES = ("meta.json", "dropins")  # names a generation dir uses for itself
 
 
 def now():
@@ -231,10 +257,10 @@ def sha256(path):
     return fs_sha256(path)
 
 
-def write_atomic(path, data, mode, gid=0):
-    """Write bytes to path atomically, root-owned (group ``gid``), never following a symlink (module_utils
+def write_atomic(path, data, mode, gid=0, uid=0):
+    """Write bytes to path atomically, owned ``uid``:``gid``, never following a symlink (module_utils
     knob_fs: random O_EXCL temp name, fchown/fchmod on the descriptor, rename relative to the directory)."""
-    fs_write(path, data, mode, 0, gid, create_dirs=0o755)
+    fs_write(path, data, mode, uid, gid, create_dirs=0o755)
 
 
 def read(path):
@@ -257,79 +283,161 @@ class Store(object):
         self.ledger = os.path.join(state_dir, "ledger.jsonl")
         self.current_link = os.path.join(state_dir, "current")
 
-    def numbers(self):
-        if not os.path.isdir(self.gens):
+    def listing(self):
+        """(name, is a real directory) of every entry of generations/ (none when it is missing); read through a
+        descriptor, never following a symlink."""
+        try:
+            fd = open_dir(self.gens)
+        except FileNotFoundError:
             return []
-        return sorted(int(n) for n in os.listdir(self.gens) if n.isdigit())
+        try:
+            return entries(fd)
+        finally:
+            os.close(fd)
+
+    def numbers(self):
+        """The generations: real directories named NNNN. A symlink, file, FIFO or odd name there is none."""
+        return sorted(int(n) for n, is_dir in self.listing() if is_dir and GEN_NAME.fullmatch(n)
+                      and "%04d" % int(n) == n)
+
+    def next_number(self):
+        """One past every number in use by anything in generations/ (a stray file named 0007 included)."""
+        taken = [int(m.group(0)) for m in (re.search(r"[0-9]{1,9}", n) for n, _ in self.listing()) if m]
+        return max(taken + [0]) + 1
 
     def gen_dir(self, number):
         return os.path.join(self.gens, "%04d" % number)
 
     def current(self):
         try:
-            return int(os.path.basename(os.readlink(self.current_link)))
-        except (OSError, ValueError):
+            target = os.readlink(self.current_link)
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # not a symlink: knobfleet never makes that
+                raise UnsafePath(exc.errno, "is not a symlink to generations/NNNN; remove it and apply again",
+                                 self.current_link)
+            raise
+        name = os.path.basename(target)
+        if target != os.path.join("generations", name) or not GEN_NAME.fullmatch(name):
+            raise UnsafePath(errno.EINVAL, "points at %r, not at generations/NNNN; remove it and apply again"
+                             % target[:80], self.current_link)
+        return int(name)
 
     def meta(self, number):
         return read_json_object(os.path.join(self.gen_dir(number), "meta.json"))
 
     def ensure(self):
         """Create the state directory root-only (or tighten one an older knobfleet left 0755); refuse one that
-        another user owns or can write to."""
+        another user owns or can write to. Everything through descriptors opened without following links."""
         parent = os.path.dirname(self.dir)
         os.close(open_dir(parent, create_mode=0o755))
-        if os.path.isdir(self.dir) and not os.path.islink(self.dir):
-            st = os.lstat(self.dir)
+        fd = open_dir(self.dir, create_mode=0o700)
+        try:
+            st = os.fstat(fd)
             if st.st_uid == 0 and st.st_mode & 0o077:
-                os.chmod(self.dir, 0o700)
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
         os.close(private_dir(self.dir))
         for d in (self.gens, self.staging):
             os.close(private_dir(d))
 
     def write_meta(self, number, meta):
-        write_atomic(os.path.join(self.gen_dir(number), "meta.json"),
-                     (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_atomic(os.path.join(self.gen_dir(number), "meta.json"), meta_bytes(meta), 0o644)
 
-    def switch_current(self, number):
+    def switch_current(self, number, keep_previous=False):
+        """Point ``current`` at generation ``number`` atomically. ``keep_previous``: first keep the old link
+        under a hard link ``current.prev``, so ``unswitch`` needs no new inode (a full disk cannot stop it)."""
         tmp = "%s.%d.tmp" % (self.current_link, os.getpid())
         if os.path.lexists(tmp):
             os.unlink(tmp)
         os.symlink(os.path.join("generations", "%04d" % number), tmp)
-        os.rename(tmp, self.current_link)
+        try:
+            if keep_previous:
+                self.drop_previous()
+                try:
+                    os.link(self.current_link, self.current_link + ".prev", follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+            os.rename(tmp, self.current_link)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def drop_previous(self):
+        try:
+            os.unlink(self.current_link + ".prev")
+        except FileNotFoundError:
+            pass
 
     def append_ledger(self, entry):
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        """One JSON line, appended without blocking (a FIFO there is refused) and on a fresh line."""
+        append_line(self.ledger, (json.dumps(entry, sort_keys=True) + "\n").encode())
+
+    def unswitch(self, number, back_to):
+        """Undo switch_current(number, keep_previous=True): ``current`` points at ``back_to`` again (or is
+        removed when there was none), by renaming the kept link back."""
         try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            moved = self.current() == number
+        except (OSError, ValueError):
+            moved = False
+        prev = self.current_link + ".prev"
+        if not moved:
+            self.drop_previous()
+        elif os.path.lexists(prev):
+            os.rename(prev, self.current_link)
+        elif back_to is None:
+            os.unlink(self.current_link)
+        else:
+            self.switch_current(back_to)
+
+
+def meta_bytes(meta):
+    return (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
 
 
 def store_generation(store, number, files, meta):
-    """Write generations/NNNN atomically: fill a temp dir, then rename it into place."""
-    final = store.gen_dir(number)
-    tmp = os.path.join(store.gens, ".%04d.tmp" % number)
-    if os.path.isdir(tmp) and not os.path.islink(tmp):
-        remove_tree(tmp)
-    os.mkdir(tmp, 0o700)
-    for name, data, mode in files:
-        write_atomic(os.path.join(tmp, name), data, mode)
-    write_atomic(os.path.join(tmp, "meta.json"), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), 0o644)
-    os.rename(tmp, final)
+    """Write generations/NNNN atomically, meta.json included: fill a temp dir, then rename it into place. On any
+    failure (a full disk at any byte) the temp dir is removed again and nothing is left behind."""
+    name = "%04d" % number
+    tmp = ".%s.tmp" % name
+    gfd = open_dir(store.gens)
+    try:
+        try:
+            remove_tree_at(gfd, tmp)
+        except FileNotFoundError:
+            pass
+        os.mkdir(tmp, 0o700, dir_fd=gfd)
+        try:
+            tfd = os.open(tmp, DIR_FLAGS, dir_fd=gfd)
+            try:
+                for fname, data, mode in files:
+                    write_at(tfd, fname, data, mode)
+                write_at(tfd, "meta.json", meta_bytes(meta), 0o644)
+            finally:
+                os.close(tfd)
+            os.rename(tmp, name, src_dir_fd=gfd, dst_dir_fd=gfd)
+        except BaseException:
+            try:
+                remove_tree_at(gfd, tmp)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(gfd)
 
 
-def remove_tree(path):
-    """Remove a directory knobfleet made (files and one level of subdirectories), never following links."""
-    for name in os.listdir(path):
-        full = os.path.join(path, name)
-        if os.path.isdir(full) and not os.path.islink(full):
-            remove_tree(full)
-        else:
-            os.unlink(full)
-    os.rmdir(path)
+def remove_generation(store, number):
+    """Remove generations/NNNN, never following a symlink nor leaving generations/ (knob_fs.remove_tree_at)."""
+    gfd = open_dir(store.gens)
+    try:
+        remove_tree_at(gfd, "%04d" % number)
+    finally:
+        os.close(gfd)
 
 
 def lock_holder(store):
@@ -344,12 +452,18 @@ def lock_holder(store):
 def break_lock(store, p):
     """Break a held lock atomically: rename it aside (only one breaker's rename can succeed; a second one
     finds nothing and must then win the O_EXCL create like anyone else)."""
-    aside = "%s.broken-%s" % (store.lock, p["run_id"])
+    aside = "%s.broken-%s" % (store.lock, secrets.token_hex(8))  # never a name built from input
     try:
         os.rename(store.lock, aside)
     except FileNotFoundError:
         return False
-    os.unlink(aside)
+    try:
+        os.unlink(aside)
+    except IsADirectoryError:  # whatever sat there, it is out of the lock's way now
+        try:
+            os.rmdir(aside)
+        except OSError:
+            pass
     return True
 
 
@@ -384,15 +498,18 @@ def stage(module, store, p):
     for kind, content, staged, installed, mode in items:
         data = content.encode("utf-8")
         against = installed if module.check_mode else staged
-        try:
-            old = read(against)
+        hidden = None
+        try:  # bounded, non-blocking, single-link regular files only: never ship another file's content
+            old = read_stat(against, single_link=True)[0]
         except FileNotFoundError:
             old = None
+        except UnsafePath as exc:
+            old, hidden = None, "(%s: %s %s; not shown)\n" % (installed, exc.filename, exc.strerror)
         if old == data:
             continue  # staged files that did not change were validated when they were written
         result["changed"] = True
         result["staged"].append(kind)
-        before = "" if old is None else old.decode("utf-8", "replace")
+        before = hidden or ("" if old is None else old.decode("utf-8", "replace"))
         if kind == "script":  # secret values leave the host only as their hashes
             before, content = redact_script(before, p["secret"]), redact_script(content, p["secret"])
         diffs.append({"before_header": installed, "after_header": installed, "before": before, "after": content})
@@ -428,7 +545,8 @@ def check_dropins(module, p):
 
 
 def mark_interrupted(store, p, holder):
-    """A broken lock's apply never finished: its 'installing' generations become 'interrupted'."""
+    """Under this run's lock, no other run can be installing: every generation another run left 'installing'
+    (its lock broken, or released by hand) becomes 'interrupted', so it never wedges the host."""
     marked = []
     for n in store.numbers():
         try:
@@ -436,15 +554,120 @@ def mark_interrupted(store, p, holder):
         except (OSError, ValueError):
             continue
         if meta.get("status") == "installing" and meta.get("run_id") != p["run_id"]:
-            meta.update(status="interrupted", updated=now(),
-                        reason="apply interrupted (lock of run %s broken by %s)" % (holder.get("run_id"), p["operator"]))
+            if holder:
+                why = "apply interrupted (lock of run %s broken by %s)" % (holder.get("run_id"), p["operator"])
+            else:
+                why = "apply of run %s never finished (found 'installing' with no lock held)" % meta.get("run_id")
+            meta.update(status="interrupted", updated=now(), reason=why)
             store.write_meta(n, meta)
             marked.append(n)
     return marked
 
 
+def inside(path, root):
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_paths(module, p):
+    """The serve script, the unit and the state dir are three different things: refuse, changing nothing, a
+    script path that is the unit or lies in the state dir (its ledger, lock or generations), or whose name a
+    generation dir uses for itself."""
+    script, unit, state = p["script_path"], p["unit_path"], p["state_dir"]
+    problems = []
+    if os.path.normpath(script) == os.path.normpath(unit):
+        problems.append("knob_serve_script_path %s is the unit file" % script)
+    for key, path in (("knob_serve_script_path", script), ("the unit path", unit)):
+        if inside(path, state) or inside(state, path):
+            problems.append("%s %s lies in knobfleet's state dir %s (ledger, lock, generations)" % (key, path, state))
+    name = os.path.basename(script)
+    if name in RESERVED_NAMES or name == os.path.basename(unit):
+        problems.append("knob_serve_script_path %s may not be named %s" % (script, name))
+    if problems:
+        module.fail_json(msg="%s; pick another path; nothing was changed" % problems[0], refused=True)
+
+
+def check_script_dir(module, p):
+    """A script root runs must sit in directories only root can change, else any user who can write there
+    runs code as root. Refused unless ``allow_writable_script_dir`` (host var
+    knob_serve_allow_writable_script_dir), which turns it into a warning."""
+    if (p.get("service_user") or "root") != "root":
+        return None
+    found = writable_by_others(p["script_path"])
+    if found is None:
+        return None
+    text = ("%s, the directory of the serve script %s that root runs, is %s: any such user can run code as "
+            "root" % (found[0], p["script_path"], found[1]))
+    if not p.get("allow_writable_script_dir"):
+        module.fail_json(msg="%s; make it root-only (chown root; chmod go-w) or set "
+                             "knob_serve_allow_writable_script_dir: true; nothing was changed" % text, refused=True)
+    module.warn(text)
+    return text
+
+
+def adopt_files(module, p):
+    """What generation 0 stores: each managed file present, with mode, owner and group. Refused with one line,
+    before a byte of it is read or shipped anywhere: a symlink in its path, and anything but a single-link
+    regular file within the size bound (a FIFO, device, socket, directory, oversized file, or a hard link,
+    which may be another file's content)."""
+    files, present = [], {}
+    for key, path in (("script", p["script_path"]), ("unit", p["unit_path"])):
+        try:
+            data, st = read_stat(path, single_link=True)
+        except FileNotFoundError:
+            continue
+        except UnsafePath as exc:
+            what = exc.filename if exc.filename and exc.filename != os.path.basename(path) else path
+            return None, ("cannot adopt %s: %s %s; knobfleet manages single-link regular files only: replace it "
+                          "with a regular file (or remove it) and apply again; nothing was changed"
+                          % (path, what, exc.strerror))
+        files.append((os.path.basename(path), data, 0o600))
+        present[key] = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "name": os.path.basename(path),
+                        "mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid}
+    return (files, present), None
+
+
+def check_ledger(module, store):
+    """The ledger must be a regular file (or absent): anything else is refused before the lock is taken."""
+    try:
+        st = os.lstat(store.ledger)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        module.fail_json(msg="%s is %s; knobfleet appends its audit trail to a regular file only: move it away "
+                             "and apply again; nothing was changed"
+                             % (store.ledger, "hard-linked" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)),
+                         refused=True)
+
+
+def take_lock(module, store, p):
+    entry = json.dumps({"run_id": p["run_id"], "operator": p["operator"], "since": now(),
+                        "controller": p["controller"]}).encode()
+    try:
+        fd = os.open(store.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        other = lock_holder(store) or {}
+        module.fail_json(msg="locked by %s (run %s) since %s from %s" % (
+            other.get("operator"), other.get("run_id"), other.get("since"), other.get("controller")),
+            lock=other, lock_held=True)
+    try:
+        try:
+            view = memoryview(entry)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except BaseException:
+        os.unlink(store.lock)  # a half-written lock would hold the host with nobody to release it
+        raise
+
+
 def begin(module, store, p):
     result = {"changed": False, "adopted": False}
+    check_paths(module, p)
+    warned = check_script_dir(module, p)
+    if warned:
+        result["warning"] = warned
     if p["foreign_dropins"] != "ignore":
         result["dropins"] = check_dropins(module, p)
     holder = lock_holder(store)
@@ -453,6 +676,7 @@ def begin(module, store, p):
         result["generation"] = store.current()
         return result
     store.ensure()
+    check_ledger(module, store)
     if holder and holder.get("run_id") != p["run_id"]:
         if not p["break_lock"]:
             module.fail_json(
@@ -461,46 +685,49 @@ def begin(module, store, p):
                                            holder.get("controller")),
                 lock=holder, lock_held=True)
         break_lock(store, p)
-        result["interrupted"] = mark_interrupted(store, p, holder)
-        store.append_ledger({"time": now(), "event": "lock-broken", "holder": holder, "run_id": p["run_id"],
-                             "operator": p["operator"], "interrupted": result["interrupted"]})
         result["broke_lock"] = holder
-    if not holder or holder.get("run_id") != p["run_id"]:
-        entry = {"run_id": p["run_id"], "operator": p["operator"], "since": now(), "controller": p["controller"]}
-        try:
-            fd = os.open(store.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            other = lock_holder(store) or {}
-            module.fail_json(msg="locked by %s (run %s) since %s from %s" % (
-                other.get("operator"), other.get("run_id"), other.get("since"), other.get("controller")),
-                lock=other, lock_held=True)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(entry, fh)
+    took = not holder or holder.get("run_id") != p["run_id"]
+    if took:
+        take_lock(module, store, p)
         result["locked"] = True  # bookkeeping, not a change of the host's configuration
-    if not store.numbers():
-        files, present = [], {}
-        for key, path, mode in (("script", p["script_path"], SCRIPT_MODE), ("unit", p["unit_path"], UNIT_MODE)):
+    adopting = False
+    try:
+        # Under this lock nobody else installs: an 'installing' generation is a dead run's, whether its lock was
+        # broken just now or removed by hand.
+        result["interrupted"] = mark_interrupted(store, p, result.get("broke_lock"))
+        if result.get("broke_lock") or result["interrupted"]:
+            store.append_ledger({"time": now(), "event": "lock-broken" if result.get("broke_lock") else "interrupted",
+                                 "holder": result.get("broke_lock"), "run_id": p["run_id"],
+                                 "operator": p["operator"], "interrupted": result["interrupted"]})
+        if not store.numbers():
+            adopted, why = adopt_files(module, p)
+            if why:
+                module.fail_json(msg=why, refused=True)
+            files, present = adopted
+            meta = {"generation": 0, "status": "adopted", "profile": None, "version": None, "hash": None,
+                    "files": present, "created": now(), "updated": now(), "operator": p["operator"],
+                    "run_id": p["run_id"], "reason": "files found before knobfleet's first apply"}
+            adopting = True
+            store_generation(store, 0, files, meta)
+            store.switch_current(0)
+            store.append_ledger({"time": now(), "event": "adopt", "generation": 0, "status": "adopted",
+                                 "files": sorted(present), "run_id": p["run_id"], "operator": p["operator"]})
+            result.update(changed=True, adopted=True)
+        result["generation"] = store.current()
+    except BaseException:
+        # Nothing of this begin may outlive its failure: no half adoption, and no lock nobody will release.
+        if adopting:
+            for undo in (lambda: store.unswitch(0, None), lambda: remove_generation(store, 0)):
+                try:
+                    undo()
+                except (OSError, ValueError):
+                    pass
+        if took:
             try:
-                data = read(path)
-            except FileNotFoundError:
-                continue
-            except UnsafePath as exc:
-                release(module, store, p)  # this run took the lock above; it must not outlive the refusal
-                module.fail_json(msg="cannot adopt %s: %s; knobfleet manages regular files only: replace it with "
-                                     "a regular file (or remove it) and apply again; nothing was changed"
-                                     % (path, exc.strerror))
-            files.append((os.path.basename(path), data, 0o600))
-            present[key] = {"path": path, "sha256": hashlib.sha256(data).hexdigest(),
-                            "name": os.path.basename(path)}
-        meta = {"generation": 0, "status": "adopted", "profile": None, "version": None, "hash": None,
-                "files": present, "created": now(), "updated": now(), "operator": p["operator"],
-                "run_id": p["run_id"], "reason": "files found before knobfleet's first apply"}
-        store_generation(store, 0, files, meta)
-        store.switch_current(0)
-        store.append_ledger({"time": now(), "event": "adopt", "generation": 0, "status": "adopted",
-                             "files": sorted(present), "run_id": p["run_id"], "operator": p["operator"]})
-        result.update(changed=True, adopted=True)
-    result["generation"] = store.current()
+                release(module, store, p)
+            except OSError:
+                pass
+        raise
     return result
 
 
@@ -526,10 +753,13 @@ def commit(module, store, p):
     unit_name = os.path.basename(p["unit_path"])
     staged_script = os.path.join(store.staging, "serve.sh")
     staged_unit = os.path.join(store.staging, unit_name)
-    want = {"script": sha256(staged_script), "unit": sha256(staged_unit)}
-    if None in want.values():
+    try:
+        script, unit = read(staged_script), read(staged_unit)
+    except FileNotFoundError:
         module.fail_json(msg="staged files missing in %s; the stage action must run first" % store.staging)
-    have = {"script": sha256(p["script_path"]), "unit": sha256(p["unit_path"])}
+    want = {"script": hashlib.sha256(script).hexdigest(), "unit": hashlib.sha256(unit).hexdigest()}
+    # What is installed is compared, never read whole: an oversized file, a FIFO or a device there differs.
+    files_differ = not (same_content(p["script_path"], script) and same_content(p["unit_path"], unit))
     current = store.current()
     profile = p["profile"] or {}
     current_hash = None
@@ -538,12 +768,11 @@ def commit(module, store, p):
             current_hash = store.meta(current).get("hash")
         except (OSError, ValueError):
             current_hash = None
-    files_differ = want != have
     remove = foreign_dropins(p) if p["foreign_dropins"] == "remove" else []
     result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
               "script_sha256": want["script"], "unit_sha256": want["unit"], "dropins_removed": remove}
     if not files_differ and current_hash == profile.get("hash") and not remove:
-        acts, kinds = live_actions(p, read(staged_script), read(staged_unit))
+        acts, kinds = live_actions(p, script, unit)
         if acts:
             # Files are right but the running engine is not: restart it (no new generation).
             why = "live state differs from the installed files (%s)" % ", ".join(kinds)
@@ -555,40 +784,33 @@ def commit(module, store, p):
     if module.check_mode:
         result["changed"] = True
         return result
-    number = (max(store.numbers()) + 1) if store.numbers() else 1
+    number = store.next_number()
+    mode, gid = script_access(module, p, script)
     meta = {
         "generation": number, "status": "installing", "profile": profile.get("name"),
         "version": profile.get("version"), "hash": profile.get("hash"),
-        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name},
-                  "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name}},
+        "files": {"script": {"path": p["script_path"], "sha256": want["script"], "name": script_name,
+                             "mode": mode, "uid": 0, "gid": gid},
+                  "unit": {"path": p["unit_path"], "sha256": want["unit"], "name": unit_name, "mode": UNIT_MODE,
+                           "uid": 0, "gid": 0}},
         "created": now(), "updated": now(), "operator": p["operator"], "run_id": p["run_id"],
         "previous": current, "reason": "", "engine": (p["engine"] or {}).get("name"),
         "ready_url": p["health_url"] or "", "dropins_removed": remove,
     }
+    live = "none" if current is None else "%04d" % current
     try:
-        store_generation(store, number, [(script_name, read(staged_script), SCRIPT_MODE),
-                                         (unit_name, read(staged_unit), UNIT_MODE)], meta)
+        store_generation(store, number, [(script_name, script, SCRIPT_MODE), (unit_name, unit, UNIT_MODE)], meta)
     except OSError as exc:
-        leftover = os.path.join(store.gens, ".%04d.tmp" % number)
-        if os.path.isdir(leftover):
-            for name in os.listdir(leftover):
-                os.unlink(os.path.join(leftover, name))
-            os.rmdir(leftover)
         module.fail_json(msg="cannot store generation %04d in %s: %s; free space there (or raise its quota) and "
                          "apply again; nothing was installed, generation %s is still live"
-                         % (number, store.gens, exc.strerror, "none" if current is None else "%04d" % current),
-                         errno=exc.errno)
-    mode, gid = script_access(module, p, read(staged_script))
-    meta["files"]["script"].update(mode=mode, gid=gid)
-    store.write_meta(number, meta)
+                         % (number, store.gens, exc.strerror or exc, live), errno=exc.errno)
     install_all(module, store, number, current, [
-        (staged_script, p["script_path"], mode, gid),
-        (staged_unit, p["unit_path"], UNIT_MODE, 0)], remove)
-    store.switch_current(number)
-    store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
-                         "profile": profile.get("name"), "version": profile.get("version"),
-                         "hash": profile.get("hash"), "status": "installing", "run_id": p["run_id"],
-                         "operator": p["operator"]})
+        (p["script_path"], script, mode, gid), (p["unit_path"], unit, UNIT_MODE, 0)], remove, [
+        lambda: store.switch_current(number, keep_previous=True),
+        lambda: store.append_ledger({"time": now(), "event": "apply", "generation": number, "previous": current,
+                                     "profile": profile.get("name"), "version": profile.get("version"),
+                                     "hash": profile.get("hash"), "status": "installing", "run_id": p["run_id"],
+                                     "operator": p["operator"]})])
     result.update(changed=True, generation=number)
     return result
 
@@ -611,54 +833,49 @@ def script_access(module, p, script):
                              "which does not exist on this host; create it or fix knob_serve_user" % user)
 
 
-def install_all(module, store, number, current, files, remove):
-    """Install every file of generation ``number`` or none: when one write fails, the files already written
-    get their previous contents back (or are removed if there were none), removed drop-ins are put back, the
-    new generation is deleted, and the error says exactly that."""
-    done = []  # (path, previous bytes or None, previous mode)
-    moved = []
+def install_all(module, store, number, current, files, remove, then=()):
+    """Install every file of generation ``number`` (and run ``then``: switch current, write the ledger) or none:
+    on any failure — an OSError at any step, a full disk at any byte — the files get their previous contents,
+    modes and owners back (knob_fs hard links, no copy), removed drop-ins come back, ``current`` points where it
+    did, the new generation is deleted, and the one-line error says so."""
+    inst = Install()
     try:
         if remove:
             backup = os.path.join(store.gen_dir(number), "dropins")
-            os.mkdir(backup, 0o700)
+            os.close(private_dir(backup))
             for path in remove:
-                data = read(path)
-                write_atomic(os.path.join(backup, os.path.basename(path)), data, 0o600)
-                fs_unlink(path)
-                moved.append((path, data))
-        for src, dest, mode, gid in files:
+                write_atomic(os.path.join(backup, os.path.basename(path)), read(path), 0o600)
+                inst.remove(path)
+        for dest, data, mode, gid in files:
+            inst.put(dest, data, mode, 0, gid)
+        for step in then:
+            step()
+    except BaseException as exc:
+        back, stuck = inst.undo()
+        for undo in (lambda: store.unswitch(number, current), lambda: remove_generation(store, number)):
             try:
-                before, before_mode = read(dest), os.lstat(dest).st_mode & 0o7777
-            except FileNotFoundError:
-                before, before_mode = None, mode
-            write_atomic(dest, read(src), mode, gid)
-            done.append((dest, before, before_mode))
-    except OSError as exc:
-        undone = []
-        for dest, before, before_mode in reversed(done):
-            try:
-                if before is None:
-                    fs_unlink(dest)
-                else:
-                    write_atomic(dest, before, before_mode)
-                undone.append(dest)
-            except OSError:
+                undo()
+            except (OSError, ValueError):
                 pass
-        for path, data in moved:
-            try:
-                write_atomic(path, data, 0o644)
-            except OSError:
-                pass
-        try:
-            remove_tree(store.gen_dir(number))
-        except OSError:
-            pass
-        what = exc.filename or "a file"
-        back = (" %s put back as it was;" % ", ".join(undone)) if undone else ""
-        module.fail_json(msg="cannot install %s: %s;%s generation %04d removed; generation %s is still live"
-                             % (what, exc.strerror or exc, back, number,
-                                "none" if current is None else "%04d" % current),
-                         errno=exc.errno, rolled_back=True)
+        if not isinstance(exc, (OSError, ValueError)):
+            raise
+        what = getattr(exc, "filename", None) or "a file"
+        put = (" %s put back as it was;" % ", ".join(back)) if back else ""
+        lost = (" could not put back %s (restore generation %s by hand);" % (", ".join(stuck), live_name(current))
+                if stuck else "")
+        module.fail_json(msg="cannot install generation %04d (%s: %s);%s%s generation %04d removed; generation %s "
+                             "is still live" % (number, what, getattr(exc, "strerror", None) or exc, put, lost,
+                                                number, live_name(current)),
+                         errno=getattr(exc, "errno", None), rolled_back=True)
+    inst.done()
+    try:
+        store.drop_previous()
+    except OSError:
+        pass
+
+
+def live_name(current):
+    return "none" if current is None else "%04d" % current
 
 
 def mark(module, store, p):
@@ -675,7 +892,10 @@ def mark(module, store, p):
     store.write_meta(number, meta)
     store.append_ledger({"time": now(), "event": "mark", "generation": number, "status": p["status"],
                          "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]})
-    pruned = prune(store, p["keep"]) if p["status"] == "good" else []
+    try:
+        pruned = prune(store, p["keep"]) if p["status"] == "good" else []
+    except (OSError, ValueError):
+        pruned = []  # cleanup must never fail an apply that worked
     return {"changed": True, "generation": number, "status": p["status"], "pruned": pruned}
 
 
@@ -699,8 +919,11 @@ def previous_good(store, before):
 
 
 def prune(store, keep):
-    """Keep the last ``keep`` good generations, generation 0, current and the previous good one;
-    failed and rolled-back generations older than the oldest kept good one go too. Never the only way back."""
+    """Keep the last ``keep`` good generations, generation 0, current and the previous good one; failed,
+    rolled-back and interrupted generations older than the oldest kept good one go too. Never the only way
+    back, and never what it cannot read: a generation whose meta.json is unreadable (a FIFO, bad JSON, not an
+    object), still installing, or a symlink in generations/ stays. Removal never follows a link or leaves
+    generations/ (knob_fs.remove_tree_at); one that fails is left and reported, not fatal."""
     if not keep or keep < 1:
         return []
     st = statuses(store)
@@ -711,12 +934,12 @@ def prune(store, keep):
     oldest_kept = min([n for n in good[-keep:]] or [0])
     removed = []
     for n in sorted(st):
-        if n in protect or n >= oldest_kept:
+        if n in protect or n >= oldest_kept or st[n] not in PRUNABLE:
             continue
-        path = store.gen_dir(n)
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
+        try:
+            remove_generation(store, n)
+        except OSError:
+            continue
         removed.append(n)
     if removed:
         store.append_ledger({"time": now(), "event": "prune", "generations": removed, "keep": keep})
@@ -750,25 +973,57 @@ def restore(module, store, p):
     plan = []
     for key, mode in (("script", SCRIPT_MODE), ("unit", UNIT_MODE)):
         f = files.get(key)
-        if not f:
+        if not isinstance(f, dict):
             continue
-        src = os.path.join(gen_dir, f["name"])
-        digest = sha256(src)
-        if digest is None:
+        src = os.path.join(gen_dir, os.path.basename(str(f.get("name"))))
+        try:
+            data = read(src)
+        except FileNotFoundError:
             module.fail_json(msg="generation %04d: %s was deleted; refusing to roll back to it; nothing changed"
                              % (target, src))
-        if digest != f.get("sha256"):
+        except OSError as exc:
+            module.fail_json(msg="generation %04d: %s is unreadable (%s); refusing to roll back to it; nothing "
+                                 "changed" % (target, src, exc.strerror or exc))
+        if hashlib.sha256(data).hexdigest() != f.get("sha256"):
             module.fail_json(msg="generation %04d: %s does not match its recorded sha256; refusing; nothing changed"
                              % (target, src))
-        plan.append((src, f["path"], int(f.get("mode") or mode), int(f.get("gid") or 0)))
+        try:  # the mode, owner and group the file had (adopted files: what was found before knobfleet)
+            access = [int(f["mode"]) if f.get("mode") is not None else mode, int(f.get("uid") or 0),
+                      int(f.get("gid") or 0)]
+        except (TypeError, ValueError):
+            module.fail_json(msg="generation %04d: meta.json holds a bad mode/uid/gid for %s; nothing changed"
+                             % (target, key))
+        plan.append((f["path"], data, access[0] & 0o7777, access[1], access[2]))
     if module.check_mode:
         return {"changed": target != current, "generation": target, "previous": current}
-    for src, dest, mode, gid in plan:
-        write_atomic(dest, read(src), mode, gid)
+    inst = Install()
+    try:
+        for dest, data, mode, uid, gid in plan:
+            inst.put(dest, data, mode, uid, gid)
+        store.switch_current(target, keep_previous=True)
+    except BaseException as exc:
+        back, stuck = inst.undo()
+        try:
+            store.unswitch(target, current)
+        except (OSError, ValueError):
+            pass
+        if not isinstance(exc, (OSError, ValueError)):
+            raise
+        module.fail_json(msg="cannot restore generation %04d (%s: %s); %s; generation %s is still live" % (
+            target, getattr(exc, "filename", None) or "a file", getattr(exc, "strerror", None) or exc,
+            ("could not put back %s" % ", ".join(stuck)) if stuck else "nothing changed", live_name(current)),
+            errno=getattr(exc, "errno", None))
+    inst.done()
+    try:
+        store.drop_previous()
+    except OSError:
+        pass
     put_back = []
     if current is not None and target < current:
-        put_back = restore_dropins(store, current)
-    store.switch_current(target)
+        try:
+            put_back = restore_dropins(store, current)
+        except OSError:
+            put_back = []
     if current is not None and current != target and p["leave_status"]:
         try:
             left = store.meta(current)
@@ -827,11 +1082,12 @@ def restore_dropins(store, leaving):
     out = []
     for path in meta.get("dropins_removed") or []:
         src = os.path.join(store.gen_dir(leaving), "dropins", os.path.basename(path))
-        if os.path.isfile(src) and not os.path.lexists(path):
-            parent = os.path.dirname(path)
-            if not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
-            write_atomic(path, read(src), 0o644)
+        try:
+            data = read(src)
+        except OSError:
+            continue
+        if not fs_exists(path):
+            write_atomic(path, data, 0o644)
             out.append(path)
     return out
 
@@ -865,6 +1121,15 @@ def release(module, store, p):
     return {"changed": False, "released": True}
 
 
+def describe(step, exc, p):
+    """One line for an unexpected error of ``step``: what, where, and that the host was left as it was."""
+    if isinstance(exc, OSError):
+        what = "%s: %s" % (exc.filename or p["state_dir"], exc.strerror or exc)
+    else:
+        what = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+    return "%s failed: %s; this step's changes were undone" % (step, what)
+
+
 def composite(names):
     """One module call for steps that always run back to back (each SSH round trip + module start costs ~0.45 s
     on a host; a real engine's restart waits on none of them): ``install`` is begin, stage and commit (no commit
@@ -874,14 +1139,24 @@ def composite(names):
     def run(module, store, p):
         steps = {}
         fail = module.fail_json
-        current = {"name": names[0]}
-        module.fail_json = lambda **kw: fail(steps=steps, failed_step=current["name"], **kw)
+        current = {"name": names[0], "failing": False}
+
+        def fail_with_steps(**kw):
+            current["failing"] = True
+            fail(steps=steps, failed_step=current["name"], **kw)
+
+        module.fail_json = fail_with_steps
         try:
             for name in names:
                 if (name == "commit" and module.check_mode) or (name == "mark" and p["generation"] is None):
                     continue
                 current["name"] = name
-                steps[name] = HANDLERS[name](module, store, p)
+                try:
+                    steps[name] = HANDLERS[name](module, store, p)
+                except Exception as exc:  # an OSError anywhere still names the step and returns the steps
+                    if current["failing"]:
+                        raise
+                    module.fail_json(msg=describe(name, exc, p), errno=getattr(exc, "errno", None))
         finally:
             module.fail_json = fail
         out = {"changed": any(r.get("changed") for r in steps.values()), "steps": steps}
@@ -925,6 +1200,7 @@ def main():
             foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
             health_url=dict(type="str", default=""),
             info_url=dict(type="str", default=""),
+            allow_writable_script_dir=dict(type="bool", default=False),
         ),
         required_if=[("action", "begin", ["script_path", "unit_path"]),
                      ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
@@ -941,9 +1217,8 @@ def main():
     store = Store(p["state_dir"])
     try:
         result = HANDLERS[p["action"]](module, store, p)
-    except OSError as exc:
-        module.fail_json(msg="%s: %s (%s)" % (p["action"], exc.strerror, exc.filename or p["state_dir"]),
-                         errno=exc.errno)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=describe(p["action"], exc, p), errno=getattr(exc, "errno", None))
     module.exit_json(step=p["action"], **result)
 
 

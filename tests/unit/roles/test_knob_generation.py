@@ -184,9 +184,23 @@ def test_begin_adopts_the_hand_written_files_as_generation_0(host: Host) -> None
     assert (res["changed"], res["adopted"], res["generation"], res["locked"]) == (True, True, 0, True)
     meta = host.meta(0)
     assert (meta["status"], meta["profile"], meta["run_id"], meta["operator"]) == ("adopted", None, "run-1", "alice")
-    assert meta["files"] == {
-        "script": {"path": str(host.script), "sha256": sha(HAND_SCRIPT), "name": "serve.sh"},
-        "unit": {"path": str(host.unit), "sha256": sha(HAND_UNIT), "name": "svc.service"},
+    assert meta["files"] == {  # the mode, owner and group they had, so a restore puts those back too
+        "script": {
+            "path": str(host.script),
+            "sha256": sha(HAND_SCRIPT),
+            "name": "serve.sh",
+            "mode": 0o700,
+            "uid": 0,
+            "gid": 0,
+        },
+        "unit": {
+            "path": str(host.unit),
+            "sha256": sha(HAND_UNIT),
+            "name": "svc.service",
+            "mode": 0o640,
+            "uid": 0,
+            "gid": 0,
+        },
     }
     stored = host.state / "generations/0000"
     assert (stored / "serve.sh").read_text() == HAND_SCRIPT and mode(stored / "serve.sh") == 0o600
@@ -347,6 +361,7 @@ def test_commit_stores_and_installs_a_new_generation(host: Host) -> None:
         "path": str(host.script),
         "sha256": sha(script(1)),
         "name": "serve.sh",
+        "uid": 0,
         "mode": kg.SCRIPT_MODE,
         "gid": 0,
     }
@@ -429,16 +444,16 @@ def test_commit_of_the_same_files_under_another_profile_hash_stores_a_generation
 def break_unit_dir_mid_way(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     """Just before the unit is written (the script already is), its directory is swapped for a symlink: the
     real knob_fs write then refuses it, as it would on a host where someone raced the apply."""
-    real_write = kg.write_atomic
+    real_put = kg.Install.put
 
-    def write(path: str, data: bytes, mode: int, gid: int = 0) -> None:
+    def put(self: Any, path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
         if path == str(host.unit) and not host.unit.parent.is_symlink():
             moved = host.root / "elsewhere"
             shutil.move(str(host.unit.parent), str(moved))
             host.unit.parent.symlink_to(moved)
-        real_write(path, data, mode, gid)
+        real_put(self, path, data, mode, uid, gid)
 
-    monkeypatch.setattr(kg, "write_atomic", write)
+    monkeypatch.setattr(kg.Install, "put", put)
 
 
 def test_a_failed_install_puts_back_every_file_already_written(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -450,7 +465,7 @@ def test_a_failed_install_puts_back_every_file_already_written(host: Host, monke
         host.call("commit", profile=profile(1))
     res, msg = exc.value.result, str(exc.value)
     assert res["rolled_back"] is True
-    assert msg.startswith("cannot install ")
+    assert msg.startswith("cannot install generation 0001 (")
     assert f"{host.script} put back as it was;" in msg
     assert msg.endswith("generation 0001 removed; generation 0000 is still live")
     assert host.script.read_text() == HAND_SCRIPT and mode(host.script) == 0o700
@@ -474,14 +489,14 @@ def test_a_generation_that_cannot_be_stored_installs_nothing(host: Host, monkeyp
     host.hand_written()
     host.call("begin")
     host.stage(script(1), unit(1))
-    real_write = kg.write_atomic
+    real_write = kg.write_at
 
-    def full_disk(path: str, data: bytes, mode: int, gid: int = 0) -> None:
-        if path.endswith("meta.json") and "/generations/." in path:
-            raise OSError(28, "No space left on device", path)
-        real_write(path, data, mode, gid)
+    def full_disk(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+        if name == "meta.json":
+            raise OSError(28, "No space left on device", name)
+        real_write(dfd, name, data, mode, uid, gid)
 
-    monkeypatch.setattr(kg, "write_atomic", full_disk)
+    monkeypatch.setattr(kg, "write_at", full_disk)
     with pytest.raises(Failed) as exc:
         host.call("commit", profile=profile(1))
     assert exc.value.result["errno"] == 28

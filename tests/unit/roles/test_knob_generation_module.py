@@ -161,8 +161,8 @@ def test_an_os_error_is_one_line_naming_the_step_and_the_path(host: Host, tmp_pa
     rc, res = host.run("begin", state_dir=str(blocker / "state"))
     assert rc == 1 and res["step"] == "begin" and res["errno"] == 20
     assert res["msg"] == (
-        f"begin: is a symlink or not a directory; knobfleet does not follow symlinks in the paths it manages "
-        f"({blocker})"
+        f"begin failed: {blocker}: is a symlink or not a directory; knobfleet does not follow symlinks in the "
+        f"paths it manages; this step's changes were undone"
     )
 
 
