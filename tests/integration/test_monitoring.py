@@ -71,7 +71,7 @@ def test_the_drift_alert_fires_on_a_hand_edit_and_resolves(watched: tuple[Fleet,
 
 
 def test_load_profile_measures_where_the_live_load_is(watched: tuple[Fleet, Prometheus]) -> None:
-    """A closed-loop load held at 56 then 72 requests in flight on lab1: the weights measured from Prometheus put
+    """A closed-loop load held at 60 then 76 requests in flight on lab1: the weights measured from Prometheus put
     at least 80% of the mass in the 48-80 band, as the campaign assumed."""
     import json
     import subprocess
@@ -83,7 +83,7 @@ def test_load_profile_measures_where_the_live_load_is(watched: tuple[Fleet, Prom
     started = time.time()
     client = REPO / "roles" / "knob_bench" / "files" / "client.py"
     subprocess.run(
-        [sys.executable, str(client), "--url", "http://127.0.1.1:30000", "--conc", "56,72", "--n-mult", "3",
+        [sys.executable, str(client), "--url", "http://127.0.1.1:30000", "--conc", "60,76", "--n-mult", "3",
          "--max-tokens", "256", "--warmup", "0", "--timeout", "120", "--out", "/dev/null"],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
