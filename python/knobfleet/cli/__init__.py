@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from knobfleet import __version__
 from knobfleet.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, KnobfleetError
@@ -114,7 +115,7 @@ def _global_options(parser: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def _global_options_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _global_options_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
     """Give every command parser (and their own sub-commands') the global options, unless it has its own."""
     seen: set[int] = set()
     todo = list(sub.choices.values())

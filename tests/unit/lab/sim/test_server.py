@@ -240,9 +240,7 @@ def test_metrics_record_what_the_engine_served(server: tuple[str, State]) -> Non
     post(url + "/v1/completions", {"prompt": "a b c", "max_tokens": 12, "ignore_eos": True, "stream": True})
     post(url + "/v1/completions", {"prompt": "d e", "max_tokens": 5, "ignore_eos": True})
     text = get(url + "/metrics")[1].decode()
-    values = {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"
-    }
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
     m = 'model_name="' + state.model_name + '"'
     assert values[f"sglang:generation_tokens_total{{{m}}}"] == 17
     assert values[f"sglang:prompt_tokens_total{{{m}}}"] == 5
