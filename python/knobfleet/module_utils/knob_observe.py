@@ -18,9 +18,9 @@ import urllib.request
 from typing import Any
 
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_live import redact_env, redact_script, redact_tree
+    from ansible.module_utils.knob_live import redact_argv, redact_env, redact_script, redact_tree, redact_unit
 except ImportError:  # on the controller
-    from knobfleet.module_utils.knob_live import redact_env, redact_script, redact_tree
+    from knobfleet.module_utils.knob_live import redact_argv, redact_env, redact_script, redact_tree, redact_unit
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
@@ -267,23 +267,32 @@ def dropins(unit: str) -> list[dict[str, Any]]:
     return out
 
 
-def redact(doc: dict[str, Any], secret: Any) -> dict[str, Any]:
-    """Secret values never leave the host: each process's secret env vars and the secret exports of the serve
-    script (installed and stored) become their hashes (module_utils/knob_live.redact_value)."""
+def redact(doc: dict[str, Any], secret: Any, key: str = "") -> dict[str, Any]:
+    """Secret values never leave the host (module_utils/knob_live, the one notion of a secret): each process's
+    secret env vars and secret flags of its command line, the engine's report, the serve script (installed and
+    stored: every secret assignment and flag, whole), the unit and drop-ins (Environment=, Exec*=,
+    SetCredential=) become markers, keyed with the fleet's ``key``."""
     for proc in doc.get("processes") or []:
-        proc["env"] = redact_env(proc.get("env") or {}, secret)
-    doc["server_info"] = redact_tree(doc.get("server_info"), secret)
-    scripts = [(doc.get("files") or {}).get("script") or {}]
-    scripts += list(((doc.get("generations") or {}).get("current_files") or {}).values())
+        proc["env"] = redact_env(proc.get("env") or {}, secret, key)
+        proc["cmdline"] = redact_argv(proc.get("cmdline") or [], secret, key)
+    doc["server_info"] = redact_tree(doc.get("server_info"), secret, key)
+    files = doc.get("files") or {}
+    stored = ((doc.get("generations") or {}).get("current_files") or {}).items()
+    units = [files.get("unit") or {}] + list(doc.get("dropins") or [])
+    units += [f for name, f in stored if name.endswith((".service", ".conf"))]
+    scripts = [files.get("script") or {}] + [f for name, f in stored if not name.endswith((".service", ".conf"))]
     for f in scripts:
         if isinstance(f.get("content"), str):
-            f["content"] = redact_script(f["content"], secret)
+            f["content"] = redact_script(f["content"], secret, key)
+    for f in units:
+        if isinstance(f.get("content"), str):
+            f["content"] = redact_unit(f["content"], secret, key)
     return doc
 
 
 def observe(p: dict[str, Any]) -> dict[str, Any]:
     """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
-    info_url, http_timeout_s, secret). Read-only and bounded in time; secret values are hashed."""
+    info_url, http_timeout_s, secret, secret_key). Read-only and bounded in time; secret values are hashed."""
     started = time.time()
     unit = p["service"] + ".service"
     props = unit_props(unit)
@@ -312,4 +321,4 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "server_info": server_info,
         "probe_s": round(time.time() - started, 3),
     }
-    return redact(doc, p.get("secret") or ())
+    return redact(doc, p.get("secret") or (), p.get("secret_key") or "")

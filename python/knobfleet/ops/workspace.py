@@ -251,5 +251,5 @@ def rendered_json(r: Rendered) -> dict[str, Any]:
         "script_sha256": r.script_sha256,
         "unit_sha256": r.unit_sha256,
         "env": r.env_shown,
-        "argv": r.argv,
+        "argv": r.argv_shown,
     }

@@ -116,6 +116,10 @@ options:
     type: list
     elements: str
     default: []
+  secret_key:
+    description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
+    type: str
+    default: ""
   service_user:
     description: The engine's user; may read a script holding a secret.
     type: str
@@ -213,6 +217,7 @@ from ansible.module_utils.knob_live import (
     expected_from_files,
     expected_from_generation,
     redact_script,
+    redact_unit,
     refusal,
     restore_ok,
 )
@@ -393,8 +398,9 @@ def stage(module, store, p):
         result["changed"] = True
         result["staged"].append(kind)
         before = "" if old is None else old.decode("utf-8", "replace")
-        if kind == "script":  # secret values leave the host only as their hashes
-            before, content = redact_script(before, p["secret"]), redact_script(content, p["secret"])
+        hide = redact_script if kind == "script" else redact_unit  # secret values leave the host only as markers
+        before, content = hide(before, p["secret"], p.get("secret_key", "")), hide(content, p["secret"],
+                                                                                  p.get("secret_key", ""))
         diffs.append({"before_header": installed, "after_header": installed, "before": before, "after": content})
         if not module.check_mode:
             write_atomic(staged, data, mode)
@@ -510,10 +516,10 @@ def live_actions(p, script, unit):
     doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
                    "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
                    "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
-                   "secret": p["secret"]})
+                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     expected = expected_from_files(p["script_path"], script.decode("utf-8", "replace"), p["unit_path"],
                                    unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest(),
-                                   p["secret"])
+                                   p["secret"], p.get("secret_key", ""))
     findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
     # A stopped engine is started by the readiness step, and foreign drop-ins were settled by begin (refused)
     # or above (removed into a new generation): neither is a reason to restart here.
@@ -843,7 +849,7 @@ def verify(module, store, p):
     doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
                    "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
                    "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
-                   "secret": p["secret"]})
+                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     expected, why = expected_from_generation(doc)
     if why is not None:
         module.fail_json(msg="cannot verify: %s" % why)
@@ -921,6 +927,7 @@ def main():
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
             engine=dict(type="dict"),
             secret=dict(type="list", elements="str", default=[]),
+            secret_key=dict(type="str", default="", no_log=True),
             service_user=dict(type="str", default="root"),
             foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
             health_url=dict(type="str", default=""),

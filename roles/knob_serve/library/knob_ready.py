@@ -74,6 +74,10 @@ options:
     type: list
     elements: str
     default: []
+  secret_key:
+    description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
+    type: str
+    default: ""
 notes:
   - Supports check mode (reports what it would do in C(would)).
 """
@@ -190,7 +194,8 @@ def main():
                            restart=dict(type="bool", default=False), start=dict(type="bool", default=False),
                            script_path=dict(type="path"), unit_path=dict(type="path"), state_dir=dict(type="path"),
                            info_url=dict(type="str", default=""),
-                           secret=dict(type="list", elements="str", default=[])),
+                           secret=dict(type="list", elements="str", default=[]),
+                           secret_key=dict(type="str", default="", no_log=True)),
         supports_check_mode=True,
     )
     p = module.params
@@ -241,7 +246,7 @@ def main():
         result["probe"] = observe({"service": p["service"].rsplit(".service", 1)[0],
                                    "script_path": p["script_path"], "unit_path": p["unit_path"],
                                    "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"],
-                                   "secret": p["secret"]})
+                                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     module.exit_json(**result)
 
 
