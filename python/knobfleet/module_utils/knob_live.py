@@ -826,7 +826,8 @@ def redact_tree(data: Any, secret: Any = (), key: str = "") -> Any:
     if isinstance(data, dict):
         out = {}
         for k, v in data.items():
-            if isinstance(k, str) and is_secret(k, secret) and v is not None and v != "" and not isinstance(v, bool):
+            # every value but None and booleans, "" too: redact_env hides an empty value, and the two must agree
+            if isinstance(k, str) and is_secret(k, secret) and v is not None and not isinstance(v, bool):
                 if isinstance(v, dict | list):
                     import json
 
