@@ -278,7 +278,7 @@ def redact(doc: dict[str, Any], secret: Any, key: str = "") -> dict[str, Any]:
     doc["server_info"] = redact_tree(doc.get("server_info"), secret, key)
     files = doc.get("files") or {}
     stored = ((doc.get("generations") or {}).get("current_files") or {}).items()
-    units = [files.get("unit") or {}] + list(doc.get("dropins") or [])
+    units = [files.get("unit") or {}, *(doc.get("dropins") or [])]
     units += [f for name, f in stored if name.endswith((".service", ".conf"))]
     scripts = [files.get("script") or {}] + [f for name, f in stored if not name.endswith((".service", ".conf"))]
     for f in scripts:

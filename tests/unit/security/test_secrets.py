@@ -129,9 +129,7 @@ def test_vault_encrypted_vars_decrypt_with_the_users_password_file(
         ("  ssl-keyfile-password: pw", "ssl-keyfile-password"),
     ],
 )
-def test_a_secret_flag_in_a_profile_is_refused_like_a_secret_env_var(
-    profiles_dir: Path, args: str, field: str
-) -> None:
+def test_a_secret_flag_in_a_profile_is_refused_like_a_secret_env_var(profiles_dir: Path, args: str, field: str) -> None:
     (profiles_dir / "key.yaml").write_text(f"name: key\nversion: 1\nextends: default\nargs:\n{args}\n")
     with pytest.raises(ProfileError) as info:
         ProfileStore(profiles_dir).resolve("key")
@@ -187,7 +185,7 @@ def test_a_vault_sourced_value_is_secret_whatever_its_name(tmp_path: Path, monke
     (inv / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_host: 127.0.1.9\n")
     (inv / "host_vars" / "h1.yml").write_text(
         f"vault_db: {vaulted}"
-        "knob_serve_host_env:\n  DB_URL: \"postgres://u:{{ vault_db }}@db\"\n  PLAIN: x\n"
+        'knob_serve_host_env:\n  DB_URL: "postgres://u:{{ vault_db }}@db"\n  PLAIN: x\n'
         f"knob_serve_host_args:\n  model-name: {vaulted.replace('      ', '        ')}"
     )
     pw = tmp_path / "vault.pw"
