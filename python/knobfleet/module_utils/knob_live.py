@@ -228,14 +228,16 @@ def expected_from_files(
 ) -> dict[str, Any]:
     """What should be live once ``script`` and ``unit`` are installed (``sha``: a sha256 function). Secret
     values are compared by their markers (keyed with ``key``), as the host reports them."""
-    shown = redact_script(script, secret, key)
+    shown, unit_shown = redact_script(script, secret, key), redact_unit(unit, secret, key)
     env, argv = script_env_argv(shown)
+    script_sha = shown_digest(sha(script.encode("utf-8")), shown != script, key)
+    unit_sha = shown_digest(sha(unit.encode("utf-8")), unit_shown != unit, key)
     return {
         "generation": None,
         "profile": None,
         "files": {
-            "script": {"path": script_path, "sha256": sha(script.encode("utf-8")), "content": shown},
-            "unit": {"path": unit_path, "sha256": sha(unit.encode("utf-8")), "content": redact_unit(unit, secret, key)},
+            "script": {"path": script_path, "sha256": script_sha, "content": shown},
+            "unit": {"path": unit_path, "sha256": unit_sha, "content": unit_shown},
         },
         "env": env,
         "argv": argv,
@@ -786,6 +788,18 @@ def redact_value(value: Any, key: str = "") -> str:
     data = str(value).encode("utf-8", "surrogateescape")
     digest = hmac.new(str(key).encode("utf-8", "surrogateescape"), data, hashlib.sha256).hexdigest()
     return "%s hmac:%s>" % (MARKER_PREFIX, digest[:16])
+
+
+def shown_digest(digest: Any, holds_secret: bool, key: str = "") -> Any:
+    """The sha256 of a file as shown off the host: of a file that holds a secret, with the fleet's key, a keyed
+    digest (``hmac:…``), because the plain digest of a script whose every other byte is printed tests a guess of
+    the secret as well as an unsalted hash would. Equal digests stay equal, so the rule still compares them."""
+    if not key or not holds_secret or not isinstance(digest, str) or digest.startswith("hmac:"):
+        return digest
+    import hashlib
+    import hmac
+
+    return "hmac:" + hmac.new(str(key).encode("utf-8", "surrogateescape"), digest.encode(), hashlib.sha256).hexdigest()
 
 
 def is_marker(value: Any) -> bool:

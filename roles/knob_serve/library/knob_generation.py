@@ -219,6 +219,7 @@ from ansible.module_utils.knob_live import (
     redact_script,
     redact_unit,
     refusal,
+    shown_digest,
     restore_ok,
 )
 from ansible.module_utils.knob_observe import dropins, observe
@@ -548,6 +549,9 @@ def commit(module, store, p):
     remove = foreign_dropins(p) if p["foreign_dropins"] == "remove" else []
     result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
               "script_sha256": want["script"], "unit_sha256": want["unit"], "dropins_removed": remove}
+    staged_text = read(staged_script).decode("utf-8", "replace")  # the digest of a script holding a secret is keyed
+    result["script_sha256"] = shown_digest(want["script"], redact_script(staged_text, p["secret"]) != staged_text,
+                                           p.get("secret_key", ""))
     if not files_differ and current_hash == profile.get("hash") and not remove:
         acts, kinds = live_actions(p, read(staged_script), read(staged_unit))
         if acts:

@@ -13,6 +13,7 @@ secrets are identical — the secret reaches no output but through its keyed mar
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -68,14 +69,15 @@ def host_doc(old: str, new: str, vaulted: str) -> dict[str, Any]:
     before = render_host(PROFILE, host(old, vaulted), secret_key=KEY)
     unit = before.unit + f"Environment=HF_TOKEN={json.dumps(old)}\nExecStartPre=/bin/true --api-key {old!r}\n"
     env = {**before.env, "PATH": "/bin"}
+    script_sha, unit_sha = sha(before.script), sha(unit)  # plain digests: each tests a guess of the secret
     files = {
-        "script": {"path": before.script_path, "exists": True, "sha256": "0" * 64, "content": before.script},
-        "unit": {"path": before.unit_path, "exists": True, "sha256": "1" * 64, "content": unit},
+        "script": {"path": before.script_path, "exists": True, "sha256": script_sha, "content": before.script},
+        "unit": {"path": before.unit_path, "exists": True, "sha256": unit_sha, "content": unit},
     }
     meta = {"status": "good", "profile": "p", "version": 1, "hash": "h", "reason": "applied"}
     meta["files"] = {
-        "script": {"path": before.script_path, "sha256": "0" * 64, "name": "serve.sh"},
-        "unit": {"path": before.unit_path, "sha256": "1" * 64, "name": "u.service"},
+        "script": {"path": before.script_path, "sha256": script_sha, "name": "serve.sh"},
+        "unit": {"path": before.unit_path, "sha256": unit_sha, "name": "u.service"},
     }
     doc = {
         "unit_props": {"ActiveState": "active", "SubState": "running", "MainPID": "7"},
@@ -91,7 +93,10 @@ def host_doc(old: str, new: str, vaulted: str) -> dict[str, Any]:
         "generations": {
             "current": 1,
             "list": [{"generation": 1, "files": ["meta.json", "serve.sh", "u.service"], "meta": meta}],
-            "current_files": {"serve.sh": {"content": before.script}, "u.service": {"content": unit}},
+            "current_files": {
+                "serve.sh": {"content": before.script, "sha256": script_sha},
+                "u.service": {"content": unit, "sha256": unit_sha},
+            },
             "ledger": [{"event": "apply", "generation": 1, "reason": "ok"}],
         },
     }
@@ -124,7 +129,12 @@ def lines_of(secret: str) -> list[str]:
     return [line for line in secret.splitlines() if line.strip()] + ([secret] if secret.strip() else [])
 
 
-BLANK = re.compile(r"<secret hmac:[0-9a-f]{16}>|\b[0-9a-f]{64}\b")
+# markers and keyed digests; a plain sha256 of a file holding a secret is not blanked: it must not be there
+BLANK = re.compile(r"<secret hmac:[0-9a-f]{16}>|hmac:[0-9a-f]{64}")
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,6 +146,8 @@ def test_no_output_holds_a_secret_or_a_line_of_it(old: str, new: str, vaulted: s
     for secret in (old, new, vaulted):
         for line in lines_of(secret):
             assert line not in got or line in baseline, (secret, line)
+    for a, b in ((old, vaulted), (new, vaulted)):  # no plain digest of a script that holds them
+        assert sha(render_host(PROFILE, host(a, b), secret_key=KEY).script) not in got
     # non-interference: other secrets change nothing but the markers (and digests of files that hold them)
     if other not in (old, new, vaulted):
         swapped = "\n".join(outputs(other, other + "\x01", other + "\x02"))
