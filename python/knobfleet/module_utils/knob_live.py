@@ -858,19 +858,21 @@ def redact_tree(data: Any, secret: Any = (), key: str = "") -> Any:
 
 
 def _redact_words(
-    text: str, statements: list[list[tuple[str, int, int]]], secret: Any, key: str
+    text: str, statements: list[list[tuple[str, int, int]]], secret: Any, key: str, values: Any = None
 ) -> list[tuple[int, int, str]]:
     """(start, end, replacement) for every secret word of lexed shell text: an assignment ``NAME=V`` with a
     secret name (export, a command's prefix, env, systemd's Environment=), ``--flag=V`` with a secret flag, and
-    the word after a bare secret flag."""
+    the word after a bare secret flag. ``values``: a list that collects the clear values."""
     import re
 
     edits = []
+    found = values if values is not None else []
     for words in statements:
         hide_next = False
         for word, start, end in words:
             if hide_next and not word.startswith("--"):
                 edits.append((start, end, "'%s'" % redact_value(word, key)))
+                found.append(word)
                 hide_next = False
                 continue
             hide_next = False
@@ -880,11 +882,21 @@ def _redact_words(
                 if is_secret_flag(flag, secret):
                     if fsep:
                         edits.append((start, end, "'--%s=%s'" % (flag, redact_value(fvalue, key))))
+                        found.append(fvalue)
                     else:
                         hide_next = True
             elif sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and is_secret(name, secret):
                 edits.append((start, end, "%s='%s'" % (name, redact_value(value, key))))
+                found.append(value)
     return edits
+
+
+def secret_values(text: str, secret: Any = ()) -> list[str]:
+    """The clear values ``redact_script`` hides in a serve script: what a host scrubs from text it did not make
+    (an engine that logs its own arguments, in the journal tail a failed start returns)."""
+    values: list[str] = []
+    _redact_words(text, shell_spans(text), secret, "", values)
+    return values
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
@@ -942,10 +954,12 @@ def redact_text(text: str, secret: Any = (), key: str = "", values: Any = ()) ->
     """Free text (a message, a ledger reason) with every known secret ``values`` replaced wherever it occurs, and
     ``NAME=V`` / ``--flag=V`` / ``--flag V`` of secret names replaced up to the next blank. For text made
     before redaction existed (old ledger lines); everything knobfleet writes now is redacted where it is made."""
+    import json
     import re
 
     for v in sorted({str(v) for v in values or () if v}, key=len, reverse=True):
-        text = text.replace(v, redact_value(v, key))
+        for form in {v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]}:
+            text = text.replace(form, redact_value(v, key))
 
     def hide(m: Any) -> str:
         name = m.group("name")

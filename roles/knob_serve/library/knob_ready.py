@@ -131,7 +131,8 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.knob_observe import observe, parse_props
+from ansible.module_utils.knob_live import redact_text, secret_values
+from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
 
@@ -144,8 +145,19 @@ def show(module, service):
 
 
 def journal(module, service, lines=15):
+    """The unit's last log lines, with the serve script's secret values hidden (an engine may log its arguments:
+    SGLang prints its server args, --api-key included)."""
     rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
-    return out.strip().splitlines() if rc == 0 else []
+    if rc != 0:
+        return []
+    p = module.params
+    values = []
+    if p.get("script_path"):
+        try:  # bounded, never a FIFO or a link
+            values = secret_values(read_bounded(p["script_path"])[0].decode("utf-8", "replace"), p.get("secret") or [])
+        except OSError:
+            values = []
+    return redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()
 
 
 def health(url):

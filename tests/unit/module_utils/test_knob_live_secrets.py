@@ -254,3 +254,12 @@ def test_redact_text_for_old_ledger_lines() -> None:
     assert "CLEAR" not in out and "zz" not in out and "api_key=<secret hmac:1>" in out and out.endswith(", ok")
     assert redact_text("the token is x; --port 1", (), KEY) == "the token is x; --port 1"
     assert "s3cr3t" not in redact_text("failed: s3cr3t seen", (), KEY, values=["s3cr3t"])
+
+
+def test_secret_values_are_what_redact_script_hides() -> None:
+    from knobfleet.module_utils.knob_live import secret_values
+
+    script = "#!/bin/bash\nexport HF_TOKEN='a\nb' X=1\nexec e '--api-key=k\u2028k' --admin-api-key q --port=1\n"
+    assert secret_values(script, ["admin-api-key"]) == ["a\nb", "k\u2028k", "q"]
+    hidden = redact_script(script, ["admin-api-key"], KEY)
+    assert all(v not in hidden for v in secret_values(script, ["admin-api-key"]))
