@@ -704,7 +704,6 @@ def restore_ok(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE")
 # Whole words anywhere in the name (TOKEN, not TOKENS or TOKENIZER: max-total-tokens is a size).
 SECRET_WORDS = (("TOKEN",), ("API", "KEY"), ("APIKEY",), ("PRIVATE", "KEY"), ("AUTH", "KEY"))
-SECRET_PATTERNS = ("*SECRET*", "*PASSWORD*", "*PASSWD*", "*PASSPHRASE*", "TOKEN (a word)", "API_KEY", "PRIVATE_KEY")
 MARKER_PREFIX = "<secret"
 _GLOB = "*?["
 
