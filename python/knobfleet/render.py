@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import jinja2
 
 from knobfleet import paths
 from knobfleet.errors import RenderError
+from knobfleet.fleet.fleetkey import fleet_key
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile, arg_tokens
 
@@ -36,20 +37,34 @@ class Rendered:
     argv: list[str]
     script_path: str = ""
     unit_path: str = ""
-    secret: tuple[str, ...] = ()  # names/patterns of secret env vars: shown and stored only as hashes
+    secret: tuple[str, ...] = ()  # names/patterns of secret env vars and flags (knob_live.is_secret)
+    secret_key: str = field(default="", repr=False)  # the fleet's marker key (fleet/fleetkey.py)
 
-    @property
+    # What anything but the engine ever sees: every secret value (env, flag, wherever in the script) replaced
+    # by its marker, once, here, before any text, diff, report or JSON is made of it.
+    @cached_property
     def script_shown(self) -> str:
-        """The script as knobfleet shows it: secret values replaced by their hashes."""
         from knobfleet.module_utils.knob_live import redact_script
 
-        return redact_script(self.script, self.secret)
+        return redact_script(self.script, self.secret, self.secret_key)
 
-    @property
+    @cached_property
+    def unit_shown(self) -> str:
+        from knobfleet.module_utils.knob_live import redact_unit
+
+        return redact_unit(self.unit, self.secret, self.secret_key)
+
+    @cached_property
     def env_shown(self) -> dict[str, str]:
         from knobfleet.module_utils.knob_live import redact_env
 
-        return redact_env(self.env, self.secret)
+        return redact_env(self.env, self.secret, self.secret_key)
+
+    @cached_property
+    def argv_shown(self) -> list[str]:
+        from knobfleet.module_utils.knob_live import redact_argv
+
+        return redact_argv(self.argv, self.secret, self.secret_key)
 
     @property
     def script_sha256(self) -> str:
@@ -187,7 +202,10 @@ def expected_argv(profile: Profile, hv: HostVars) -> list[str]:
     return argv
 
 
-def render_host(profile: Profile, hv: HostVars, template_dir: Path | None = None) -> Rendered:
+def render_host(
+    profile: Profile, hv: HostVars, template_dir: Path | None = None, secret_key: str | None = None
+) -> Rendered:
+    """What ``profile`` becomes on ``hv``; ``secret_key``: the fleet's marker key (default: the state dir's)."""
     check_conflicts(profile, hv)
     env = _environment(template_dir or paths.roles_dir() / "knob_serve" / "templates")
     variables = template_vars(profile, hv)
@@ -205,4 +223,5 @@ def render_host(profile: Profile, hv: HostVars, template_dir: Path | None = None
         hv.script_path,
         hv.unit_path,
         tuple(hv.secrets(profile.engine)),
+        fleet_key() if secret_key is None else secret_key,
     )

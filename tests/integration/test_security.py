@@ -5,6 +5,7 @@ artifact on the controller, and is readable on the host by root only."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def test_a_secret_reaches_the_engine_and_nothing_else(fleet: Fleet, tmp_path: Pa
         outputs.append(text)
     assert kf(fleet, inv, "drift", "--limit", "lab1")[0] == 0  # compared by hash: in sync
     assert all(TOKEN not in text for text in outputs)
-    assert "<secret sha256:" in outputs[4]
+    assert "<secret hmac:" in outputs[4]
     # nothing the controller keeps holds it: run artifacts, caches, saved probes
     kf(fleet, inv, "drift", "--limit", "lab1", "--save-probes", str(tmp_path / "probes"))
     kept = controller_files(lab_state)
@@ -180,3 +181,66 @@ def test_a_script_dir_another_user_can_write_is_refused_for_root(fleet: Fleet, t
         assert fleet.ssh(host, f"test -e {STATE}/lock", check=False).returncode == 1
     finally:
         fleet.ssh(host, "rm -rf /srv/kf-open")
+
+
+# A launch-flag secret with a line separator in it, from host vars (issue 24): the apply succeeds (the live rule
+# compares markers with markers, the engine's masked report is not compared), and no output, controller file or
+# host record holds the key or any line of it.
+API_KEY = "sk-LabApiKey-9c1e\u2028second-line-5b2a\x0bthird-part-77d3"
+HF_MULTI = "hf_first-3e8a\fhf_second-0c4d"
+
+
+def _pieces(*secrets: str) -> list[str]:
+    return [piece for s in secrets for piece in [s, *s.splitlines()] if piece.strip()]
+
+
+def test_a_secret_launch_flag_from_host_vars_applies_and_shows_nowhere(
+    fleet: Fleet, tmp_path: Path, lab_state: Path
+) -> None:
+    extra = {"knob_serve_host_args": {"api-key": API_KEY}, "knob_serve_host_env": {"HF_TOKEN": HF_MULTI}}
+    inv = _inventory(fleet, tmp_path, "lab2", extra)
+    code, out = kf(fleet, inv, "apply", "ctas512", "--limit", "lab2", "--yes", "--json")
+    assert code == 0, out  # no false argv_mismatch between the engine's report and the command line
+    outputs = [out]
+    for args in (
+        ("drift", "--limit", "lab2", "--json"),
+        ("verify", "--limit", "lab2"),
+        ("plan", "ctas768", "--limit", "lab2", "--json"),
+        ("plan", "ctas768", "--limit", "lab2"),
+        ("render", "ctas512", "--host", "lab2"),
+        ("render", "ctas512", "--host", "lab2", "--what", "argv"),
+        ("render", "ctas512", "--host", "lab2", "--json"),
+        ("history", "--limit", "lab2", "--ledger", "20", "--json"),
+        ("-vvvv", "apply", "ctas768", "--limit", "lab2", "--yes"),  # Ansible's -vvv output, a real change
+    ):
+        code, text = kf(fleet, inv, *args)
+        assert code == 0 or args[0] == "plan", (args, text)
+        outputs.append(text)
+    assert kf(fleet, inv, "drift", "--limit", "lab2")[0] == 0  # compared by markers: in sync
+    key = (lab_state / "secret.key").read_text().strip()
+    for text in outputs:
+        assert key not in text  # the marker key reaches hosts only as a no_log option
+        for piece in _pieces(API_KEY, HF_MULTI):
+            assert piece not in text, (piece, text[:2000])
+    assert "--api-key=<secret hmac:" in outputs[6]
+    # the engine got the key whole
+    pid = fleet.ssh("lab2", f"systemctl show -p MainPID --value {SVC}").stdout.strip()
+    cmdline = fleet.ssh("lab2", f"cat /proc/{pid}/cmdline | base64 -w0").stdout.strip()
+    import base64
+
+    assert f"--api-key={API_KEY}".encode() in base64.b64decode(cmdline).split(b"\0")
+    # controller: run files (ansible-runner artifacts, vars files), caches
+    for path in controller_files(lab_state):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            data = path.read_bytes()
+            for piece in _pieces(API_KEY, HF_MULTI):
+                assert piece.encode() not in data, (path, piece)
+    # host: meta.json and the ledger never hold it; the stored scripts that do are root-only
+    state = f"/var/lib/knobfleet/{SVC}"
+    for piece in [line for s in (API_KEY, HF_MULTI) for line in s.splitlines()]:  # each line: ASCII, greppable
+        found = fleet.ssh("lab2", f"grep -rlF -- {shlex.quote(piece)} {state} || true").stdout.split()
+        # only the copies of the script itself: the staged one and each generation's (inside the 0700 dir)
+        assert found and all(p.endswith(("/staging/serve.sh", "/serve_dsv4_decode.sh")) for p in found), found
+    modes = fleet.ssh("lab2", f"stat -c '%a %U' {state} /root/serve_dsv4_decode.sh").stdout.split("\n")
+    assert modes[0].split() == ["700", "root"] and modes[1].split() == ["700", "root"]
+    fleet.knobfleet("apply", "ctas512", "--limit", "lab2", "--yes", check=True)

@@ -37,11 +37,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         if args.what == "script":
             sys.stdout.write(r.script_shown)  # secret values as their hashes
         elif args.what == "unit":
-            sys.stdout.write(r.unit)
+            sys.stdout.write(r.unit_shown)
         elif args.what == "env":
             _out("\n".join(f"{k}={v}" for k, v in r.env_shown.items()))
         else:
-            _out("\n".join(r.argv))
+            _out("\n".join(r.argv_shown))
     return EXIT_OK
 
 

@@ -82,7 +82,9 @@ class HostVars(BaseModel):
     readiness_grace_s: int = Field(default=0, ge=0)
     host_env: dict[str, str] = Field(default_factory=dict)
     secret_env: tuple[str, ...] = Field(
-        default=(), description="env names or patterns whose values are secret (on top of the catalog's and *_TOKEN…)"
+        default=(),
+        description="env or flag names (or patterns) whose values are secret, on top of the catalog's and knobfleet's "
+        "patterns; the inventory reader adds the host vars whose values came from Ansible Vault",
     )
     host_args: dict[str, str | bool] = Field(default_factory=dict)
     restart_sec: int = Field(default=5, ge=0)
@@ -191,8 +193,9 @@ class HostVars(BaseModel):
         return f"{self.state_root}/{self.service}"
 
     def secrets(self, engine: str | None = None) -> list[str]:
-        """Names and patterns of secret env vars on this host: declared here and marked in the engine's catalog
-        (knobfleet's own patterns — *_TOKEN, *_API_KEY, … — apply everywhere on top)."""
+        """This host's part of the one notion of a secret (module_utils/knob_live.is_secret): env and flag names
+        or patterns declared here (knob_serve_secret_env, and those whose values came from vault) and those the
+        engine's catalog marks (``!NAME``: marked not secret). knobfleet's own patterns apply on top."""
         from knobfleet.profiles.catalog import catalog_for
 
         try:
@@ -202,9 +205,13 @@ class HostVars(BaseModel):
         return sorted({*self.secret_env, *marked})
 
     def has_secrets(self) -> bool:
-        from knobfleet.module_utils.knob_live import is_secret
+        """Whether a value of this host's vars is secret (such hosts are never cached)."""
+        from knobfleet.module_utils.knob_live import is_secret, is_secret_flag
 
-        return any(is_secret(k, self.secrets()) for k in self.host_env)
+        names = self.secrets()
+        return any(is_secret(k, names) for k in self.host_env) or any(
+            is_secret_flag(k, names) and not isinstance(v, bool) for k, v in self.host_args.items()
+        )
 
     @property
     def base_url(self) -> str:

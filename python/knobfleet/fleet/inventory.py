@@ -254,6 +254,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _vaulted_values(value: Any, out: set[str]) -> set[str]:
+    """The decrypted text of every vault-encrypted value inside ``value``."""
+    if isinstance(value, dict):
+        for v in value.values():
+            _vaulted_values(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _vaulted_values(v, out)
+    elif _is_vaulted(value):
+        out.add(str(value))
+    return out
+
+
+def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]) -> list[str]:
+    """Names of host env vars and host args whose values came from vault: encrypted inline, or templated from
+    a vault-encrypted var (the value holds its text). They are secret whatever their names (knob_live)."""
+    names = []
+    for var in ("knob_serve_host_env", "knob_serve_host_args"):
+        raw, got = wanted.get(var), plain.get(var)
+        if not isinstance(got, dict):
+            continue
+        for name, value in got.items():
+            text = str(value)
+            inline = isinstance(raw, dict) and _is_vaulted(raw.get(name))
+            if inline or text in vaulted or any(len(v) >= 4 and v in text for v in vaulted):
+                names.append(str(name))
+    return names
+
+
 def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
     import warnings
 
@@ -300,7 +329,12 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         secrets = {k: True for k in SECRET_VARS if raw.get(k)}
         try:
             resolved = templar.template(wanted, fail_on_undefined=True)
-            out.append(from_inventory_vars(host.name, {**_plain(resolved), **secrets}, where))
+            plain = _plain(resolved)
+            sourced = vault_sourced(wanted, plain, _vaulted_values(raw, set()))
+            if sourced:
+                declared = plain.get("knob_serve_secret_env")
+                plain["knob_serve_secret_env"] = [*(declared if isinstance(declared, list) else []), *sourced]
+            out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
         except AnsibleError as exc:
             text = str(exc).splitlines()[0]
             if "vault" in text.lower():

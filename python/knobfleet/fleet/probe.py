@@ -34,6 +34,8 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
 
 
 def call(hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | None = None) -> ModuleCall:
+    from knobfleet.fleet.fleetkey import fleet_key
+
     return ModuleCall(
         role="knob_probe",
         module="knob_probe",
@@ -42,6 +44,7 @@ def call(hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | No
         result_key="probe",
         args=args if args is not None else {hv.host: probe_args(hv) for hv in hosts},
         timeout_s=PROBE_TIMEOUT_S,
+        private={"secret_key": fleet_key()},  # the hosts make the controller's markers (fleet/fleetkey.py)
     )
 
 

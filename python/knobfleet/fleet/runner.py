@@ -252,7 +252,12 @@ def run_playbook(req: RunRequest) -> RunResult:
     # The CLI restores and verifies from the controller with its own rule (ops/transaction.py): the role's
     # on-host restore and verify steps, there for plain ansible-playbook, stay off under knobfleet.
     trusted = {**CLI_ROLE_VARS, **req.trusted_vars}
-    vars_file.write_text(dump_vars(trusted, req.unsafe_vars), encoding="utf-8")
+    # The fleet's marker key (fleet/fleetkey.py): the hosts make the same <secret hmac:…> markers as this
+    # controller. It stays in this 0600 file and reaches modules only as no_log options.
+    from knobfleet.fleet.fleetkey import fleet_key
+
+    unsafe = {"knob_serve_secret_key": fleet_key(), **req.unsafe_vars}
+    vars_file.write_text(dump_vars(trusted, unsafe), encoding="utf-8")
     os.chmod(vars_file, 0o600)
     playbook = paths.playbooks_dir() / req.playbook
     bindir = str(Path(sys.executable).parent)

@@ -145,7 +145,13 @@ def expected_rendered(probe: dict[str, Any], rendered: Rendered) -> dict[str, An
     knobfleet never applied anything there."""
     gen, _why = knob_live.expected_from_generation(probe)
     out = knob_live.expected_from_files(
-        rendered.script_path, rendered.script, rendered.unit_path, rendered.unit, sha256_bytes, rendered.secret
+        rendered.script_path,
+        rendered.script,
+        rendered.unit_path,
+        rendered.unit,
+        sha256_bytes,
+        rendered.secret,
+        rendered.secret_key,
     )
     out["managed"] = gen is not None
     if gen is not None:

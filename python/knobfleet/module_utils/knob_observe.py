@@ -20,10 +20,24 @@ from typing import Any
 
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
     from ansible.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
-    from ansible.module_utils.knob_live import redact_env, redact_script, redact_tree
+    from ansible.module_utils.knob_live import (
+        redact_argv,
+        redact_env,
+        redact_script,
+        redact_tree,
+        redact_unit,
+        shown_digest,
+    )
 except ImportError:  # on the controller
     from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
-    from knobfleet.module_utils.knob_live import redact_env, redact_script, redact_tree
+    from knobfleet.module_utils.knob_live import (
+        redact_argv,
+        redact_env,
+        redact_script,
+        redact_tree,
+        redact_unit,
+        shown_digest,
+    )
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
@@ -370,23 +384,41 @@ def dropins(unit: str) -> list[dict[str, Any]]:
     return out
 
 
-def redact(doc: dict[str, Any], secret: Any) -> dict[str, Any]:
-    """Secret values never leave the host: each process's secret env vars and the secret exports of the serve
-    script (installed and stored) become their hashes (module_utils/knob_live.redact_value)."""
+def redact(doc: dict[str, Any], secret: Any, key: str = "") -> dict[str, Any]:
+    """Secret values never leave the host (module_utils/knob_live, the one notion of a secret): each process's
+    secret env vars and secret flags of its command line, the engine's report, the serve script (installed and
+    stored: every secret assignment and flag, whole), the unit and drop-ins (Environment=, Exec*=,
+    SetCredential=) become markers, keyed with the fleet's ``key``; the digest of a file that holds one, and of
+    the current generation's record of it, becomes a keyed digest (knob_live.shown_digest)."""
     for proc in doc.get("processes") or []:
-        proc["env"] = redact_env(proc.get("env") or {}, secret)
-    doc["server_info"] = redact_tree(doc.get("server_info"), secret)
-    scripts = [(doc.get("files") or {}).get("script") or {}]
-    scripts += list(((doc.get("generations") or {}).get("current_files") or {}).values())
-    for f in scripts:
-        if isinstance(f.get("content"), str):
-            f["content"] = redact_script(f["content"], secret)
+        proc["env"] = redact_env(proc.get("env") or {}, secret, key)
+        proc["cmdline"] = redact_argv(proc.get("cmdline") or [], secret, key)
+    doc["server_info"] = redact_tree(doc.get("server_info"), secret, key)
+    files = doc.get("files") or {}
+    stored = ((doc.get("generations") or {}).get("current_files") or {}).items()
+    units = [files.get("unit") or {}, *(doc.get("dropins") or [])]
+    units += [f for name, f in stored if name.endswith((".service", ".conf"))]
+    scripts = [files.get("script") or {}] + [f for name, f in stored if not name.endswith((".service", ".conf"))]
+    for hide, group in ((redact_script, scripts), (redact_unit, units)):
+        for f in group:
+            if isinstance(f.get("content"), str):
+                shown = hide(f["content"], secret, key)
+                f["sha256"] = shown_digest(f.get("sha256"), shown != f["content"], key)
+                f["content"] = shown
+    gens = doc.get("generations") or {}
+    held = {name for name, f in stored if str(f.get("sha256", "")).startswith("hmac:")}
+    for entry in gens.get("list") or []:
+        meta = entry.get("meta") if isinstance(entry, dict) else None
+        if isinstance(meta, dict) and entry.get("generation") == gens.get("current"):
+            for f in (meta.get("files") or {}).values():
+                if isinstance(f, dict):
+                    f["sha256"] = shown_digest(f.get("sha256"), f.get("name") in held, key)
     return doc
 
 
 def observe(p: dict[str, Any]) -> dict[str, Any]:
     """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
-    info_url, http_timeout_s, secret). Read-only and bounded in time; secret values are hashed."""
+    info_url, http_timeout_s, secret, secret_key). Read-only and bounded in time; secret values are hashed."""
     started = time.time()
     unit = p["service"] + ".service"
     props = unit_props(unit)
@@ -415,4 +447,4 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "server_info": server_info,
         "probe_s": round(time.time() - started, 3),
     }
-    return redact(doc, p.get("secret") or ())
+    return redact(doc, p.get("secret") or (), p.get("secret_key") or "")

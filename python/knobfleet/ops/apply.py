@@ -288,6 +288,8 @@ def apply(
                     "knob_serve_profile": profile_vars(profile),
                     "knob_serve_engine": engine.role_vars(),
                     "knob_serve_operator": operator(),
+                    # names the controller knows are secret beyond the inventory's own (vault-sourced values)
+                    "knob_serve_secret_vaulted": {h: list(by_name[h].secret_env) for h in group},
                 },
                 check=opts.check,
                 diff=opts.check,

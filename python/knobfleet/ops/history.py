@@ -50,11 +50,26 @@ class HostHistory:
         }
 
 
-def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
-    """Pure: the generations and ledger a probe document holds."""
+def scrub(value: Any, secret: Any = (), key: str = "") -> Any:
+    """Free text from a host's ledger and meta.json with secret assignments and flags hidden (knob_live.redact_text):
+    what knobfleet writes now is redacted where it is made; lines an older knobfleet wrote may not be."""
+    from knobfleet.module_utils.knob_live import redact_text
+
+    if isinstance(value, str):
+        return redact_text(value, secret, key)
+    if isinstance(value, dict):
+        return {k: scrub(v, secret, key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secret, key) for v in value]
+    return value
+
+
+def from_probe(host: str, doc: dict[str, Any], secret: Any = (), key: str = "") -> HostHistory:
+    """Pure: the generations and ledger a probe document holds (free text scrubbed of secrets, ``scrub``)."""
     gens = doc.get("generations") or {}
     current = gens.get("current")
-    out = HostHistory(host, current, errors=list(gens.get("errors") or []), ledger=list(gens.get("ledger") or []))
+    ledger = [scrub(e, secret, key) for e in gens.get("ledger") or []]
+    out = HostHistory(host, current, errors=[scrub(e, secret, key) for e in gens.get("errors") or []], ledger=ledger)
     for entry in gens.get("list") or []:
         meta = entry.get("meta") or {}
         names = {f.get("name") for f in (meta.get("files") or {}).values()}
@@ -68,7 +83,7 @@ def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
                 created=meta.get("created"),
                 updated=meta.get("updated"),
                 operator=meta.get("operator"),
-                reason=meta.get("reason") or "",
+                reason=scrub(str(meta.get("reason") or ""), secret, key),
                 current=entry["generation"] == current,
                 files_ok=names <= set(entry.get("files") or []),
             )
@@ -79,6 +94,7 @@ def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
 def history(
     hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
 ) -> list[HostHistory]:
+    from knobfleet.fleet.fleetkey import fleet_key
     from knobfleet.fleet.probe import probe
 
     outcomes = probe(hosts, inventory, on_event=on_event)
@@ -86,7 +102,9 @@ def history(
     for hv in hosts:
         o = outcomes[hv.host]
         out.append(
-            from_probe(hv.host, o.doc) if o.error is None else HostHistory(hv.host, None, unreachable=str(o.error))
+            from_probe(hv.host, o.doc, hv.secrets(), fleet_key())
+            if o.error is None
+            else HostHistory(hv.host, None, unreachable=str(o.error))
         )
     return out
 

@@ -147,7 +147,7 @@ def plan_host(
     diffs, changes = [], []
     for key, text, path in (
         ("script", rendered.script_shown, rendered.script_path),
-        ("unit", rendered.unit, rendered.unit_path),
+        ("unit", rendered.unit_shown, rendered.unit_path),
     ):
         have = files.get(key) or {}
         before = str(have.get("content") or "")

@@ -119,7 +119,12 @@ def restore(
                 "knob_serve_controller": controller_id(),
                 "knob_serve_break_lock": break_lock,
             },
-            unsafe_vars={"knob_restore_plan": plan, "knob_serve_operator": operator()},
+            unsafe_vars={
+                "knob_restore_plan": plan,
+                "knob_serve_operator": operator(),
+                # names the controller knows are secret beyond the inventory's own (vault-sourced values)
+                "knob_serve_secret_vaulted": {hv.host: list(hv.secret_env) for hv in chosen},
+            },
             forks=min(len(chosen), 64),
             on_event=on_event,
             run_id=run_id,

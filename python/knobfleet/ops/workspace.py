@@ -246,10 +246,12 @@ def parse_int_list(text: str, flag: str) -> list[int]:
 
 
 def rendered_json(r: Rendered) -> dict[str, Any]:
+    from knobfleet.module_utils.knob_live import shown_digest
+
     return {
         "host": r.host,
-        "script_sha256": r.script_sha256,
-        "unit_sha256": r.unit_sha256,
+        "script_sha256": shown_digest(r.script_sha256, r.script_shown != r.script, r.secret_key),
+        "unit_sha256": shown_digest(r.unit_sha256, r.unit_shown != r.unit, r.secret_key),
         "env": r.env_shown,
-        "argv": r.argv,
+        "argv": r.argv_shown,
     }

@@ -148,7 +148,9 @@ class Knob(_Strict):
     negation: str | None = None
     nargs: str | int | None = None
     origin: str | None = Field(default=None, description="the patch a knob comes from, when it is not upstream")
-    secret: bool = False
+    # A credential (true: hashed wherever it goes, refused in profiles), or explicitly not one although its name
+    # matches knobfleet's secret patterns (false: SGLANG_INIT_NEW_TOKEN_RATIO); unset: the patterns decide.
+    secret: bool | None = None
 
 
 BENCH_FIELDS = frozenset(
@@ -244,13 +246,24 @@ class Catalog(_Strict):
         return {n: k for n, k in self.knobs.items() if k.kind == "flag"}
 
     def secret_names(self) -> tuple[str, ...]:
-        """Env knobs the catalog marks secret (on top of knobfleet's patterns: *_TOKEN, *_API_KEY, ...)."""
-        return tuple(sorted(n for n, k in self.knobs.items() if k.secret and k.kind == "env"))
+        """The catalog's part of the one notion of a secret (module_utils/knob_live.is_secret), on top of
+        knobfleet's patterns: env vars and flags it marks secret, and ``!NAME`` for those it marks not secret
+        although their names match. Handed to the hosts as is (knob_serve_engine.secret_env)."""
+        marked = sorted(n for n, k in self.knobs.items() if k.secret)
+        return (*marked, *sorted(f"!{n}" for n, k in self.knobs.items() if k.secret is False))
 
     def is_secret(self, name: str) -> bool:
         from knobfleet.module_utils.knob_live import is_secret
 
         return is_secret(name, self.secret_names())
+
+    def is_secret_flag(self, name: str) -> bool:
+        """A launch flag whose value is secret: by name, as an abbreviation argparse accepts, or as an alias of a
+        flag the catalog marks secret."""
+        from knobfleet.module_utils.knob_live import is_secret_flag
+
+        alias = self.flag_alias(name)
+        return is_secret_flag(name, self.secret_names()) or bool(alias is not None and alias.secret)
 
     def flag_alias(self, name: str) -> Knob | None:
         """The flag knob ``name`` is an alias of (``tensor-parallel-size`` for ``tp-size``), if any."""

@@ -123,6 +123,13 @@ class ProfileStore:
             if why:
                 problems.append(f"{paths.display(origin)}: env.{key}: {why}")
         for key, (value, origin) in merged.args.items():
+            if not isinstance(value, bool) and cat.is_secret_flag(key):
+                problems.append(
+                    f"{paths.display(origin)}: args.{key}: a secret does not belong in a profile (it would be in git "
+                    f"and in every report); set it in the host vars as knob_serve_host_args.{key}, from Ansible Vault "
+                    f"or lookup('env', ...)"
+                )
+                continue
             why = catalogs.check_flag(cat, key, value, tuple(allow))
             if why:
                 problems.append(f"{paths.display(origin)}: args.{key}: {why}")

@@ -49,6 +49,10 @@ options:
     type: list
     elements: str
     default: []
+  secret_key:
+    description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
+    type: str
+    default: ""
 notes:
   - Supports check mode (it changes nothing either way).
 """
@@ -95,7 +99,8 @@ def main():
                            unit_path=dict(type="path", required=True), state_dir=dict(type="path", required=True),
                            health_url=dict(type="str", default=""), info_url=dict(type="str", default=""),
                            http_timeout_s=dict(type="float", default=2.0),
-                           secret=dict(type="list", elements="str", default=[])),
+                           secret=dict(type="list", elements="str", default=[]),
+                           secret_key=dict(type="str", default="", no_log=True)),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

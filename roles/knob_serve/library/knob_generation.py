@@ -116,6 +116,10 @@ options:
     type: list
     elements: str
     default: []
+  secret_key:
+    description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
+    type: str
+    default: ""
   service_user:
     description: The engine's user; may read a script holding a secret.
     type: str
@@ -236,7 +240,9 @@ from ansible.module_utils.knob_live import (
     expected_from_files,
     expected_from_generation,
     redact_script,
+    redact_unit,
     refusal,
+    shown_digest,
     restore_ok,
 )
 from ansible.module_utils.knob_observe import dropins, observe
@@ -509,9 +515,10 @@ def stage(module, store, p):
             continue  # staged files that did not change were validated when they were written
         result["changed"] = True
         result["staged"].append(kind)
-        before = hidden or ("" if old is None else old.decode("utf-8", "replace"))
-        if kind == "script":  # secret values leave the host only as their hashes
-            before, content = redact_script(before, p["secret"]), redact_script(content, p["secret"])
+        hide = redact_script if kind == "script" else redact_unit  # secret values leave the host only as markers
+        key = p.get("secret_key", "")
+        before = hidden or hide("" if old is None else old.decode("utf-8", "replace"), p["secret"], key)
+        content = hide(content, p["secret"], key)
         diffs.append({"before_header": installed, "after_header": installed, "before": before, "after": content})
         if not module.check_mode:
             write_atomic(staged, data, mode)
@@ -737,10 +744,10 @@ def live_actions(p, script, unit):
     doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
                    "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
                    "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
-                   "secret": p["secret"]})
+                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     expected = expected_from_files(p["script_path"], script.decode("utf-8", "replace"), p["unit_path"],
                                    unit.decode("utf-8", "replace"), lambda b: hashlib.sha256(b).hexdigest(),
-                                   p["secret"])
+                                   p["secret"], p.get("secret_key", ""))
     findings = evaluate(doc, expected, p["engine"] or {}, run_id=p["run_id"])
     # A stopped engine is started by the readiness step, and foreign drop-ins were settled by begin (refused)
     # or above (removed into a new generation): neither is a reason to restart here.
@@ -771,6 +778,9 @@ def commit(module, store, p):
     remove = foreign_dropins(p) if p["foreign_dropins"] == "remove" else []
     result = {"changed": False, "previous": current, "generation": current, "files_changed": files_differ,
               "script_sha256": want["script"], "unit_sha256": want["unit"], "dropins_removed": remove}
+    staged_text = read(staged_script).decode("utf-8", "replace")  # the digest of a script holding a secret is keyed
+    result["script_sha256"] = shown_digest(want["script"], redact_script(staged_text, p["secret"]) != staged_text,
+                                           p.get("secret_key", ""))
     if not files_differ and current_hash == profile.get("hash") and not remove:
         acts, kinds = live_actions(p, script, unit)
         if acts:
@@ -1099,7 +1109,7 @@ def verify(module, store, p):
     doc = observe({"service": os.path.basename(p["unit_path"]).rsplit(".service", 1)[0],
                    "script_path": p["script_path"], "unit_path": p["unit_path"], "state_dir": p["state_dir"],
                    "health_url": p["health_url"] or "", "info_url": p["info_url"] or "", "http_timeout_s": 2.0,
-                   "secret": p["secret"]})
+                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     expected, why = expected_from_generation(doc)
     if why is not None:
         module.fail_json(msg="cannot verify: %s" % why)
@@ -1196,6 +1206,7 @@ def main():
             event=dict(type="str", default="rollback", choices=["rollback", "restore"]),
             engine=dict(type="dict"),
             secret=dict(type="list", elements="str", default=[]),
+            secret_key=dict(type="str", default="", no_log=True),
             service_user=dict(type="str", default="root"),
             foreign_dropins=dict(type="str", default="ignore", choices=["fail", "remove", "ignore"]),
             health_url=dict(type="str", default=""),

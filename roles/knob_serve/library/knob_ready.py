@@ -74,6 +74,10 @@ options:
     type: list
     elements: str
     default: []
+  secret_key:
+    description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
+    type: str
+    default: ""
 notes:
   - Supports check mode (reports what it would do in C(would)).
 """
@@ -127,7 +131,8 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.knob_observe import observe, parse_props
+from ansible.module_utils.knob_live import redact_text, secret_values
+from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
 
@@ -140,8 +145,19 @@ def show(module, service):
 
 
 def journal(module, service, lines=15):
+    """The unit's last log lines, with the serve script's secret values hidden (an engine may log its arguments:
+    SGLang prints its server args, --api-key included)."""
     rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
-    return out.strip().splitlines() if rc == 0 else []
+    if rc != 0:
+        return []
+    p = module.params
+    values = []
+    if p.get("script_path"):
+        try:  # bounded, never a FIFO or a link
+            values = secret_values(read_bounded(p["script_path"])[0].decode("utf-8", "replace"), p.get("secret") or [])
+        except OSError:
+            values = []
+    return redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()
 
 
 def health(url):
@@ -190,7 +206,8 @@ def main():
                            restart=dict(type="bool", default=False), start=dict(type="bool", default=False),
                            script_path=dict(type="path"), unit_path=dict(type="path"), state_dir=dict(type="path"),
                            info_url=dict(type="str", default=""),
-                           secret=dict(type="list", elements="str", default=[])),
+                           secret=dict(type="list", elements="str", default=[]),
+                           secret_key=dict(type="str", default="", no_log=True)),
         supports_check_mode=True,
     )
     p = module.params
@@ -241,7 +258,7 @@ def main():
         result["probe"] = observe({"service": p["service"].rsplit(".service", 1)[0],
                                    "script_path": p["script_path"], "unit_path": p["unit_path"],
                                    "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"],
-                                   "secret": p["secret"]})
+                                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
     module.exit_json(**result)
 
 

@@ -127,7 +127,7 @@ def test_a_catalog_marks_its_own_secrets() -> None:
             "api-key": Knob(kind="flag", type="str", secret=True),  # a flag: its value is on the command line
         },
     )
-    assert cat.secret_names() == ("TOY_CRED",)
+    assert cat.secret_names() == ("TOY_CRED", "api-key")
     assert cat.is_secret("TOY_CRED") and not cat.is_secret("TOY_N") and cat.is_secret("TOY_API_KEY")
 
 

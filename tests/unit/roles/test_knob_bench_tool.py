@@ -107,8 +107,8 @@ def test_version_and_settings_are_read_and_secrets_hashed(tmp_path: Path, engine
     failure, out = load().run_tool(p)
     assert failure is None and out["version"] == "0.32.0"
     assert out["settings"]["max_num_seqs"] == 8
-    assert out["settings"]["api_key"].startswith("<secret sha256:")
-    assert out["settings"]["env"]["HF_TOKEN"].startswith("<secret sha256:")
+    assert out["settings"]["api_key"].startswith("<secret")
+    assert out["settings"]["env"]["HF_TOKEN"].startswith("<secret")
     assert "s3cret" not in json.dumps(out) and "hf_x" not in json.dumps(out)
 
 

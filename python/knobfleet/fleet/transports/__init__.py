@@ -46,6 +46,9 @@ class ModuleCall:
     result_key: str
     args: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     timeout_s: float = 60.0
+    # Options of every host's call kept out of any argv and cached file (the fleet's secret-marker key): the ssh
+    # transport sends them on stdin; through Ansible the task reads them from the run's 0600 vars file.
+    private: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def source(self) -> bytes:
         from knobfleet import paths
@@ -114,7 +117,9 @@ def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str, fork
     if key:
         from knobfleet import paths
 
-        SshTransport().warm_up(f"{call.module}:{key}", bundle(call.source(), paths.module_utils_dir()), forks)
+        SshTransport().warm_up(
+            f"{call.module}:{key}", bundle(call.source(), paths.module_utils_dir(), call.private), forks
+        )
 
 
 def stream(

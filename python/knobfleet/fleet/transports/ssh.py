@@ -167,7 +167,8 @@ BOOT = (
     " exec(compile(s,n,'exec'),u.__dict__)\n"
     "m=types.ModuleType({name!r})\n"
     "exec(compile(b['module'],{name!r},'exec'),m.__dict__)\n"
-    "sys.stdout.write(json.dumps(m.{func}(json.loads({args!r}))))\n"
+    "a=json.loads({args!r});a.update(b.get('args') or {{}})\n"
+    "sys.stdout.write(json.dumps(m.{func}(a)))\n"
 )
 UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
 # The collection's copies import their utils by FQCN; BOOT registers them under ansible.module_utils.
@@ -178,10 +179,12 @@ def _plain_imports(source: bytes) -> bytes:
     return source.replace(COLLECTION_UTILS, b"ansible.module_utils.")
 
 
-def bundle(source: bytes, utils_dir: Path) -> bytes:
+def bundle(source: bytes, utils_dir: Path, private: Mapping[str, Any] | None = None) -> bytes:
     """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports, directly or
     through each other, each after the ones it imports. Works with either copy: the repository's
-    (``ansible.module_utils.knob_*``) or the collection's (imports by FQCN, rewritten back here)."""
+    (``ansible.module_utils.knob_*``) or the collection's (imports by FQCN, rewritten back here). ``private``:
+    options of every host's call that must never be in an argv, which ``ps`` shows to every user of both
+    machines (the fleet's secret-marker key); BOOT adds them to each host's options."""
     order: list[str] = []
     texts: dict[str, str] = {}
     source = _plain_imports(source)
@@ -198,7 +201,10 @@ def bundle(source: bytes, utils_dir: Path) -> bytes:
     for name in sorted({m.decode() for m in UTIL_IMPORT.findall(source)}):
         visit(name, ())
     utils = [[n, texts[n]] for n in order]
-    return json.dumps({"utils": utils, "module": source.decode("utf-8")}).encode("utf-8")
+    body: dict[str, Any] = {"utils": utils, "module": source.decode("utf-8")}
+    if private:
+        body["args"] = dict(private)
+    return json.dumps(body).encode("utf-8")
 
 
 def remote_command(
@@ -493,7 +499,7 @@ class SshTransport:
         return iter_function(
             hosts,
             paths.control_dir(),
-            bundle(call.source(), paths.module_utils_dir()),
+            bundle(call.source(), paths.module_utils_dir(), call.private),
             call.module,
             call.function,
             call.args,

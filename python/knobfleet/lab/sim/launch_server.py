@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import os
 import signal
 import subprocess
@@ -28,6 +29,8 @@ from typing import Any
 from . import flags, model
 from .engine import Engine, EngineConfig
 from .server import State, make_server
+
+SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
 KNOB_CHOICES = {
     "SGLANG_SM120_MMA_BLOCK_H": (16, 32, 64),
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     tp = args.tp_size or 1
     server_args: dict[str, Any] = {k: v for k, v in vars(args).items()}
     server_args.update(host=host, port=port, tp_size=tp)
+    for name in SECRET_ARGS:  # like SGLang: its server info and log show a digest of a key, never the key
+        if server_args.get(name):
+            server_args[name] = "sha256:" + hashlib.sha256(str(server_args[name]).encode()).hexdigest()[:12]
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
 
     workers = spawn_workers(tp)
