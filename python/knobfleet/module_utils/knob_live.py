@@ -19,6 +19,11 @@ import difflib
 from enum import Enum
 from typing import Any, NamedTuple
 
+if __name__.startswith("knobfleet."):  # on the controller (whose read path never imports ansible)
+    from knobfleet.module_utils.knob_argv import read as read_argv
+else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
+    from ansible.module_utils.knob_argv import read as read_argv
+
 STALE_TOLERANCE_S = 1.0
 
 
@@ -456,14 +461,11 @@ def _same(expected: str, actual: Any) -> bool:
     return expected == str(actual)
 
 
-def flags_of(argv: list[str]) -> dict[str, str]:
-    """``--name=value`` and bare ``--name`` (true) tokens of an argv."""
-    out = {}
-    for token in argv:
-        if token.startswith("--") and len(token) > 2:
-            name, sep, value = token[2:].partition("=")
-            out[name] = value if sep else "true"
-    return out
+def flags_of(argv: list[str], spec: dict[str, Any] | None = None) -> dict[str, str]:
+    """The flags of an exec argv by canonical name, read with the engine's arity, aliases and abbreviations
+    (``spec``: the engine rule's ``argv``); the one reader is module_utils/knob_argv.py."""
+    flags: dict[str, str] = read_argv(argv, spec).flags
+    return flags
 
 
 def _engine_args(
@@ -474,16 +476,19 @@ def _engine_args(
     if not engine.get("info_args") or not isinstance(doc.get("server_info"), dict):
         return
     skip = set(engine.get("info_args_ignore") or ())
-    for name, value in sorted(flags_of(argv).items()):
+    read = read_argv(argv, engine.get("argv"))
+    for name, value in sorted(read.flags.items()):
         if name in skip:
             continue
         found, actual = _find_key(doc["server_info"], name.replace("-", "_"))
         if found and not isinstance(actual, dict | list) and actual is not None and not _same(value, actual):
+            spelled = read.spelled.get(name, "--" + name)
+            given = value if spelled.startswith("(") else spelled if value == "true" else "%s %s" % (spelled, value)
             out.append(
                 finding(
                     Kind.ARGV_MISMATCH,
-                    "engine reports %s=%s but pid %d was started with --%s=%s"
-                    % (name.replace("-", "_"), actual, main["pid"], name, value),
+                    "engine reports %s=%s but pid %d was started with %s"
+                    % (name.replace("-", "_"), actual, main["pid"], given),
                     pid=main["pid"],
                     name=name,
                     expected=value,

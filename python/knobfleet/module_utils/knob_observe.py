@@ -40,6 +40,7 @@ PROPS = (
     "UnitFileState",
     "Result",
     "ExecMainStatus",
+    "Restart",
 )
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
 
@@ -141,7 +142,8 @@ def parse_environ(raw: bytes) -> dict[str, str]:
 
 
 def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
-    """One process: environ, cmdline, comm, parent and start time (None when it is gone)."""
+    """One process: environ, cmdline, comm, state (``/proc/PID/stat`` field 3: R, S, D, T stopped, Z zombie,
+    ...), parent and start time (None when it is gone)."""
     try:
         with open("/proc/%d/environ" % pid, "rb") as fh:
             env_raw = fh.read(MAX_PROC)
@@ -158,6 +160,7 @@ def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
         "pid": pid,
         "ppid": int(rest[1]),
         "comm": comm,
+        "state": rest[0],
         "env": parse_environ(env_raw),
         "cmdline": [c.decode("utf-8", "replace") for c in cmd_raw.split(b"\0")[:-1]],
         "start_ticks": start_ticks,

@@ -212,6 +212,9 @@ class Serve(_Strict):
         default=(), description="flags the engine reports in another spelling (not comparable as text)"
     )
     show: dict[str, str] = Field(default_factory=dict, description="knob -> short label shown in summaries")
+    flag_underscores: bool = Field(
+        default=False, description="the engine's parser reads --max_model_len as --max-model-len (vLLM's does)"
+    )
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
 
 
