@@ -21,6 +21,7 @@ import jinja2
 from knobfleet import paths
 from knobfleet.errors import RenderError
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.module_utils import knob_argv
 from knobfleet.profiles.model import Profile, arg_tokens
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
@@ -138,12 +139,20 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
             f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
             f"knob_serve_host_env; remove it from one of them"
         )
-    for flag in sorted(set(profile.args) & (set(hv.host_args) | set(reserved))):
-        source = "knob_serve_host_args" if flag in hv.host_args else host_var_of(adapter, flag)
-        problems.append(
-            f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
-            f"{source}; remove it from one of them"
-        )
+
+    def flag_of(name: str) -> str:  # the flag the engine reads (--tp and --tensor-parallel-size are --tp-size)
+        return knob_argv.canonical(name, adapter.argv_spec) or name
+
+    host_flags = {flag_of(f): (host_var_of(adapter, f), f) for f in reserved}
+    host_flags.update({flag_of(f): ("knob_serve_host_args", f) for f in hv.host_args})
+    for flag in sorted(profile.args):
+        if flag_of(flag) in host_flags:
+            source, spelled = host_flags[flag_of(flag)]
+            also = "" if spelled == flag else f" (as --{spelled})"
+            problems.append(
+                f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
+                f"{source}{also}; remove it from one of them"
+            )
     if problems:
         raise RenderError("\n".join(problems))
 
