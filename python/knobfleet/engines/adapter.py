@@ -32,6 +32,7 @@ class Engine:
     info_args: bool = False
     info_args_ignore: tuple[str, ...] = ()
     bench: BenchTool | None = None
+    liveness_path: str | None = None  # verify's one-token completion, where readiness_path does not generate
     argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
@@ -154,6 +155,7 @@ def engine(name: str | None = None) -> Engine:
         info_args=s.info_args,
         info_args_ignore=s.info_args_ignore,
         bench=s.bench,
+        liveness_path=s.liveness_path,
         argv_spec=spec,
     )
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 if __name__.startswith("knobfleet."):  # on the controller (whose read path never imports ansible)
     from knobfleet.module_utils.knob_argv import read as read_argv
 else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_argv import read as read_argv
+    from ansible.module_utils.knob_argv import read as read_argv  # type: ignore[no-redef]
 
 STALE_TOLERANCE_S = 1.0
 
@@ -42,6 +42,7 @@ class Kind(str, Enum):
     UNMANAGED = "unmanaged"
     NOT_READY = "not_ready"
     INTERRUPTED_APPLY = "interrupted_apply"
+    PROCESS_STOPPED = "process_stopped"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -89,7 +90,12 @@ RULES: dict[Kind, Rule] = {
     Kind.UNMANAGED: Rule("warning", Action.INSTALL, False, "knobfleet never applied a generation here"),
     Kind.NOT_READY: Rule("error", Action.RESTART, False, "the engine runs but does not answer its health check"),
     Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
+    Kind.PROCESS_STOPPED: Rule(
+        "error", Action.RESTART, False, "a process of the engine is stopped or a zombie: the engine hangs"
+    ),
 }
+# /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie
+STOPPED_STATES = {"T": "stopped", "t": "stopped by a tracer", "Z": "a zombie"}
 DROPIN_POLICIES = ("fail", "remove")
 
 
@@ -281,6 +287,38 @@ def _service(doc: dict[str, Any], out: list[dict[str, Any]]) -> None:
                 actual=doc.get("health"),
             )
         )
+    live = doc.get("liveness")
+    if active == "active" and doc.get("health") == 200 and isinstance(live, dict) and live.get("status") != 200:
+        out.append(
+            finding(
+                Kind.NOT_READY,
+                "%s answers its health check, but a one-token completion at %s %s"
+                % (
+                    doc.get("unit"),
+                    live.get("url"),
+                    "answered %s" % live["status"]
+                    if live.get("status")
+                    else "did not finish within %s s" % live.get("timeout_s"),
+                ),
+                expected=200,
+                actual=live.get("status"),
+                source="liveness",
+            )
+        )
+    for proc in doc.get("processes") or []:
+        state = proc.get("state")
+        if state in STOPPED_STATES:
+            out.append(
+                finding(
+                    Kind.PROCESS_STOPPED,
+                    "pid %s (%s) is %s (state %s): the engine hangs until it is restarted"
+                    % (proc.get("pid"), proc.get("comm", ""), STOPPED_STATES[state], state),
+                    pid=proc.get("pid"),
+                    name=proc.get("comm"),
+                    expected="running",
+                    actual=state,
+                )
+            )
     if props.get("NeedDaemonReload") == "yes":
         out.append(
             finding(

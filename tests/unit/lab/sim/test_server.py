@@ -230,3 +230,29 @@ def test_chat_rejects_bad_requests_with_400(server: tuple[str, State], body: dic
 def test_chat_is_503_until_ready(server: tuple[str, State]) -> None:
     url, _ = server
     assert post_status(url + "/v1/chat/completions", {"messages": MESSAGES})[0] == 503
+
+
+def test_health_generate_fails_while_a_scheduler_process_is_stopped(server: tuple[str, State]) -> None:
+    """/health_generate runs one token through the scheduler processes (SGLang's generation check): a stopped
+    one (SIGSTOP: state T) never answers, so it is 503 after the health timeout while /health stays 200."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url, state = server
+    state.ready.set()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a stand-in scheduler
+    try:
+        state.worker_pids, state.health_timeout_s = [worker.pid], 0.5
+        assert get(url + "/health_generate") == (200, b"")
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            assert get(url + "/health_generate")[0] == 503
+            assert get(url + "/health")[0] == 200
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        assert get(url + "/health_generate") == (200, b"")
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
