@@ -77,11 +77,11 @@ def test_liveness_of_an_engine_that_accepts_but_never_answers_is_bounded() -> No
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(8)
-        url = "http://127.0.0.1:%d/v1/completions" % srv.getsockname()[1]
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}/v1/completions"
         got = knob_observe.liveness(url, 0.3)
     assert got["status"] is None
 
 
 def test_liveness_of_nothing_listening_and_an_error_status(engine_url: str) -> None:
-    assert knob_observe.liveness("http://127.0.0.1:%d/v1/completions" % free_port(), 1.0)["status"] is None
+    assert knob_observe.liveness(f"http://127.0.0.1:{free_port()}/v1/completions", 1.0)["status"] is None
     assert knob_observe.liveness(engine_url + "/v1/no-such-endpoint", 2.0)["status"] == 404

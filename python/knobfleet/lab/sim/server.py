@@ -70,7 +70,7 @@ class State:
 def process_state(pid: int) -> str | None:
     """``/proc/PID/stat`` field 3 (R, S, T stopped, Z zombie, ...); None when the process is gone."""
     try:
-        with open("/proc/%d/stat" % pid) as fh:
+        with open(f"/proc/{pid}/stat") as fh:
             line = fh.read()
     except OSError:
         return None
