@@ -171,6 +171,7 @@ def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
         "knob_serve_port": hv.port,
         "knob_serve_host_env": dict(hv.host_env),
         "knob_serve_host_args": dict(hv.host_args),
+        "knob_serve_restart": hv.restart,
         "knob_serve_restart_sec": hv.restart_sec,
         "knob_serve_timeout_start_s": hv.timeout_start_s,
         "knob_serve_timeout_stop_s": hv.timeout_stop_s,

@@ -53,12 +53,17 @@ def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
 
 @dataclass(frozen=True)
 class KnobChange:
-    kind: str  # env | flag
+    kind: str  # env | flag | unit
     name: str
     before: str | None
     after: str | None
 
     def __str__(self) -> str:
+        if self.kind == "unit":  # a unit setting a host var controls
+            var = UNIT_SETTINGS.get(self.name)
+            return f"unit {self.name}= {self.before or '(unset)'} → {self.after or '(unset)'}" + (
+                f" ({var})" if var else ""
+            )
         label = self.name if self.kind == "env" else f"--{self.name}"
         before = "(unset)" if self.before is None else self.before
         after = "(unset)" if self.after is None else self.after
@@ -109,6 +114,34 @@ class HostPlan:
         return self.refusal is not None
 
 
+# [Service] settings of the unit a host var sets, shown by name when an apply changes them (an adopted hand-written
+# unit's Restart=always would otherwise turn into another policy without a word).
+UNIT_SETTINGS = {"Restart": "knob_serve_restart", "RestartSec": "knob_serve_restart_sec", "User": "knob_serve_user"}
+
+
+def unit_settings(text: str) -> dict[str, str]:
+    """``[Service]`` settings of a unit file (the last one of a key wins, as systemd reads it)."""
+    out: dict[str, str] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def unit_changes(before_unit: str, after_unit: str) -> list[KnobChange]:
+    """The host-var-controlled unit settings (``UNIT_SETTINGS``) an install changes. Only where the unit is
+    there: a host without one gets knobfleet's unit whatever it says."""
+    if not before_unit.strip():
+        return []
+    a, b = unit_settings(before_unit), unit_settings(after_unit)
+    return [KnobChange("unit", k, a.get(k), b.get(k)) for k in UNIT_SETTINGS if a.get(k) != b.get(k)]
+
+
 def file_diff(before: str, after: str, path: str) -> str:
     return "".join(
         difflib.unified_diff(
@@ -147,7 +180,9 @@ def plan_host(
         if before != text:
             diffs.append({"path": path, "diff": file_diff(before, text, path)})
             if key == "script":
-                changes = [str(c) for c in knob_changes(before, text, engine.argv_spec)]
+                changes += [str(c) for c in knob_changes(before, text, engine.argv_spec)]
+            else:
+                changes += [str(c) for c in unit_changes(before, text)]
     pid = knob_live.main_pid(doc) or None
     return HostPlan(
         rendered.host,
