@@ -63,4 +63,4 @@ def test_the_lab_seeds_unit_keeps_restart_always() -> None:
 
 def test_a_bad_restart_policy_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match="restart"):
-        HostVars(host="h", restart="sometimes")  # type: ignore[arg-type]
+        HostVars(host="h", restart="sometimes")
