@@ -239,6 +239,9 @@ def test_health_generate_fails_while_a_scheduler_process_is_stopped(server: tupl
     import signal
     import subprocess
     import sys
+    import time
+
+    from knobfleet.lab.sim.server import process_state
 
     url, state = server
     state.ready.set()
@@ -246,7 +249,11 @@ def test_health_generate_fails_while_a_scheduler_process_is_stopped(server: tupl
     try:
         state.worker_pids, state.health_timeout_s = [worker.pid], 0.5
         assert get(url + "/health_generate") == (200, b"")
-        os.kill(worker.pid, signal.SIGSTOP)
+        os.kill(worker.pid, signal.SIGSTOP)  # delivered asynchronously: wait for state T (bounded)
+        for _ in range(1000):
+            if process_state(worker.pid) == "T":
+                break
+            time.sleep(0.01)
         try:
             assert get(url + "/health_generate")[0] == 503
             assert get(url + "/health")[0] == 200
