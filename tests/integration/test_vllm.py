@@ -221,9 +221,10 @@ def test_a_killed_enginecore_comes_back_under_the_units_restart_policy(vfleet: F
 def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet) -> None:
     """Generation 0 is the hand-written script (positional model, `--max-model-len 512`, space-separated):
     rolling back to it verifies, and drift is clean, with vLLM's own report of its arguments checked."""
+    kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)  # adopts the hand-written files, if not yet done
     history = json.loads(kf(vfleet, "history", "--json").stdout)
-    gen0 = history["hosts"][0]["generations"][0]
-    assert gen0["generation"] == 0 and gen0["status"] == "adopted", gen0
+    (gen0,) = [g for g in history["hosts"][0]["generations"] if g["number"] == 0]
+    assert gen0["status"] == "adopted", gen0
     script0 = vfleet.ssh("lab1", f"cat /var/lib/knobfleet/{VLLM_SERVICE}/generations/0000/*.sh").stdout
     assert " --max-model-len 512 " in script0 and " serve /" in script0, script0
     proc = kf(vfleet, "rollback", "--to", "0", "--yes")
