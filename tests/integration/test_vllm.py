@@ -218,7 +218,7 @@ def test_a_killed_enginecore_comes_back_under_the_units_restart_policy(vfleet: F
     assert kf(vfleet, "verify").returncode == 0
 
 
-def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet) -> None:
+def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet, tmp_path: Path) -> None:
     """Generation 0 is the hand-written script (positional model, `--max-model-len 512`, space-separated):
     rolling back to it verifies, and drift is clean, with vLLM's own report of its arguments checked."""
     kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)  # adopts the hand-written files, if not yet done
@@ -229,7 +229,12 @@ def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet) -> None
     assert " --max-model-len 512 " in script0 and " serve /" in script0, script0
     proc = kf(vfleet, "rollback", "--to", "0", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert kf(vfleet, "verify").returncode == 0
-    drift = kf(vfleet, "drift", "--json")
+    assert kf(vfleet, "verify", "--save-probes", str(tmp_path / "v")).returncode == 0
+    drift = kf(vfleet, "drift", "--json", "--save-probes", str(tmp_path / "d"))
     assert drift.returncode == 0, drift.stdout
     assert server_info()["vllm_config"]["model_config"]["max_model_len"] == 512
+    # the liveness completion's cost, next to the whole probe's (verify sends it, drift does not)
+    v = json.loads((tmp_path / "v" / "lab1.json").read_text())
+    d = json.loads((tmp_path / "d" / "lab1.json").read_text())
+    assert v["liveness"]["status"] == 200 and "liveness" not in d
+    print(f"probe: verify {v['probe_s']:.3f}s (one-token completion {v['liveness']['seconds']:.3f}s), drift {d['probe_s']:.3f}s")
