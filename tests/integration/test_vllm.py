@@ -237,4 +237,5 @@ def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet, tmp_pat
     v = json.loads((tmp_path / "v" / "lab1.json").read_text())
     d = json.loads((tmp_path / "d" / "lab1.json").read_text())
     assert v["liveness"]["status"] == 200 and "liveness" not in d
-    print(f"probe: verify {v['probe_s']:.3f}s (one-token completion {v['liveness']['seconds']:.3f}s), drift {d['probe_s']:.3f}s")
+    live = v["liveness"]["seconds"]
+    print(f"probe: verify {v['probe_s']:.3f}s (one-token completion {live:.3f}s), drift {d['probe_s']:.3f}s")
