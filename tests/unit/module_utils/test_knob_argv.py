@@ -205,3 +205,12 @@ def test_what_render_writes_reads_back(flags: dict[str, str | bool]) -> None:
     argv = ["engine"] + [t for k, v in sorted(flags.items()) for t in arg_tokens(k, v)]
     got = knob_argv.read(argv, SPEC)
     assert got.flags == {k: "true" if v is True else str(v) for k, v in flags.items()} and not got.errors
+
+
+def test_the_flag_table_travels_to_the_hosts_in_the_engine_rule() -> None:
+    """The on-host modules (the restore check after `rollback`) read argv with the same table: it is part of the
+    engine rule the controller hands the role (``knob_serve_engine``) and the read path."""
+    for name in ("sglang", "vllm"):
+        e = engine(name)
+        assert e.role_vars()["argv"] == e.rules()["argv"] == e.argv_spec
+    assert engine("sglang").role_vars()["argv"]["aliases"]["tensor-parallel-size"] == "tp-size"
