@@ -22,6 +22,7 @@ from knobfleet import paths
 from knobfleet.errors import RenderError
 from knobfleet.fleet.fleetkey import fleet_key
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.module_utils import knob_argv
 from knobfleet.profiles.model import Profile, arg_tokens
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
@@ -154,17 +155,28 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
             f"env {name} is set by the profile {profile.name} and by host {hv.host}'s "
             f"knob_serve_host_env; remove it from one of them"
         )
-    for flag in sorted(set(hv.host_args) & set(reserved)):
-        problems.append(
-            f"flag --{flag} is set by host {hv.host}'s knob_serve_host_args and by its {host_var_of(adapter, flag)} "
-            "(the launch line carries it); remove it from knob_serve_host_args"
-        )
-    for flag in sorted(set(profile.args) & (set(hv.host_args) | set(reserved))):
-        source = "knob_serve_host_args" if flag in hv.host_args else host_var_of(adapter, flag)
-        problems.append(
-            f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
-            f"{source}; remove it from one of them"
-        )
+
+    def flag_of(name: str) -> str:  # the flag the engine reads (--tp and --tensor-parallel-size are --tp-size)
+        return knob_argv.canonical(name, adapter.argv_spec) or name
+
+    launch_line = {flag_of(f): f for f in reserved}
+    for flag in sorted(hv.host_args):
+        if flag_of(flag) in launch_line:
+            problems.append(
+                f"flag --{flag} is set by host {hv.host}'s knob_serve_host_args and by its "
+                f"{host_var_of(adapter, launch_line[flag_of(flag)])} (the launch line carries it); remove it from "
+                "knob_serve_host_args"
+            )
+    host_flags = {flag_of(f): (host_var_of(adapter, f), f) for f in reserved}
+    host_flags.update({flag_of(f): ("knob_serve_host_args", f) for f in hv.host_args})
+    for flag in sorted(profile.args):
+        if flag_of(flag) in host_flags:
+            source, spelled = host_flags[flag_of(flag)]
+            also = "" if spelled == flag else f" (as --{spelled})"
+            problems.append(
+                f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
+                f"{source}{also}; remove it from one of them"
+            )
     if problems:
         raise RenderError("\n".join(problems))
 
@@ -183,6 +195,7 @@ def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
         "knob_serve_port": hv.port,
         "knob_serve_host_env": dict(hv.host_env),
         "knob_serve_host_args": dict(hv.host_args),
+        "knob_serve_restart": hv.restart,
         "knob_serve_restart_sec": hv.restart_sec,
         "knob_serve_timeout_start_s": hv.timeout_start_s,
         "knob_serve_timeout_stop_s": hv.timeout_stop_s,

@@ -397,3 +397,24 @@ def test_generations_out_of_space_is_a_clear_error_and_changes_nothing(fleet: Fl
     finally:
         assert in_host(fleet, "lab3", f"umount {gens}").returncode == 0
     assert_wholly_on(fleet, "lab3", before["current"], before["ctas"])
+
+
+def test_rollback_to_an_adopted_space_separated_script_verifies(fleet: Fleet) -> None:
+    """Generation 0 is the seed's hand-written script, in the style people write (`--host 127.0.1.2 --port 30000
+    --tp 2`): the engine's report of its arguments is read with the engine's arity, so `rollback --to 0` verifies
+    (it ended in exit 3, "engine reports host=127.0.1.2 but pid … was started with --host=true") and drift is
+    clean."""
+    host = "lab2"
+    fleet.knobfleet("apply", "ctas512", "--yes", "--limit", host, check=True)
+    script0 = fleet.ssh(host, f"cat {STATE}/generations/0000/serve_dsv4_decode.sh").stdout
+    assert f"--host {addr(host)} --port 30000 --tp 2" in script0, script0
+    proc = fleet.knobfleet("rollback", "--to", "0", "--limit", host, "--yes")
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0000" in proc.stdout and "verified" in proc.stdout, proc.stdout
+    verify = fleet.knobfleet("verify", "--json", "--limit", host)
+    assert verify.returncode == 0, verify.stdout[-1500:]
+    drift = fleet.knobfleet("drift", "--json", "--limit", host)
+    assert drift.returncode == 0, drift.stdout[-1500:]
+    assert json.loads(drift.stdout)["hosts"][0]["generation"] == 0
+    fleet.knobfleet("apply", "ctas512", "--yes", "--limit", host, check=True)  # back on a managed generation

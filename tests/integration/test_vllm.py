@@ -166,3 +166,76 @@ def test_bench_with_vllms_own_tool_records_version_and_settings(vfleet: Fleet) -
     assert "max_model_len = 512" in text.stdout, text.stdout
     usage = kf(vfleet, "bench", "--tool", "engine", "--consistency")
     assert usage.returncode == 64 and "--consistency runs knobfleet's own check" in usage.stderr, usage.stderr
+
+
+def pids_of(fleet: Fleet, comm: str) -> list[int]:
+    """PIDs (in the host's namespace) of the processes whose comm is ``comm`` (15 characters at most)."""
+    out = fleet.ssh("lab1", f"ps -e -o pid=,comm= | awk '$2 == \"{comm}\" {{print $1}}'").stdout
+    return [int(p) for p in out.split()]
+
+
+def test_a_stopped_worker_is_reported_by_verify(vfleet: Fleet) -> None:
+    """`kill -STOP` of a VLLM::Worker leaves /health at 200 while every completion hangs: verify names the
+    stopped process (its state from the probe) and the hung completion (its liveness witness), exit 2. drift
+    reads process state too, but sends no completion (verify only: docs/VLLM.md)."""
+    kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)
+    started = time.monotonic()
+    assert kf(vfleet, "verify").returncode == 0
+    print(f"verify on a healthy vLLM host (one-token completion included): {time.monotonic() - started:.2f}s")
+    (worker, *_) = pids_of(vfleet, "VLLM::Worker") or pids_of(vfleet, "VLLM::EngineCor")
+    vfleet.ssh("lab1", f"kill -STOP {worker}")
+    try:
+        with urllib.request.urlopen(f"http://{ADDR}:{VLLM_PORT}/health", timeout=10) as r:
+            assert r.status == 200  # what made the hang invisible before
+        started = time.monotonic()
+        proc = kf(vfleet, "verify", "--json")
+        print(f"verify with a stopped worker: {time.monotonic() - started:.2f}s")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        found = json.loads(proc.stdout)["hosts"][0]["findings"]
+        stopped = [f for f in found if f["kind"] == "process_stopped"]
+        assert [(f["pid"], f["actual"]) for f in stopped] == [(worker, "T")], found
+        assert any(f["kind"] == "not_ready" and f.get("source") == "liveness" for f in found), found
+        drift = json.loads(kf(vfleet, "drift", "--json").stdout)["hosts"][0]["findings"]
+        assert {f["kind"] for f in drift} == {"process_stopped"}, drift
+    finally:
+        vfleet.ssh("lab1", f"kill -CONT {worker}")
+
+
+def test_a_killed_enginecore_comes_back_under_the_units_restart_policy(vfleet: Fleet) -> None:
+    """vLLM exits 0 when its EngineCore dies: knobfleet's unit (knob_serve_restart, default always) restarts it;
+    Restart=on-failure would leave it down."""
+    kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)
+    unit = vfleet.ssh("lab1", f"systemctl show -p Restart --value {VLLM_SERVICE}").stdout.strip()
+    assert unit == "always"
+    before = main_pid(vfleet)
+    (core, *_) = pids_of(vfleet, "VLLM::EngineCor")
+    vfleet.ssh("lab1", f"kill -9 {core}")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and main_pid(vfleet) in (before, 0):
+        time.sleep(1)
+    assert main_pid(vfleet) not in (before, 0), "the engine did not come back under Restart=always"
+    assert healthy(300), "the restarted engine never became healthy"
+    assert kf(vfleet, "verify").returncode == 0
+
+
+def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet, tmp_path: Path) -> None:
+    """Generation 0 is the hand-written script (positional model, `--max-model-len 512`, space-separated):
+    rolling back to it verifies, and drift is clean, with vLLM's own report of its arguments checked."""
+    kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)  # adopts the hand-written files, if not yet done
+    history = json.loads(kf(vfleet, "history", "--json").stdout)
+    (gen0,) = [g for g in history["hosts"][0]["generations"] if g["number"] == 0]
+    assert gen0["status"] == "adopted", gen0
+    script0 = vfleet.ssh("lab1", f"cat /var/lib/knobfleet/{VLLM_SERVICE}/generations/0000/*.sh").stdout
+    assert " --max-model-len 512 " in script0 and " serve /" in script0, script0
+    proc = kf(vfleet, "rollback", "--to", "0", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert kf(vfleet, "verify", "--save-probes", str(tmp_path / "v")).returncode == 0
+    drift = kf(vfleet, "drift", "--json", "--save-probes", str(tmp_path / "d"))
+    assert drift.returncode == 0, drift.stdout
+    assert server_info()["vllm_config"]["model_config"]["max_model_len"] == 512
+    # the liveness completion's cost, next to the whole probe's (verify sends it, drift does not)
+    v = json.loads((tmp_path / "v" / "lab1.json").read_text())
+    d = json.loads((tmp_path / "d" / "lab1.json").read_text())
+    assert v["liveness"]["status"] == 200 and "liveness" not in d
+    live = v["liveness"]["seconds"]
+    print(f"probe: verify {v['probe_s']:.3f}s (one-token completion {live:.3f}s), drift {d['probe_s']:.3f}s")

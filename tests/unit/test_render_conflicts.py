@@ -98,3 +98,28 @@ def test_a_host_arg_the_launch_line_sets_is_refused_without_any_profile_arg() ->
 def test_every_problem_is_reported_at_once() -> None:
     hv = HostVars(host="h", host_env={"A": "1"}, host_args={"x": "1"})
     assert len(problems(profile(env={"A": "2"}, args={"x": "2", "port": "3"}), hv)) == 3
+
+
+@pytest.mark.parametrize(
+    ("host_flag", "profile_flag", "source"),
+    [
+        ("tensor-parallel-size", "tp-size", "knob_serve_host_args (as --tensor-parallel-size)"),
+        ("tp", "tp-size", "knob_serve_host_args (as --tp)"),
+        ("tp-size", "tensor-parallel-size", "knob_serve_host_args (as --tp-size)"),
+    ],
+)
+def test_one_flag_in_two_spellings_is_a_conflict(host_flag: str, profile_flag: str, source: str) -> None:
+    """The engine reads --tp, --tensor-parallel-size and --tp-size as one flag (the argv reader's aliases and
+    prefix abbreviations): set by both the host and the profile, the last one on the line would silently win."""
+    hv = HostVars(host="h", engine="sglang", host_args={host_flag: "2"})
+    assert problems(profile(args={profile_flag: "4"}), hv) == [
+        f"flag --{profile_flag} is set by the profile p and by host h's {source}; remove it from one of them"
+    ]
+
+
+def test_a_profile_flag_spelling_a_reserved_flag_is_a_conflict() -> None:
+    hv = HostVars(host="h", engine="sglang")
+    (line,) = problems(profile(args={"model": "/other"}), hv)
+    assert line.startswith(
+        "flag --model is set by the profile p and by host h's knob_serve_model_path (as --model-path)"
+    )

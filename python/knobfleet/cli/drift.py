@@ -44,6 +44,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             save_probes=Path(args.save_probes) if args.save_probes else None,
             via=args.via,
             forks=forks,
+            liveness=args.command == "verify",
         ):
             verdicts.append(v)
             status.done(v.status)

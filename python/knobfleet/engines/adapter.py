@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from knobfleet.module_utils import knob_argv
+
 if TYPE_CHECKING:
     from knobfleet.profiles.model import BenchTool
 
@@ -30,6 +32,8 @@ class Engine:
     info_args: bool = False
     info_args_ignore: tuple[str, ...] = ()
     bench: BenchTool | None = None
+    liveness_path: str | None = None  # verify's one-token completion, where readiness_path does not generate
+    argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
@@ -99,6 +103,7 @@ class Engine:
             "info_env": list(self.info_env) if self.info_env else None,
             "info_args": self.info_args,
             "info_args_ignore": list(self.info_args_ignore),
+            "argv": self.argv_spec,
         }
         if with_known:
             out["known_env"] = list(self.known_env)
@@ -127,6 +132,14 @@ def engine(name: str | None = None) -> Engine:
 
     cat = catalog_for(name or default_engine())
     s = cat.serve
+    model = cat.model or {}
+    flags = {n: k.model_dump(include={"type", "nargs", "aliases", "negation"}) for n, k in cat.flag_knobs().items()}
+    spec = knob_argv.build_spec(
+        flags,
+        subcommand=model.get("subcommand"),
+        positional="model" if model.get("style") == "positional" else None,
+        underscores=s.flag_underscores,
+    )
     return Engine(
         name=cat.engine,
         launcher=s.launcher,
@@ -142,6 +155,8 @@ def engine(name: str | None = None) -> Engine:
         info_args=s.info_args,
         info_args_ignore=s.info_args_ignore,
         bench=s.bench,
+        liveness_path=s.liveness_path,
+        argv_spec=spec,
     )
 
 

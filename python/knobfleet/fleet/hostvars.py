@@ -87,6 +87,10 @@ class HostVars(BaseModel):
         "patterns; the inventory reader adds the host vars whose values came from Ansible Vault",
     )
     host_args: dict[str, str | bool] = Field(default_factory=dict)
+    restart: Literal["always", "on-failure", "on-abnormal", "on-abort", "on-watchdog", "on-success", "no"] = Field(
+        default="always",
+        description="systemd Restart= of the unit; always, since vLLM exits 0 when its EngineCore dies",
+    )
     restart_sec: int = Field(default=5, ge=0)
     timeout_start_s: int = Field(default=900, ge=1)
     timeout_stop_s: int = Field(default=60, ge=1)

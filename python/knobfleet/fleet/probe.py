@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
 HTTP_TIMEOUT_S = 2.0
+LIVENESS_TIMEOUT_S = 10.0  # verify's one-token completion (fleet/probe.py; module_utils/knob_observe.liveness)
 
 
 def probe_args(hv: HostVars) -> dict[str, Any]:
@@ -30,6 +31,9 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
         "info_url": hv.base_url + engine.info_path if engine.info_path else "",
         "http_timeout_s": HTTP_TIMEOUT_S,
         "secret": hv.secrets(),
+        # verify only (ops/drift.stream blanks it for drift): where /health does not generate
+        "liveness_url": hv.base_url + engine.liveness_path if engine.liveness_path else "",
+        "liveness_timeout_s": LIVENESS_TIMEOUT_S,
     }
 
 

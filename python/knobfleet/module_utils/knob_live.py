@@ -20,6 +20,11 @@ import functools
 from enum import Enum
 from typing import Any, NamedTuple
 
+if __name__.startswith("knobfleet."):  # on the controller (whose read path never imports ansible)
+    from knobfleet.module_utils.knob_argv import read as read_argv
+else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
+    from ansible.module_utils.knob_argv import read as read_argv  # type: ignore[no-redef]
+
 STALE_TOLERANCE_S = 1.0
 
 
@@ -38,6 +43,7 @@ class Kind(str, Enum):
     UNMANAGED = "unmanaged"
     NOT_READY = "not_ready"
     INTERRUPTED_APPLY = "interrupted_apply"
+    PROCESS_STOPPED = "process_stopped"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -85,7 +91,12 @@ RULES: dict[Kind, Rule] = {
     Kind.UNMANAGED: Rule("warning", Action.INSTALL, False, "knobfleet never applied a generation here"),
     Kind.NOT_READY: Rule("error", Action.RESTART, False, "the engine runs but does not answer its health check"),
     Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
+    Kind.PROCESS_STOPPED: Rule(
+        "error", Action.RESTART, False, "a process of the engine is stopped or a zombie: the engine hangs"
+    ),
 }
+# /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie
+STOPPED_STATES = {"T": "stopped", "t": "stopped by a tracer", "Z": "a zombie"}
 DROPIN_POLICIES = ("fail", "remove")
 
 
@@ -292,6 +303,38 @@ def _service(doc: dict[str, Any], out: list[dict[str, Any]]) -> None:
                 actual=doc.get("health"),
             )
         )
+    live = doc.get("liveness")
+    if active == "active" and doc.get("health") == 200 and isinstance(live, dict) and live.get("status") != 200:
+        out.append(
+            finding(
+                Kind.NOT_READY,
+                "%s answers its health check, but a one-token completion at %s %s"
+                % (
+                    doc.get("unit"),
+                    live.get("url"),
+                    "answered %s" % live["status"]
+                    if live.get("status")
+                    else "did not finish within %s s" % live.get("timeout_s"),
+                ),
+                expected=200,
+                actual=live.get("status"),
+                source="liveness",
+            )
+        )
+    for proc in doc.get("processes") or []:
+        state = proc.get("state")
+        if state in STOPPED_STATES:
+            out.append(
+                finding(
+                    Kind.PROCESS_STOPPED,
+                    "pid %s (%s) is %s (state %s): the engine hangs until it is restarted"
+                    % (proc.get("pid"), proc.get("comm", ""), STOPPED_STATES[state], state),
+                    pid=proc.get("pid"),
+                    name=proc.get("comm"),
+                    expected="running",
+                    actual=state,
+                )
+            )
     if props.get("NeedDaemonReload") == "yes":
         out.append(
             finding(
@@ -472,14 +515,11 @@ def _same(expected: str, actual: Any) -> bool:
     return expected == str(actual)
 
 
-def flags_of(argv: list[str]) -> dict[str, str]:
-    """``--name=value`` and bare ``--name`` (true) tokens of an argv."""
-    out = {}
-    for token in argv:
-        if token.startswith("--") and len(token) > 2:
-            name, sep, value = token[2:].partition("=")
-            out[name] = value if sep else "true"
-    return out
+def flags_of(argv: list[str], spec: dict[str, Any] | None = None) -> dict[str, str]:
+    """The flags of an exec argv by canonical name, read with the engine's arity, aliases and abbreviations
+    (``spec``: the engine rule's ``argv``); the one reader is module_utils/knob_argv.py."""
+    flags: dict[str, str] = read_argv(argv, spec).flags
+    return flags
 
 
 def _engine_args(
@@ -490,18 +530,21 @@ def _engine_args(
     if not engine.get("info_args") or not isinstance(doc.get("server_info"), dict):
         return
     skip = set(engine.get("info_args_ignore") or ())
-    for name, value in sorted(flags_of(argv).items()):
+    read = read_argv(argv, engine.get("argv"))
+    for name, value in sorted(read.flags.items()):
         if name in skip:
             continue
         if is_marker(value):  # a secret: compared on the command line (engines mask or hash it in their report)
             continue
         found, actual = _find_key(doc["server_info"], name.replace("-", "_"))
         if found and not isinstance(actual, dict | list) and actual is not None and not _same(value, actual):
+            spelled = read.spelled.get(name, "--" + name)
+            given = value if spelled.startswith("(") else spelled if value == "true" else "%s %s" % (spelled, value)
             out.append(
                 finding(
                     Kind.ARGV_MISMATCH,
-                    "engine reports %s=%s but pid %d was started with --%s=%s"
-                    % (name.replace("-", "_"), actual, main["pid"], name, value),
+                    "engine reports %s=%s but pid %d was started with %s"
+                    % (name.replace("-", "_"), actual, main["pid"], given),
                     pid=main["pid"],
                     name=name,
                     expected=value,

@@ -57,6 +57,7 @@ PROPS = (
     "UnitFileState",
     "Result",
     "ExecMainStatus",
+    "Restart",
 )
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
 
@@ -191,16 +192,22 @@ def parse_environ(raw: bytes) -> dict[str, str]:
 
 
 def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
-    """One process: environ, cmdline, comm, parent and start time (None when it is gone)."""
+    """One process: environ, cmdline, comm, state (``/proc/PID/stat`` field 3: R, S, D, T stopped, Z zombie,
+    ...), parent and start time (None when it is gone)."""
     try:
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            env_raw = fh.read(MAX_PROC)
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            cmd_raw = fh.read(MAX_PROC)
         with open("/proc/%d/stat" % pid) as fh:
             stat_line = fh.read()
     except OSError:
         return None
+    try:  # a zombie has no environ (ESRCH) and an empty cmdline, but its state is what matters then
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            env_raw = fh.read(MAX_PROC)
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            cmd_raw = fh.read(MAX_PROC)
+    except OSError:
+        if not os.path.isdir("/proc/%d" % pid):
+            return None
+        env_raw, cmd_raw = b"", b""
     rest = stat_line[stat_line.rindex(")") + 2 :].split()
     comm = stat_line[stat_line.index("(") + 1 : stat_line.rindex(")")]
     start_ticks = int(rest[19])
@@ -208,6 +215,7 @@ def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
         "pid": pid,
         "ppid": int(rest[1]),
         "comm": comm,
+        "state": rest[0],
         "env": parse_environ(env_raw),
         "cmdline": [c.decode("utf-8", "replace") for c in cmd_raw.split(b"\0")[:-1]],
         "start_ticks": start_ticks,
@@ -376,6 +384,32 @@ def http_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
         return None, None
 
 
+def liveness(url: str, timeout: float) -> dict[str, Any]:
+    """A liveness witness for an engine whose health check does not generate (vLLM's /health stays 200 while a
+    stopped worker hangs every request): one bounded one-token completion at ``url`` (an OpenAI
+    ``/v1/completions``), for the first model ``/v1/models`` lists. ``status`` 200 when it finished in time."""
+    started = time.time()
+    base = url.split("/v1/", 1)[0]
+    model = None
+    status, raw = http_get(base + "/v1/models", timeout)
+    if status == 200 and raw:
+        try:
+            model = json.loads(raw)["data"][0]["id"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            model = None
+    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read(1 << 16)
+            got: int | None = int(resp.status)
+    except urllib.error.HTTPError as exc:
+        got = int(exc.code)
+    except (urllib.error.URLError, OSError, ValueError):
+        got = None
+    return {"url": url, "status": got, "timeout_s": timeout, "seconds": round(time.time() - started, 3)}
+
+
 def dropins(unit: str) -> list[dict[str, Any]]:
     out = []
     for base in DROPIN_DIRS:
@@ -445,6 +479,8 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "health": health,
         "health_url": p.get("health_url") or "",
         "server_info": server_info,
-        "probe_s": round(time.time() - started, 3),
     }
+    if p.get("liveness_url") and props.get("ActiveState") == "active" and health == 200:
+        doc["liveness"] = liveness(p["liveness_url"], float(p.get("liveness_timeout_s") or 10.0))
+    doc["probe_s"] = round(time.time() - started, 3)
     return redact(doc, p.get("secret") or (), p.get("secret_key") or "")

@@ -185,7 +185,10 @@ def _outcome(
         for d in staged:
             if d.get("before_header") == hv.script_path:
                 out.knob_changes = [
-                    str(c) for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")))
+                    str(c)
+                    for c in plan.knob_changes(
+                        str(d.get("before", "")), str(d.get("after", "")), hv.adapter().argv_spec
+                    )
                 ]
         out.status = "pending" if hr.diffs or hr.changed else "in-sync"
         out.restarted = bool(hr.diffs)

@@ -69,14 +69,24 @@ def stream(
     save_probes: Path | None = None,
     via: str = "auto",
     forks: int | None = None,
+    liveness: bool = False,
 ) -> Iterator[HostVerdict]:
     """Each host's verdict as its probe arrives (at most ``forks`` hosts probed at once). Nothing but the verdict
-    is kept of a host once it is yielded: its probe document is dropped (or saved to ``save_probes``)."""
-    by_name = {h.host: h for h in plan.hosts}
+    is kept of a host once it is yielded: its probe document is dropped (or saved to ``save_probes``).
+    ``liveness`` (verify): engines whose health check does not generate also get a one-token completion."""
+    import dataclasses
+
+    hosts = [
+        h
+        if liveness or not h.probe.get("liveness_url")
+        else dataclasses.replace(h, probe={**h.probe, "liveness_url": ""})
+        for h in plan.hosts
+    ]
+    by_name = {h.host: h for h in hosts}
     cache: dict[str, Declared | str] = {}
     if save_probes is not None:
         save_probes.mkdir(parents=True, exist_ok=True)
-    for o in probing.stream(plan.hosts, inventory, via, on_event, forks):
+    for o in probing.stream(hosts, inventory, via, on_event, forks):
         if save_probes is not None and o.doc is not None:
             import json
 

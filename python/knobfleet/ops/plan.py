@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.errors import UsageError
 from knobfleet.live.verify import Declared, Finding, actions, check_rendered, refusal
-from knobfleet.module_utils import knob_live
+from knobfleet.module_utils import knob_argv, knob_live
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
@@ -51,35 +51,33 @@ def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
     return knob_live.script_env_argv(text)
 
 
-def _flags(argv: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            name, sep, value = tok[2:].partition("=")
-            if not sep and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                value, i = argv[i + 1], i + 1
-            out[name] = value if (sep or value) else "(set)"
-        i += 1
-    return out
-
-
 @dataclass(frozen=True)
 class KnobChange:
-    kind: str  # env | flag
+    kind: str  # env | flag | unit
     name: str
     before: str | None
     after: str | None
 
     def __str__(self) -> str:
+        if self.kind == "unit":  # a unit setting a host var controls
+            var = UNIT_SETTINGS.get(self.name)
+            return f"unit {self.name}= {self.before or '(unset)'} → {self.after or '(unset)'}" + (
+                f" ({var})" if var else ""
+            )
         label = self.name if self.kind == "env" else f"--{self.name}"
         before = "(unset)" if self.before is None else self.before
         after = "(unset)" if self.after is None else self.after
         return f"{label} {before} → {after}"
 
 
-def knob_changes(before_script: str, after_script: str) -> list[KnobChange]:
+def _shown_flags(argv: list[str], spec: dict[str, Any] | None) -> dict[str, str]:
+    return {k: "(set)" if v == knob_argv.TRUE else v for k, v in knob_argv.flags_of(argv, spec).items()}
+
+
+def knob_changes(before_script: str, after_script: str, spec: dict[str, Any] | None = None) -> list[KnobChange]:
+    """Env and flag changes between two serve scripts. Flags are read by the engine's parser rules (``spec``:
+    ``Engine.argv_spec``, module_utils/knob_argv.py), so a hand-written ``--tp 2`` and knobfleet's
+    ``--tp-size=2`` are the same flag with the same value, not a change."""
     env_a, argv_a = parse_script(before_script)
     env_b, argv_b = parse_script(after_script)
     out = [
@@ -87,7 +85,7 @@ def knob_changes(before_script: str, after_script: str) -> list[KnobChange]:
         for k in sorted(env_a.keys() | env_b.keys())
         if env_a.get(k) != env_b.get(k)
     ]
-    fa, fb = _flags(argv_a), _flags(argv_b)
+    fa, fb = _shown_flags(argv_a, spec), _shown_flags(argv_b, spec)
     out += [
         KnobChange("flag", k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)
     ]
@@ -114,6 +112,34 @@ class HostPlan:
     @property
     def refused(self) -> bool:
         return self.refusal is not None
+
+
+# [Service] settings of the unit a host var sets, shown by name when an apply changes them (an adopted hand-written
+# unit's Restart=always would otherwise turn into another policy without a word).
+UNIT_SETTINGS = {"Restart": "knob_serve_restart", "RestartSec": "knob_serve_restart_sec", "User": "knob_serve_user"}
+
+
+def unit_settings(text: str) -> dict[str, str]:
+    """``[Service]`` settings of a unit file (the last one of a key wins, as systemd reads it)."""
+    out: dict[str, str] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def unit_changes(before_unit: str, after_unit: str) -> list[KnobChange]:
+    """The host-var-controlled unit settings (``UNIT_SETTINGS``) an install changes. Only where the unit is
+    there: a host without one gets knobfleet's unit whatever it says."""
+    if not before_unit.strip():
+        return []
+    a, b = unit_settings(before_unit), unit_settings(after_unit)
+    return [KnobChange("unit", k, a.get(k), b.get(k)) for k in UNIT_SETTINGS if a.get(k) != b.get(k)]
 
 
 def file_diff(before: str, after: str, path: str) -> str:
@@ -154,7 +180,9 @@ def plan_host(
         if before != text:
             diffs.append({"path": path, "diff": file_diff(before, text, path)})
             if key == "script":
-                changes = [str(c) for c in knob_changes(before, text)]
+                changes += [str(c) for c in knob_changes(before, text, engine.argv_spec)]
+            else:
+                changes += [str(c) for c in unit_changes(before, text)]
     pid = knob_live.main_pid(doc) or None
     return HostPlan(
         rendered.host,

@@ -216,6 +216,15 @@ class Serve(_Strict):
         default=(), description="flags the engine reports in another spelling (not comparable as text)"
     )
     show: dict[str, str] = Field(default_factory=dict, description="knob -> short label shown in summaries")
+    liveness_path: str | None = Field(
+        default=None,
+        pattern=r"^/[A-Za-z0-9._~/-]*$",
+        description="an OpenAI completions endpoint verify sends one bounded one-token completion to, where the "
+        "readiness path does not generate (vLLM's /health); None where it does (SGLang's /health_generate)",
+    )
+    flag_underscores: bool = Field(
+        default=False, description="the engine's parser reads --max_model_len as --max-model-len (vLLM's does)"
+    )
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
 
 

@@ -53,6 +53,16 @@ options:
     description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
     type: str
     default: ""
+  liveness_url:
+    description:
+      - An OpenAI completions URL for one bounded one-token completion, a liveness witness where the health URL
+        does not generate (empty skips it). C(knobfleet verify) sets it; C(drift) does not.
+    type: str
+    default: ""
+  liveness_timeout_s:
+    description: Bound of the liveness completion.
+    type: float
+    default: 10.0
 notes:
   - Supports check mode (it changes nothing either way).
 """
@@ -100,7 +110,9 @@ def main():
                            health_url=dict(type="str", default=""), info_url=dict(type="str", default=""),
                            http_timeout_s=dict(type="float", default=2.0),
                            secret=dict(type="list", elements="str", default=[]),
-                           secret_key=dict(type="str", default="", no_log=True)),
+                           secret_key=dict(type="str", default="", no_log=True),
+                           liveness_url=dict(type="str", default=""),
+                           liveness_timeout_s=dict(type="float", default=10.0)),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

@@ -394,7 +394,7 @@ def test_an_engine_argument_mismatch_reads_both_sides() -> None:
         "kind": "argv_mismatch",
         "severity": "error",
         "action": "restart",
-        "message": "engine reports max_num_seqs=16 but pid 10 was started with --max-num-seqs=8",
+        "message": "engine reports max_num_seqs=16 but pid 10 was started with --max-num-seqs 8",
         "pid": 10,
         "name": "max-num-seqs",
         "expected": "8",
@@ -433,9 +433,14 @@ def test_the_shallowest_report_of_an_argument_wins() -> None:
 @pytest.mark.parametrize(
     ("argv", "flags"),
     [
-        (
+        (  # without the engine's flag table: "--" ends the options, as argparse reads it; -e is a word
             ["/bin/e", "--a=1", "--b", "--c=x=y", "--d=", "-e", "--", "f", "--A=2"],
-            {"a": "1", "b": "true", "c": "x=y", "d": "", "A": "2"},
+            {"a": "1", "b": "true", "c": "x=y", "d": ""},
+        ),
+        (["/bin/e", "--b", "-e", "--n", "-1"], {"b": "-e", "n": "-1"}),
+        (
+            ["/bin/e", "--host", "127.0.1.2", "--port", "30000", "--tp", "2"],
+            {"host": "127.0.1.2", "port": "30000", "tp": "2"},
         ),
         (["--a=1", "--a=2"], {"a": "2"}),
         ([], {}),

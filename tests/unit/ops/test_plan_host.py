@@ -47,6 +47,7 @@ def test_freshly_applied_host_is_in_sync(lab1: HostVars) -> None:
 # ctas512 there has nothing to do.
 EXPECTED_ACTIONS = {
     "clean": [],
+    "completion_hangs": ["restart"],
     "declared_profile_differs": [],
     "corrupt_meta": ["install", "daemon-reload", "restart"],
     "dropin_environment": ["refuse"],
@@ -62,6 +63,8 @@ EXPECTED_ACTIONS = {
     "typo_knob_set_by_hand": ["install", "daemon-reload", "restart"],
     "unit_edited_without_reload": ["install", "daemon-reload", "restart"],
     "unmanaged_host": ["install", "daemon-reload", "restart"],
+    "worker_stopped": ["restart"],
+    "worker_zombie": ["restart"],
 }
 
 

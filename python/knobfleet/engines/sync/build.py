@@ -177,8 +177,12 @@ def flag_knob(entry: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         knob["aliases"] = sorted(aliases)
     if negation:
         knob["negation"] = negation
+    # The arity the argv reader (module_utils/knob_argv.py) needs beyond the type: a switch is type bool, a
+    # valued flag takes one word unless nargs says otherwise (an optional value, a list, a store_const switch).
     nargs = entry.get("nargs")
-    if nargs not in (None, 0, 1, "?") and type_ != "bool":
+    if "store_const" in action.lower() or "storeconst" in action.lower():
+        nargs = 0
+    if type_ != "bool" and nargs not in (None, 1):
         knob["nargs"] = nargs
     return name, knob
 

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}
     state = State(server_args, env_vars, engine, expose, args.served_model_name or args.model_path)
     state.never_ready = fail == "never-ready"
+    state.worker_pids = [w.pid for w in workers]
+    state.health_timeout_s = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
     try:
         httpd = make_server(host, port, state)
     except OSError as exc:

@@ -63,6 +63,22 @@ class State:
         self.model_name = model_name
         self.ready = threading.Event()
         self.never_ready = False
+        self.worker_pids: list[int] = []  # the scheduler/detokenizer processes a generation goes through
+        self.health_timeout_s = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT
+
+
+def process_state(pid: int) -> str | None:
+    """``/proc/PID/stat`` field 3 (R, S, T stopped, Z zombie, ...); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            line = fh.read()
+    except OSError:
+        return None
+    return line[line.rindex(")") + 2 :].split()[0]
+
+
+def workers_running(state: State) -> bool:
+    return all(process_state(pid) not in ("T", "t", "Z", None) for pid in state.worker_pids)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -110,6 +126,23 @@ class Handler(BaseHTTPRequestHandler):
     def _ready(self) -> bool:
         return self.state.ready.is_set() and not self.state.never_ready
 
+    def _generates(self) -> bool:
+        """SGLang's /health_generate: one token through the scheduler processes, within the health timeout. A
+        stopped (SIGSTOP) or dead scheduler never answers: 503 once the timeout has passed."""
+        st = self.state
+        deadline = time.monotonic() + st.health_timeout_s
+        while not workers_running(st):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        req = st.engine.submit("health", 1, True)
+        try:
+            for _token in st.engine.stream(req, timeout_s=max(0.1, deadline - time.monotonic())):
+                pass
+        except TimeoutError:
+            return False
+        return True
+
     def server_info(self) -> dict[str, Any]:
         st = self.state
         internal: dict[str, Any] = {"last_gen_throughput": round(st.engine.last_gen_throughput, 3)}
@@ -120,8 +153,10 @@ class Handler(BaseHTTPRequestHandler):
     # -- routes ---------------------------------------------------------------------------------
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        if path == "/health":
             self._send(200 if self._ready() else 503, b"", "text/plain")
+        elif path == "/health_generate":
+            self._send(200 if self._ready() and self._generates() else 503, b"", "text/plain")
         elif path in ("/get_server_info", "/server_info"):
             self._json(200, self.server_info())
         elif path == "/get_model_info":

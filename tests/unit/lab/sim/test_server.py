@@ -253,3 +253,36 @@ def test_metrics_record_what_the_engine_served(server: tuple[str, State]) -> Non
     itl = values[f"sglang:inter_token_latency_seconds_sum{{{m}}}"]
     assert e2e == pytest.approx(ttft + itl, rel=1e-6)  # each request's end-to-end = first token + the gaps after
     assert values[f"sglang:num_running_reqs{{{m}}}"] == 0 and values[f"sglang:token_usage{{{m}}}"] == 0
+
+
+def test_health_generate_fails_while_a_scheduler_process_is_stopped(server: tuple[str, State]) -> None:
+    """/health_generate runs one token through the scheduler processes (SGLang's generation check): a stopped
+    one (SIGSTOP: state T) never answers, so it is 503 after the health timeout while /health stays 200."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from knobfleet.lab.sim.server import process_state
+
+    url, state = server
+    state.ready.set()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a stand-in scheduler
+    try:
+        state.worker_pids, state.health_timeout_s = [worker.pid], 0.5
+        assert get(url + "/health_generate") == (200, b"")
+        os.kill(worker.pid, signal.SIGSTOP)  # delivered asynchronously: wait for state T (bounded)
+        for _ in range(1000):
+            if process_state(worker.pid) == "T":
+                break
+            time.sleep(0.01)
+        try:
+            assert get(url + "/health_generate")[0] == 503
+            assert get(url + "/health")[0] == 200
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        assert get(url + "/health_generate") == (200, b"")
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
