@@ -135,7 +135,7 @@ def test_a_significant_gain_below_min_effect_is_not_promoted() -> None:
 
 
 def test_inconclusive_at_max_rounds_and_continue_before() -> None:
-    s = Settings(weights=W, max_rounds=6)
+    s = Settings(weights=W, max_rounds=6, futility=0.0)  # futility off: the budget alone ends it
     noisy = {b: [0.05, -0.03, 0.04, -0.02, 0.05, -0.03] for b in W}
     d = decide(noisy, s)
     assert d.verdict == "inconclusive" and d.reason.startswith("after 6 rounds the weighted gain is +")
