@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from knobfleet import waves  # noqa: E402
-from knobfleet.experiment import stats  # noqa: E402
-from knobfleet.experiment.design import Decision, Settings, decide, order  # noqa: E402
-from knobfleet.lab.sim import model  # noqa: E402
+from knobfleet import waves
+from knobfleet.experiment import stats
+from knobfleet.experiment.design import Decision, Settings, decide, order
+from knobfleet.lab.sim import model
 
 BLOCK = 32
 WEIGHTS = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
@@ -163,9 +163,7 @@ def main() -> None:
     w = Workload(n_mult=args.n_mult)
     s = Settings(weights=WEIGHTS, max_rounds=args.max_rounds, futility=args.futility)
     a_arm, b_arm = arm(args.a, w), arm(args.b, w)
-    free = {
-        c: math.log(sum(x for x, _ in a_arm.blocks[c]) / sum(x for x, _ in b_arm.blocks[c])) for c in w.conc
-    }
+    free = {c: math.log(sum(x for x, _ in a_arm.blocks[c]) / sum(x for x, _ in b_arm.blocks[c])) for c in w.conc}
     wfree = sum(WEIGHTS[c] * free[c] for c in w.conc)
     run_s = sum(x for c in w.conc for x, _ in a_arm.blocks[c])
     print(

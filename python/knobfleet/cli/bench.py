@@ -47,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.experiment import ab
     from knobfleet.ops import workspace as app
-    from knobfleet.progress import Progress
+    from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "bench")
     profile = app.store().resolve(args.profile) if args.profile else None
@@ -76,7 +76,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 )
         return EXIT_OK if result["passed"] else EXIT_ERROR
     with Progress(enabled=not args.json) as progress:
-        doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress)
+        status = None
+        if args.repeats > 1:
+            what = f"bench {hv.host} {profile.name if profile else 'current profile'}"
+            status = Rounds(what, args.repeats, "run", at_most=False, table=progress)
+        doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress, status=status)
+        if status is not None:
+            status.close()
     if args.json:
         _out(report.to_json(doc))
     else:
@@ -99,6 +105,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _out(f"measured with {doc['tool']} against engine version {doc['engine_version'] or 'unknown'}")
             for key, value in _settings_shown(doc["settings"]):
                 _out(f"  {key} = {value}")
+        note = ab.time_scale_note(doc["time_scale"])
+        if note:
+            _out(note)
     return EXIT_OK if doc["errors"] == 0 else EXIT_ERROR
 
 
@@ -136,7 +145,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from knobfleet.experiment import ab
     from knobfleet.experiment.design import Settings
     from knobfleet.ops import workspace as app
-    from knobfleet.progress import Progress
+    from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "ab")
     st = app.store()
@@ -163,6 +172,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         else (paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{a.name}-vs-{b.name}")
     )
     with Progress(enabled=not args.json) as progress:
+        status = Rounds(f"ab {a.name} vs {b.name} on {hv.host}", settings.max_rounds, table=progress)
         doc = ab.ab(
             a,
             b,
@@ -173,7 +183,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
             report_dir,
             check_consistency=not args.no_consistency,
             on_event=progress,
+            status=status,
         )
+        status.close()
     plotted = (report_dir / "report.png").is_file()
     if args.json:
         _out(report.to_json(doc))
@@ -198,6 +210,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         )
         if not plotted:
             _out("report.png not written: plots need the optional extra (pip install 'knobfleet[plots]')")
+        note = ab.time_scale_note(doc.get("time_scale"))
+        if note:
+            _out(note)
     # The verdict is the exit status: decided (promote or keep) 0, inconclusive 2.
     return EXIT_OK if doc["verdict"] in ("promote", "keep") else EXIT_DRIFT
 

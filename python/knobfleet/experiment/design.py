@@ -105,7 +105,9 @@ def _driven(d: Decision, s: Settings) -> str:
     if iv.estimate >= 0:
         return ""
     total = sum(w for b, w in s.weights.items() if b in d.buckets and w > 0)
-    return f"; concurrency {d.driver} ({_pct(iv.estimate)}, weight {s.weights[d.driver] / total:.2f}) pulls it down most"
+    return (
+        f"; concurrency {d.driver} ({_pct(iv.estimate)}, weight {s.weights[d.driver] / total:.2f}) pulls it down most"
+    )
 
 
 def decide(
