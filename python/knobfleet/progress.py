@@ -28,7 +28,7 @@ class Progress:
         with self._lock:
             self.status = text
             if self._live is not None:
-                self._live.update(self._render())
+                self._live.update(self._render(), refresh=True)  # a round's result shows at once
 
     def __enter__(self) -> Progress:
         if self.enabled:

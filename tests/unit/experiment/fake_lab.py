@@ -66,10 +66,10 @@ def fake_run_bench(hosts: list[HostVars], inventory: Path, spec: Any, **_: Any) 
 
 
 def install() -> None:
-    ab.activate = fake_activate  # type: ignore[assignment]
-    ab.consistency = fake_consistency  # type: ignore[assignment]
-    ab.run_bench = fake_run_bench  # type: ignore[assignment]
-    cli_bench._one_host = lambda args, what: (HV, Path("inventory"))  # type: ignore[assignment]
+    ab.activate = fake_activate
+    ab.consistency = fake_consistency
+    ab.run_bench = fake_run_bench  # type: ignore[attr-defined]
+    cli_bench._one_host = lambda args, what: (HV, Path("inventory"))
 
 
 if __name__ == "__main__":
