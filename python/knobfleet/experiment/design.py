@@ -14,7 +14,7 @@ at most ``alpha``):
   A stays whatever the remaining rounds show);
 * otherwise run another round, up to ``max_rounds``; then ``inconclusive`` (A stays).
 
-Why the futility bound (docs/ARCHITECTURE.md, "When ab stops"): the other two ways to keep A ask for proof
+Why the futility bound (docs/PERFORMANCE.md, "Why the seed replay ran all 15 rounds"): the other two ways to keep A ask for proof
 of a negative at the multiple-look z (2.67 for 3..15 looks): that B is below +1%, or that a bucket is below
 -3%. When B's gains and losses nearly cancel (weighted about 0, one bucket about -4%), that proof needs
 (2.67 x 3.1% / margin)^2 = 20 to 45 rounds of the lab's 3.1% per-round noise, far beyond the budget, while
