@@ -69,7 +69,13 @@ def round_next(d: Decision, r: int, s: Settings, a: Profile, b: Profile) -> str:
         return f"stop — {verdict}; {winner.name} stays live"
     nxt = order(r + 1)
     first = a if nxt[0] == "A" else b
-    why = d.reason if d.rounds < s.min_rounds else d.reason.split(" (")[0]
+    if d.rounds < s.min_rounds or "guardrail" in d.reason:
+        why = d.reason
+    else:
+        why = (
+            f"not certain yet: promotion needs the weighted low end above 0, keeping A a promotion chance "
+            f"under {s.futility:.0%} or the high end below +{s.min_effect:.0%}"
+        )
     return f"round {r + 2} ({''.join(nxt)}, {first.name} first) — {why}"
 
 
