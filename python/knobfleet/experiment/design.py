@@ -14,13 +14,14 @@ at most ``alpha``):
   A stays whatever the remaining rounds show);
 * otherwise run another round, up to ``max_rounds``; then ``inconclusive`` (A stays).
 
-Why the futility bound (docs/PERFORMANCE.md, "Why the seed replay ran all 15 rounds"): the other two ways to keep A ask for proof
-of a negative at the multiple-look z (2.67 for 3..15 looks): that B is below +1%, or that a bucket is below
--3%. When B's gains and losses nearly cancel (weighted about 0, one bucket about -4%), that proof needs
-(2.67 x 3.1% / margin)^2 = 20 to 45 rounds of the lab's 3.1% per-round noise, far beyond the budget, while
-the promotion bar (low end above 0 at that z by round 15) is already out of reach after a few rounds. The
-futility stop only ever ends experiments without promoting, so the false-promote bound is untouched; its
-cost is power, which tests/unit/experiment/test_guarantees.py and perf/decision_quality.py measure.
+Why the futility bound (docs/PERFORMANCE.md, "Why the seed replay ran all 15 rounds"): the other two ways
+to keep A ask for proof of a negative at the multiple-look z (2.665 for looks 3..15): that B is below +1%,
+or that a bucket is below -3%. When B's gains and losses nearly cancel (weighted -0.8%, one bucket -4.4%),
+that proof needs (2.665 x sigma / margin)^2 = 10 to 30 rounds of the lab's 2-3% per-round noise, beyond the
+budget in a third of the stand-in replays, while the promotion bar (low end above 0 at that z by round 15)
+is out of reach after a few rounds. The futility stop only ever ends experiments without promoting, so the
+false-promote bound is untouched; its cost is power, which tests/unit/experiment/test_guarantees.py and
+perf/decision_quality.py measure (0.9 points at +3%).
 
 Error rates (perf/decision_quality.py measures them): at most ``alpha`` false promotes when A and B
 are equal; power against a true +3% effect is ≥ 95% for the lab's noise at the default budget.
