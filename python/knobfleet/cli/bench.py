@@ -159,12 +159,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
             f"--weights {args.weights!r}: no weight for concurrency {missing}; give every --conc "
             "bucket a weight (0 to ignore it)"
         )
+    if not 0 <= args.futility < 1:
+        raise UsageError(f"--futility {args.futility}: must be in [0, 1) (0 turns the futility stop off)")
     settings = Settings(
         weights=weights,
         min_effect=args.min_effect,
         max_regression=args.max_regression,
         max_rounds=args.max_rounds,
         min_rounds=min(3, args.max_rounds),
+        futility=args.futility,
     )
     report_dir = (
         Path(args.report)
@@ -257,6 +260,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-rounds", type=int, default=15, help="stop after N AB/BA rounds at most (15)")
     p.add_argument("--min-effect", type=float, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
     p.add_argument("--max-regression", type=float, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)")
+    p.add_argument(
+        "--futility",
+        type=float,
+        default=0.05,
+        help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never stop early)",
+    )
     p.add_argument("--report", default=None, metavar="DIR", help="where report.{json,md,png} go")
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")
     common.yes_opt(p)

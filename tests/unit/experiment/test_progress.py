@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -20,12 +21,20 @@ import pytest
 
 from knobfleet.experiment import ab, gate
 from knobfleet.experiment.bench.run import BenchSpec
+from knobfleet.experiment.design import Decision, Settings, decide
 from knobfleet.progress import Rounds, duration
 from tests.unit.experiment import fake_lab
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE = Path(fake_lab.__file__)
 ROUND_DONE = re.compile(r"round (\d+) of at most 15 done · weighted [+-]\d+\.\d% \([+-]\d+\.\d% … [+-]\d+\.\d%\)")
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The children write stored bench results and reports under the test's own state folder."""
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -128,9 +137,10 @@ def test_bench_repeats_without_a_terminal_writes_one_line_per_run() -> None:
     assert lines[-1].endswith("next: done: the summary")
 
 
-def test_a_single_bench_run_writes_no_progress() -> None:
+def test_a_single_bench_run_writes_no_progress(state_dir: Path) -> None:
     proc = run_fake("bench", "ctas512", "--conc", "48", "--json")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert len(list((state_dir / "bench" / "lab1").glob("ctas512@*.json"))) == 1  # stored under the test's state
 
 
 # --- the gate --------------------------------------------------------------------------------------------------
@@ -221,3 +231,64 @@ def test_time_scale_note_only_when_the_scale_is_not_1() -> None:
     assert ab.time_scale_note(None) is None and ab.time_scale_note(1.0) is None
     note: Any = ab.time_scale_note(0.5)
     assert note.startswith("note: SGLANG_SIM_TIME_SCALE=0.5 on this lab host: tok/s are 2x the modelled GPU's")
+
+
+# --- what a round line says (in-process) --------------------------------------------------------------------
+
+W = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
+
+
+def profiles() -> tuple[Any, Any]:
+    from knobfleet.profiles.store import ProfileStore
+
+    store = ProfileStore(REPO / "profiles")
+    return store.resolve("ctas512"), store.resolve("ctas768")
+
+
+def per_bucket(values: dict[int, float], n: int) -> dict[int, list[float]]:
+    return {b: [math.log1p(v) + d for d in (0.01, -0.01, 0.0, 0.005)[:n]] for b, v in values.items()}
+
+
+def test_round_found_shows_the_weighted_interval_each_bucket_and_the_chance() -> None:
+    d = decide(per_bucket({48: 0.02, 64: 0.02, 80: 0.02, 96: 0.02}, 2), Settings(weights=W))
+    text = ab.round_found(d)
+    assert re.fullmatch(
+        r"weighted \+2\.\d% \([+-]\d+\.\d% … \+\d+\.\d%\) · C48 \+2\.0% \w+, C64 \+2\.0% \w+, C80 \+2\.0% \w+, "
+        r"C96 \+2\.0% \w+ · promotion chance \d+%",
+        text,
+    ), text
+    assert ab.round_found(Decision("continue", "no rounds yet", 0)) == "no estimate yet"
+    final = decide(per_bucket({48: 0.2, 64: 0.2, 80: 0.2, 96: 0.2}, 3), Settings(weights=W))
+    assert final.verdict == "promote" and "promotion chance" not in ab.round_found(final)
+
+
+def test_round_next_says_the_next_order_or_the_stop() -> None:
+    a, b = profiles()
+    s = Settings(weights=W)
+    early = decide(per_bucket(dict.fromkeys(W, 0.02), 1), s)
+    assert ab.round_next(early, 0, s, a, b) == "round 2 (BA, ctas768 first) — 1 of at least 3 rounds"
+    unsure = decide(per_bucket(dict.fromkeys(W, 0.01), 3), s)
+    assert unsure.verdict == "continue"
+    assert ab.round_next(unsure, 3, s, a, b) == (
+        "round 5 (AB, ctas512 first) — not certain yet: promotion needs the weighted low end above 0, keeping A "
+        "a promotion chance under 5% or the high end below +1%"
+    )
+    keep = decide(per_bucket({48: 0.014, 64: -0.044, 80: -0.005, 96: 0.022}, 3), s)
+    assert ab.round_next(keep, 2, s, a, b) == "stop — keep ctas512; ctas512 stays live"
+    promote = decide(per_bucket(dict.fromkeys(W, 0.2), 3), s)
+    assert ab.round_next(promote, 2, s, a, b) == "stop — promote ctas768; ctas768 stays live"
+    assert ab.round_next(Decision("inconclusive", "", 15), 14, s, a, b) == "stop — inconclusive; ctas512 stays live"
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1", "1.5"])
+def test_futility_outside_0_1_is_a_usage_error(value: str) -> None:
+    proc = run_fake("ab", "ctas512", "ctas768", "--yes", "--futility", value)
+    assert proc.returncode == 64 and f"--futility {float(value)}: must be in [0, 1)" in proc.stderr, proc.stderr
+
+
+def test_futility_0_runs_the_old_rule(tmp_path: Path) -> None:
+    proc = run_fake("ab", "ctas512", "ctas768", "--yes", "--json", "--futility", "0", "--max-rounds", "4")
+    assert (tmp_path / "state" / "experiments").is_dir()  # the default report folder, under the test's state
+    doc = json.loads(proc.stdout)
+    assert doc["settings"]["futility"] == 0.0
+    assert not doc["reason"].startswith("B cannot reach promotion")
