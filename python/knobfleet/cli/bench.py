@@ -47,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.experiment import ab
     from knobfleet.ops import workspace as app
-    from knobfleet.progress import Progress
+    from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "bench")
     profile = app.store().resolve(args.profile) if args.profile else None
@@ -76,7 +76,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 )
         return EXIT_OK if result["passed"] else EXIT_ERROR
     with Progress(enabled=not args.json) as progress:
-        doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress)
+        status = None
+        if args.repeats > 1:
+            what = f"bench {hv.host} {profile.name if profile else 'current profile'}"
+            status = Rounds(what, args.repeats, "run", at_most=False, table=progress)
+        doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress, status=status)
+        if status is not None:
+            status.close()
     if args.json:
         _out(report.to_json(doc))
     else:
@@ -99,6 +105,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _out(f"measured with {doc['tool']} against engine version {doc['engine_version'] or 'unknown'}")
             for key, value in _settings_shown(doc["settings"]):
                 _out(f"  {key} = {value}")
+        note = ab.time_scale_note(doc["time_scale"])
+        if note:
+            _out(note)
     return EXIT_OK if doc["errors"] == 0 else EXIT_ERROR
 
 
@@ -136,7 +145,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from knobfleet.experiment import ab
     from knobfleet.experiment.design import Settings
     from knobfleet.ops import workspace as app
-    from knobfleet.progress import Progress
+    from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "ab")
     st = app.store()
@@ -150,12 +159,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
             f"--weights {args.weights!r}: no weight for concurrency {missing}; give every --conc "
             "bucket a weight (0 to ignore it)"
         )
+    if not 0 <= args.futility < 1:
+        raise UsageError(f"--futility {args.futility}: must be in [0, 1) (0 turns the futility stop off)")
     settings = Settings(
         weights=weights,
         min_effect=args.min_effect,
         max_regression=args.max_regression,
         max_rounds=args.max_rounds,
         min_rounds=min(3, args.max_rounds),
+        futility=args.futility,
     )
     report_dir = (
         Path(args.report)
@@ -163,6 +175,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         else (paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{a.name}-vs-{b.name}")
     )
     with Progress(enabled=not args.json) as progress:
+        status = Rounds(f"ab {a.name} vs {b.name} on {hv.host}", settings.max_rounds, table=progress)
         doc = ab.ab(
             a,
             b,
@@ -173,7 +186,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
             report_dir,
             check_consistency=not args.no_consistency,
             on_event=progress,
+            status=status,
         )
+        status.close()
     plotted = (report_dir / "report.png").is_file()
     if args.json:
         _out(report.to_json(doc))
@@ -198,6 +213,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         )
         if not plotted:
             _out("report.png not written: plots need the optional extra (pip install 'knobfleet[plots]')")
+        note = ab.time_scale_note(doc.get("time_scale"))
+        if note:
+            _out(note)
     # The verdict is the exit status: decided (promote or keep) 0, inconclusive 2.
     return EXIT_OK if doc["verdict"] in ("promote", "keep") else EXIT_DRIFT
 
@@ -252,6 +270,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--min-effect", type=types.FRACTION, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
     p.add_argument(
         "--max-regression", type=types.FRACTION, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)"
+    )
+    p.add_argument(
+        "--futility",
+        type=types.FRACTION,
+        default=0.05,
+        help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never stop early)",
     )
     p.add_argument("--report", type=types.output_dir, default=None, metavar="DIR", help="where report.{json,md,png} go")
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")

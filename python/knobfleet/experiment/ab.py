@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knobfleet import paths
 from knobfleet.errors import ApplyFailed, KnobfleetError
@@ -19,6 +19,64 @@ from knobfleet.experiment.design import Decision, Settings, decide, order
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event
 from knobfleet.profiles.model import Profile
+
+if TYPE_CHECKING:
+    from knobfleet.progress import Rounds
+
+TIME_SCALE_ENV = "SGLANG_SIM_TIME_SCALE"
+
+
+def time_scale(hv: HostVars, profile: Profile | None) -> float | None:
+    """The lab stand-in's time scale on this host (the profile's env over the host's), None on a real engine.
+    Every decode step takes ``scale`` times the modelled GPU's time, so tok/s are 1/scale times the GPU's."""
+    raw = (profile.env_strings() if profile is not None else {}).get(TIME_SCALE_ENV, hv.host_env.get(TIME_SCALE_ENV))
+    try:
+        scale = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return scale if scale is not None and scale > 0 else None
+
+
+def time_scale_note(scale: float | None) -> str | None:
+    """One line for bench/ab output when the lab's time scale multiplies throughput (None otherwise)."""
+    if scale is None or scale == 1:
+        return None
+    return (
+        f"note: {TIME_SCALE_ENV}={scale:g} on this lab host: tok/s are {1 / scale:.3g}x the modelled GPU's "
+        f"(divide by {1 / scale:.3g} to compare with GPU numbers); ratios between profiles are unaffected"
+    )
+
+
+def round_found(d: Decision) -> str:
+    """What the rounds so far say: the weighted estimate with its interval and each bucket's class."""
+    if d.gain is None:
+        return "no estimate yet"
+    g = d.gain
+    buckets = ", ".join(f"C{b} {_pct(iv.estimate)} {cls}" for b, (iv, cls) in sorted(d.buckets.items()))
+    chance = f" · promotion chance {d.promote_chance:.0%}" if d.promote_chance is not None and not d.final else ""
+    return f"weighted {_pct(g.estimate)} ({_pct(g.low)} … {_pct(g.high)}) · {buckets}{chance}"
+
+
+def _pct(x: float) -> str:
+    return f"{math.expm1(x) * 100:+.1f}%"
+
+
+def round_next(d: Decision, r: int, s: Settings, a: Profile, b: Profile) -> str:
+    """What happens after round ``r`` (0-based) given its decision."""
+    if d.final:
+        winner = b if d.verdict == "promote" else a
+        verdict = {"promote": f"promote {b.name}", "keep": f"keep {a.name}"}.get(d.verdict, "inconclusive")
+        return f"stop — {verdict}; {winner.name} stays live"
+    nxt = order(r + 1)
+    first = a if nxt[0] == "A" else b
+    if d.rounds < s.min_rounds or "guardrail" in d.reason:
+        why = d.reason
+    else:
+        why = (
+            f"not certain yet: promotion needs the weighted low end above 0, keeping A a promotion chance "
+            f"under {s.futility:.0%} or the high end below +{s.min_effect:.0%}"
+        )
+    return f"round {r + 2} ({''.join(nxt)}, {first.name} first) — {why}"
 
 
 def results_path(host: str, profile: Profile) -> Path:
@@ -78,10 +136,20 @@ def bench(
     spec: BenchSpec,
     repeats: int,
     on_event: Callable[[Event], None] | None = None,
+    status: Rounds | None = None,
 ) -> dict[str, Any]:
     if profile is not None:
+        if status is not None:
+            status.start(1, f"applying {profile.name}")
         activate(profile, hv, inventory, on_event)
-    docs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    docs: list[dict[str, Any]] = []
+    for i in range(repeats):
+        if status is not None:
+            status.start(i + 1, "benchmarking")
+        docs.append(run_bench([hv], inventory, spec, on_event=on_event)[hv.host])
+        if status is not None:
+            nxt = f"run {i + 2}" if i + 1 < repeats else "done: the summary"
+            status.done(i + 1, runs_found(docs), nxt)
     if profile is not None:
         store_results(hv.host, profile, {"runs": docs})
     buckets = summarise_runs(docs)
@@ -96,7 +164,18 @@ def bench(
         "tool": docs[0].get("tool", "knobfleet") if docs else "knobfleet",
         "engine_version": docs[0].get("engine_version") if docs else None,
         "settings": docs[0].get("settings") if docs else None,
+        "time_scale": time_scale(hv, profile),
     }
+
+
+def runs_found(docs: list[dict[str, Any]]) -> str:
+    """Per bucket: the mean tok/s of the runs so far, with its 95% interval from two runs on; request errors."""
+    parts = []
+    for b in summarise_runs(docs):
+        iv = f" ({b.low:.0f} … {b.high:.0f})" if b.low is not None and b.high is not None else ""
+        parts.append(f"C{b.concurrency} {b.mean:.0f}{iv}")
+    n_err = sum(errors(d) for d in docs)
+    return "tok/s " + ", ".join(parts) + (f" · {n_err} request errors" if n_err else "")
 
 
 def _line(b: dict[str, Any]) -> str:
@@ -130,8 +209,10 @@ def ab(
     report_dir: Path,
     check_consistency: bool = True,
     on_event: Callable[[Event], None] | None = None,
+    status: Rounds | None = None,
 ) -> dict[str, Any]:
-    """Rounds of AB / BA on one host until the sequential rule stops; leaves the winner applied."""
+    """Rounds of AB / BA on one host until the sequential rule stops; leaves the winner applied. ``status``
+    (if given) hears each round's start, each step and each round's result."""
     if a.content_hash == b.content_hash:
         raise KnobfleetError(f"ab: {a.ref} and {b.ref} are the same profile content; nothing to compare")
     profiles = {"A": a, "B": b}
@@ -144,12 +225,21 @@ def ab(
     decision = Decision("continue", "not started", 0)
     for r in range(settings.max_rounds):
         got: dict[str, dict[int, float]] = {}
+        if status is not None:
+            status.start(r + 1, "".join(order(r)))
         for arm in order(r):
+            name = f"{arm} ({profiles[arm].name})"
             if live != arm:
+                if status is not None:
+                    status.step(f"applying {name}")
                 activate(profiles[arm], hv, inventory, on_event)
                 live = arm
             if check_consistency and cons[arm] is None:
+                if status is not None:
+                    status.step(f"consistency check of {name}")
                 cons[arm] = consistency(hv, inventory, spec, on_event)
+            if status is not None:
+                status.step(f"benchmarking {name}")
             doc = run_bench([hv], inventory, spec, on_event=on_event)[hv.host]
             errs[arm] += errors(doc)
             got[arm] = throughput(doc)
@@ -160,8 +250,14 @@ def ab(
                 per_bucket[c].append(stats.log_ratio(got["A"][c], got["B"][c]))
         b_cons_ok = cons["B"] is None or bool(cons["B"].get("passed"))
         decision = decide(per_bucket, settings, errors=errs["B"], consistency_ok=b_cons_ok)
-        if decision.final:
+        if decision.final or r + 1 >= settings.max_rounds:
+            if not decision.final:
+                decision.verdict = "inconclusive"
+            if status is not None:
+                status.done(r + 1, round_found(decision), round_next(decision, r, settings, a, b))
             break
+        if status is not None:
+            status.done(r + 1, round_found(decision), round_next(decision, r, settings, a, b))
     if not decision.final:
         decision.verdict = "inconclusive"
     winner = "B" if decision.verdict == "promote" else "A"
@@ -170,6 +266,7 @@ def ab(
     doc = _document(
         a, b, hv.host, decision, settings, runs, cons, errs, profiles[winner].name, time.monotonic() - started
     )
+    doc["time_scale"] = time_scale(hv, a)
     write_reports(doc, report_dir)
     return doc
 
@@ -213,6 +310,7 @@ def _document(
         "winner": winner,
         "reason": d.reason,
         "rounds": d.rounds,
+        "driver": d.driver,
         "wall_s": round(wall, 1),
         "weighted_gain": {
             "estimate": r1(g.estimate) if g else None,
@@ -231,6 +329,7 @@ def _document(
             "max_rounds": s.max_rounds,
             "min_rounds": s.min_rounds,
             "alpha": s.alpha,
+            "futility": s.futility,
         },
     }
 

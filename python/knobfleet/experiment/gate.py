@@ -10,13 +10,16 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from knobfleet.experiment.ab import activate, consistency, results_path, store_results
+from knobfleet.experiment.ab import activate, consistency, results_path, runs_found, store_results
 from knobfleet.experiment.bench.run import BenchSpec, errors, run_bench, throughput
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event
 from knobfleet.profiles.model import Profile
+
+if TYPE_CHECKING:
+    from knobfleet.progress import Rounds
 
 
 @dataclass
@@ -49,14 +52,25 @@ def baseline_runs(
     spec: BenchSpec,
     repeats: int,
     on_event: Callable[[Event], None] | None,
+    status: Rounds | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     path = results_path(hv.host, baseline)
     if path.is_file():
         runs: list[dict[str, Any]] = json.loads(path.read_text())["runs"]
         if {c for d in runs for c in throughput(d)} >= set(spec.conc):
             return runs, "stored"
+    if status is not None:
+        status.limit = 2 * repeats  # the baseline's runs first, then the new profile's
+        status.start(1, f"applying the baseline {baseline.name}")
     activate(baseline, hv, inventory, on_event)
-    runs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    runs = []
+    for i in range(repeats):
+        if status is not None:
+            status.start(i + 1, f"benchmarking the baseline {baseline.name}")
+        runs.append(run_bench([hv], inventory, spec, on_event=on_event)[hv.host])
+        if status is not None:
+            nxt = f"baseline run {i + 2}" if i + 1 < repeats else f"apply {new.name} again and benchmark it"
+            status.done(i + 1, f"baseline {baseline.name}: " + runs_found(runs), nxt)
     store_results(hv.host, baseline, {"runs": runs})
     activate(new, hv, inventory, on_event)
     return runs, "measured"
@@ -70,8 +84,10 @@ def gate_host(
     spec: BenchSpec,
     repeats: int,
     on_event: Callable[[Event], None] | None = None,
+    status: Rounds | None = None,
 ) -> GateResult:
-    base_runs, source = baseline_runs(baseline, new, hv, inventory, spec, repeats, on_event)
+    base_runs, source = baseline_runs(baseline, new, hv, inventory, spec, repeats, on_event, status)
+    done = len(base_runs) if source == "measured" else 0
     res = GateResult(hv.host, False, "", baseline.ref, source)
     if new.gate.consistency:
         cons = consistency(hv, inventory, spec, on_event)
@@ -82,10 +98,26 @@ def gate_host(
                 f"differ from serial ({cons['loops']} loops)"
             )
             return res
-    new_runs = [run_bench([hv], inventory, spec, on_event=on_event)[hv.host] for _ in range(repeats)]
+    new_runs: list[dict[str, Any]] = []
+    for i in range(repeats):
+        if status is not None:
+            status.start(done + i + 1, f"benchmarking {new.name}")
+        new_runs.append(run_bench([hv], inventory, spec, on_event=on_event)[hv.host])
+        if status is not None:
+            nxt = f"run {done + i + 2}" if i + 1 < repeats else "the verdict"
+            status.done(done + i + 1, progress_found(base_runs, new_runs, new.gate.max_regression), nxt)
     store_results(hv.host, new, {"runs": new_runs})
     res.passed, res.reason, res.ratios = judge(base_runs, new_runs, new.gate.max_regression, baseline.ref, source)
     return res
+
+
+def progress_found(base_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]], limit: float) -> str:
+    """The gate's view so far: each bucket's ratio to the baseline and whether it is beyond the limit."""
+    old, cur = _means(base_runs), _means(new_runs)
+    ratios = {c: cur[c] / old[c] - 1 for c in sorted(cur) if old.get(c)}
+    n_err = sum(errors(d) for d in new_runs)
+    shown = ", ".join(f"C{c} {r:+.1%}{' (beyond the limit)' if r < -limit else ''}" for c, r in ratios.items())
+    return f"vs baseline {shown or 'no common bucket'}" + (f" · {n_err} request errors" if n_err else "")
 
 
 def judge(
@@ -129,17 +161,23 @@ def gate_rollout(
     spec: BenchSpec,
     repeats: int,
     on_event: Callable[[Event], None] | None = None,
+    progress: bool = True,
 ) -> list[GateResult]:
     """``apply --gate``: benchmark every host the apply left on ``new``; a rejected host is restored to its
-    previous generation (through the transaction's restore) and its outcome in ``result`` says so."""
+    previous generation (through the transaction's restore) and its outcome in ``result`` says so. With
+    ``progress``, each host's runs show on stderr (``progress.Rounds``: live on a terminal, else a line a run)."""
     from knobfleet.ops.transaction import RestoreFailed, RestoreTarget, restore
+    from knobfleet.progress import Rounds
 
     by_name = {hv.host: hv for hv in hosts}
     gates, targets = [], {}
     for o in result.hosts:
         if o.status not in ("applied", "unchanged"):
             continue
-        g = gate_host(new, baseline, by_name[o.host], inventory, spec, repeats, on_event)
+        status = Rounds(f"gate {o.host} vs {baseline.name}", repeats, "run", at_most=False) if progress else None
+        g = gate_host(new, baseline, by_name[o.host], inventory, spec, repeats, on_event, status)
+        if status is not None:
+            status.close()
         gates.append(g)
         if not g.passed:
             new_gen = o.generation is not None and o.generation != o.previous

@@ -33,7 +33,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Request errors: A {doc['errors']['A']}, B {doc['errors']['B']}.",
         "",
         "Method: paired per-round log-ratios, noise from the run-to-run spread shrunk toward a prior and "
-        "floored; Bonferroni-corrected sequential looks (see knobfleet.experiment.design).",
+        "floored; Bonferroni-corrected sequential looks, and a futility stop once B's predictive chance of "
+        "promotion by the last round is small (see knobfleet.experiment.design).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -47,6 +47,11 @@ def normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
+def normal_cdf(x: float) -> float:
+    """Standard normal CDF."""
+    return NormalDist().cdf(x)
+
+
 # Two-sided 95% Student-t quantiles t(0.975, df) for df = 1..30 (to 3 decimals, the textbook table).
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import Counter
 
 import pytest
@@ -31,9 +32,9 @@ def pct(x: float) -> float:
     return math.log1p(x / 100)
 
 
-def experiment(rng: random.Random, effects: dict[int, float], s: Settings) -> tuple[str, str]:
+def experiment(rng: random.Random, effects: dict[int, float], s: Settings) -> tuple[str, str, int]:
     """One ``knobfleet ab`` run against a machine where B's true log-effect per bucket is ``effects``:
-    (verdict, reason)."""
+    (verdict, reason, rounds)."""
     a = math.exp(-1 / TAU)
     drift = rng.gauss(0, SIGMA_DRIFT)
     per_bucket: dict[int, list[float]] = {b: [] for b in effects}
@@ -46,7 +47,7 @@ def experiment(rng: random.Random, effects: dict[int, float], s: Settings) -> tu
             per_bucket[b].append(run["B"][b] - run["A"][b])
         d = decide(per_bucket, s)
         if d.final:
-            return d.verdict, d.reason
+            return d.verdict, d.reason, d.rounds
     raise AssertionError("decide() did not stop at max_rounds")
 
 
@@ -55,7 +56,7 @@ def verdicts(effects: dict[int, float], s: Settings, seed: str) -> Counter[str]:
     rng = random.Random(seed)
     out: Counter[str] = Counter()
     for _ in range(TRIALS):
-        verdict, reason = experiment(rng, effects, s)
+        verdict, reason, _rounds = experiment(rng, effects, s)
         out[verdict] += 1
         out["guardrail"] += "regression guardrail" in reason and verdict == "keep"
     return out
@@ -67,13 +68,13 @@ def rate(c: Counter[str], verdict: str) -> float:
 
 def test_aa_false_promotion_at_most_2_percent() -> None:
     c = verdicts(dict.fromkeys(W, 0.0), Settings(weights=W), "aa")
-    assert rate(c, "promote") <= 0.02, c  # measured: 1.1%
+    assert rate(c, "promote") <= 0.02, c  # measured: 0.9% (1.1% before the futility stop)
     assert c["promote"] + c["keep"] + c["inconclusive"] == TRIALS
 
 
 def test_plus_3_percent_under_6_5_percent_noise_is_promoted_at_least_95_percent() -> None:
     c = verdicts(dict.fromkeys(W, pct(3)), Settings(weights=W), "plus3")
-    assert rate(c, "promote") >= 0.95, c  # measured: 99.3%
+    assert rate(c, "promote") >= 0.95, c  # measured: 98.6% (99.3% before the futility stop)
 
 
 def test_minus_3_percent_is_never_promoted() -> None:
@@ -92,7 +93,7 @@ class Uncorrected(Settings):
 def test_the_multiple_look_correction_is_what_keeps_aa_false_promotion_low() -> None:
     corrected = verdicts(dict.fromkeys(W, 0.0), Settings(weights=W), "aa")
     naive = verdicts(dict.fromkeys(W, 0.0), Uncorrected(weights=W), "aa")
-    assert rate(naive, "promote") > 0.08, naive  # measured: 13.1% (same seeds as the corrected rule)
+    assert rate(naive, "promote") > 0.08, naive  # measured: 12.1% (same seeds as the corrected rule)
     assert rate(naive, "promote") > 5 * rate(corrected, "promote")
 
 
@@ -192,3 +193,37 @@ def test_same_rounds_different_weights_different_verdict() -> None:
     assert towards_48.gain is not None and towards_96.gain is not None
     assert towards_48.gain.estimate == pytest.approx(0.9 * pct(6) + 0.1 * pct(-2), abs=0.01)
     assert towards_96.gain.estimate == pytest.approx(0.1 * pct(6) + 0.9 * pct(-2), abs=0.01)
+
+
+# --- nothing worth deciding: gains and losses that cancel --------------------------------------------------
+
+# ctas768 against ctas512 on the stand-in's wave model (python/knobfleet/lab/sim/model.py, noise off): gains at
+# C48 and C96 nearly cancel a loss at C64 beyond the guardrail; weighted -0.84% at the campaign's weights.
+CANCEL = {48: pct(1.39), 64: pct(-4.36), 80: pct(-0.45), 96: pct(2.17)}
+
+
+def outcomes(effects: dict[int, float], s: Settings, seed: str) -> list[tuple[str, str, int]]:
+    rng = random.Random(seed)
+    return [experiment(rng, effects, s) for _ in range(TRIALS)]
+
+
+def test_cancelling_gains_and_losses_end_keep_well_before_the_budget() -> None:
+    runs = outcomes(CANCEL, Settings(weights=W), "cancel")
+    verdicts_ = Counter(v for v, _, _ in runs)
+    rounds = sorted(n for _, _, n in runs)
+    assert verdicts_["keep"] >= 0.95 * TRIALS, verdicts_  # measured: 100%
+    assert verdicts_["promote"] <= 0.02 * TRIALS, verdicts_  # a false promotion: held to the A/A bound
+    assert rounds[TRIALS // 2] <= 5 and rounds[int(0.9 * TRIALS)] <= 8, rounds  # measured: median 3, p90 6
+    futile = [r for v, r, _ in runs if r.startswith("B cannot reach promotion")]
+    assert len(futile) >= 0.8 * TRIALS  # measured: 93%; the rest the guardrail or "cannot beat A by 1%"
+    assert all(r.endswith("pulls it down most") for r in futile)
+    # the verdict names the bucket that drove it: C64 in 918 of 926 (C80, by noise, in the rest)
+    assert sum("; concurrency 64 (" in r for r in futile) >= 0.95 * len(futile)
+
+
+def test_without_the_futility_stop_the_same_experiments_run_out_the_budget() -> None:
+    """The cause, pinned: keeping A otherwise needs proof of a negative at the multiple-look z (B below +1%, or
+    C64 below -3%), which 15 rounds of this noise rarely give."""
+    runs = outcomes(CANCEL, Settings(weights=W, futility=0.0), "cancel")
+    assert sum(v == "inconclusive" for v, _, _ in runs) >= 0.2 * TRIALS  # measured: 29.7%
+    assert statistics.mean(n for _, _, n in runs) >= 8  # measured: 10.3 rounds

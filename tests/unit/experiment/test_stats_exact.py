@@ -9,7 +9,7 @@ from statistics import NormalDist
 import pytest
 
 from knobfleet.experiment import stats
-from knobfleet.experiment.design import Decision, Settings, decide
+from knobfleet.experiment.design import Decision, Settings, decide, driver, promotion_bar, promotion_chance
 
 W = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
 
@@ -135,7 +135,7 @@ def test_a_significant_gain_below_min_effect_is_not_promoted() -> None:
 
 
 def test_inconclusive_at_max_rounds_and_continue_before() -> None:
-    s = Settings(weights=W, max_rounds=6)
+    s = Settings(weights=W, max_rounds=6, futility=0.0)  # futility off: the budget alone ends it
     noisy = {b: [0.05, -0.03, 0.04, -0.02, 0.05, -0.03] for b in W}
     d = decide(noisy, s)
     assert d.verdict == "inconclusive" and d.reason.startswith("after 6 rounds the weighted gain is +")
@@ -159,3 +159,74 @@ def test_guardrail_needs_the_bucket_beyond_the_limit_not_just_worse() -> None:
 
 def test_decision_final() -> None:
     assert Decision("keep", "", 1).final and not Decision("continue", "", 1).final
+
+
+# --- the futility bound ------------------------------------------------------------------------------------
+
+
+def test_promotion_bar_is_the_last_rounds_lower_bound_or_min_effect() -> None:
+    s = Settings(weights=W)  # 15 rounds, z = 2.66529 (alpha 5% over 13 looks)
+    iv = stats.Interval(0.0, -0.01, 0.01, 3, 0.03)
+    assert promotion_bar(iv, s) == pytest.approx(s.z() * 0.03 / math.sqrt(15))  # 2.06% > ln(1.01)
+    quiet = stats.Interval(0.0, -0.001, 0.001, 3, 0.01)
+    assert promotion_bar(quiet, s) == pytest.approx(math.log1p(0.01))  # 0.69% < 1%: the useful margin rules
+
+
+@pytest.mark.parametrize(
+    ("estimate", "k", "chance"),
+    [
+        # final mean ~ N(m, s^2 (N-k) / (N k)); bar = 2.6737 * 0.03 / sqrt(15) = 0.020645
+        (0.0, 3, 1 - NormalDist().cdf(0.020645 / (0.03 * math.sqrt(12 / 45)))),
+        (-0.01, 6, 1 - NormalDist().cdf(0.030645 / (0.03 * math.sqrt(9 / 90)))),
+        (0.03, 3, 1 - NormalDist().cdf(-0.009355 / (0.03 * math.sqrt(12 / 45)))),
+    ],
+)
+def test_promotion_chance_is_the_predictive_probability_at_the_last_round(
+    estimate: float, k: int, chance: float
+) -> None:
+    iv = stats.Interval(estimate, estimate - 0.05, estimate + 0.05, k, 0.03)
+    assert promotion_chance(iv, Settings(weights=W)) == pytest.approx(chance, abs=1e-4)
+
+
+def test_promotion_chance_once_no_round_is_left_is_the_verdict() -> None:
+    s = Settings(weights=W, max_rounds=4)
+    assert promotion_chance(stats.Interval(0.05, 0.01, 0.09, 4, 0.03), s) == 1.0
+    assert promotion_chance(stats.Interval(0.05, -0.01, 0.11, 4, 0.03), s) == 0.0
+    assert promotion_chance(stats.Interval(0.005, 0.001, 0.009, 4, 0.03), s) == 0.0  # below min_effect
+
+
+def test_futility_keeps_a_with_the_driving_bucket_named() -> None:
+    # the seed replay's shape: gains at 48/96 cancel a loss at 64 (rounds alternate a little around each value)
+    per = {
+        48: [pct(1.4) + d for d in (0.01, -0.01, 0.01)],
+        64: [pct(-4.4) + d for d in (0.01, -0.01, 0.01)],
+        80: [pct(-0.5) + d for d in (0.01, -0.01, 0.01)],
+        96: [pct(2.2) + d for d in (0.01, -0.01, 0.01)],
+    }
+    d = decide(per, Settings(weights=W))
+    assert d.verdict == "keep" and d.final and d.driver == 64
+    assert d.promote_chance is not None and d.promote_chance < 0.05
+    assert d.reason.startswith("B cannot reach promotion within 15 rounds: weighted gain -0.5% (")
+    # the bar: z * sigma / sqrt(15) with sigma the pooled 2.54% of these rounds
+    assert d.reason.endswith(
+        "the last round would need +1.8% (chance 4.1%); concurrency 64 (-4.1%, weight 0.30) pulls it down most"
+    )
+    # the same rounds, futility off: nothing is decided yet
+    assert decide(per, Settings(weights=W, futility=0.0)).verdict == "continue"
+
+
+def test_futility_waits_while_a_promotion_is_still_possible() -> None:
+    per = const(pct(1.5), 3)  # +1.5% after 3 quiet rounds: the bar at round 15 is reachable
+    per = {b: [x + d for x, d in zip(xs, (0.02, -0.02, 0.0), strict=True)] for b, xs in per.items()}
+    d = decide(per, Settings(weights=W))
+    assert d.verdict == "continue" and d.promote_chance is not None and d.promote_chance > 0.05
+
+
+def test_the_driver_is_the_bucket_with_the_lowest_weighted_share() -> None:
+    assert driver({48: [0.02], 64: [-0.04], 96: [-0.1]}, {48: 0.3, 64: 0.6, 96: 0.1}) == 64  # -2.4% < -1%
+    assert driver({48: [0.02], 96: [-0.1]}, {48: 0.3, 96: 0.0}) == 48  # no weight, no say
+    assert driver({}, W) is None
+
+
+def pct(x: float) -> float:
+    return math.log1p(x / 100)
