@@ -16,7 +16,7 @@ from ansible.module_utils import basic
 from tests.unit.roles.test_knob_generation import kg
 
 BASE = {"state_dir": "/var/lib/knobfleet/svc", "run_id": "run-1"}
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "after": "apply",
     "script_path": None,
     "unit_path": None,
@@ -80,7 +80,7 @@ def test_check_mode_is_supported(capsys: pytest.CaptureFixture[str], seen: list[
 
 
 # (action, the options it needs besides state_dir and run_id)
-NEEDS = {
+NEEDS: dict[str, dict[str, Any]] = {
     "begin": {"script_path": "/s.sh", "unit_path": "/u.service"},
     "stage": {"script_path": "/s.sh", "unit_path": "/u.service", "script_content": "x", "unit_content": "y"},
     "install": {
