@@ -50,6 +50,10 @@ SAMPLE_SEED = 25
 # An on-host module of a role: staged as src/knob_role_<name>.py, its mutants named knob_role_<name>.x_…
 ROLE_MODULE = re.compile(r"^roles/([^/]+)/library/([^/]+)\.py$")
 ROLE_PREFIX = "knob_role_"
+# The shell's modules (issue 25's widening) and the tests only they need: a run that mutates none of them (the
+# pure core alone, e.g. --quick's fixed sample) leaves these tests out of the selection and keeps its old cost.
+SHELL = ("cli/", "engines/", "fleet/transports/", "experiment/ab.py", "roles/")
+SHELL_TESTS = ("tests/unit/cli", "tests/unit/fleet/transports", "tests/unit/fleet/test_readhost.py")
 # Equivalent mutants: "| `mutant name` | reason |" rows in docs/TESTING.md.
 EQUIVALENT_ROW = re.compile(r"^\|\s*`((?:knobfleet|knob_role_\w+)\.[^`]+__mutmut_\d+)`\s*\|")
 # mutmut's statuses that count as detected; anything else (survived, no tests, suspicious, …) is alive
@@ -146,6 +150,9 @@ def stage(selected: list[str]) -> None:
     # roles/ is copied into mutants/ below, with links to the mutated role modules: not by mutmut
     text = re.sub(r'(?m)^(also_copy = \[.*)"roles", ', r"\1", text)
     text = re.sub(r"(?m)^pytest_add_cli_args = \[", f'pytest_add_cli_args = ["-p", "{ORDER_PLUGIN}", ', text)
+    if not any(p.startswith(SHELL) for p in selected):
+        for test in SHELL_TESTS:
+            text = text.replace(f'  "{test}",\n', "")
     (STAGE / "pyproject.toml").write_text(text)
     # mutmut runs pytest in mutants/, which is on sys.path: the plugin that runs the fastest tests first
     (STAGE / "mutants").mkdir()
@@ -185,15 +192,16 @@ def module_of(name: str) -> str:
 
 
 def sample(codes: dict[str, int | None], per_module: int) -> list[str]:
-    """At most ``per_module`` mutant names of each module, drawn with a fixed seed (the same code and sample
-    size give the same sample)."""
+    """At most ``per_module`` mutant names of each module: the first of the module's mutants shuffled with a
+    fixed seed, so a larger sample of the same code holds the smaller one (``--resume --sample`` with a larger N
+    checks only the mutants added)."""
     by_module: dict[str, list[str]] = {}
     for name in sorted(codes):
         by_module.setdefault(module_of(name), []).append(name)
-    rng = random.Random(SAMPLE_SEED)
     chosen: list[str] = []
-    for _module, names in sorted(by_module.items()):
-        chosen += names if len(names) <= per_module else sorted(rng.sample(names, per_module))
+    for module, names in sorted(by_module.items()):
+        random.Random(f"{SAMPLE_SEED}:{module}").shuffle(names)
+        chosen += sorted(names[:per_module])
     return chosen
 
 
