@@ -310,7 +310,7 @@ def main() -> int:
         note = f"  ({c['unchecked']} not checked yet)" if c["unchecked"] else ""
         print(
             f"{display(mod):<42} {checked:>7} {c['killed']:>6} {c['timeout']:>7} {c['equivalent']:>5} {c['alive']:>5} "
-            f"{(100 * dead / denom if denom else 100):>5.1f}%{note}"
+            f"{f'{100 * dead / denom:5.1f}%' if denom else '   n/a':>6}{note}"
         )
     if survivors:
         print(f"\n{len(survivors)} surviving mutants (mutmut show NAME in build/mutation for the diff):")
@@ -324,14 +324,14 @@ def main() -> int:
         print(f"\nnote: {len(stale)} equivalent mutants in docs/TESTING.md no longer exist: {', '.join(stale)}")
     n = sum(total.values()) - total["unchecked"]
     denom = n - total["equivalent"]
-    score = 100 * (total["killed"] + total["timeout"]) / denom if denom else 100.0
+    score = 100 * (total["killed"] + total["timeout"]) / denom if denom else None
     if total["unchecked"]:
         print(
             f"\n{total['unchecked']} mutants not checked yet: `python tools/mutation.py --resume` goes on "
             "(code and tests unchanged)"
         )
     print(f"\n{n} mutants checked in {len(per)} modules, {time.monotonic() - t0:.0f}s")
-    print(f"mutation score: {score:.1f}%")
+    print(f"mutation score: {'n/a (no mutant checked)' if score is None else f'{score:.1f}%'}")
     return 0
 
 
