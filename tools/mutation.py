@@ -1,15 +1,24 @@
-"""Mutation testing of knobfleet's pure core with mutmut (``make mutation``, ``make mutation-quick``).
+"""Mutation testing of knobfleet with mutmut (``make mutation``, ``make mutation-quick``).
 
 mutmut derives a mutant's module from its path and only understands a ``src/`` layout, so the package is
 staged in ``build/mutation/src/knobfleet`` (a copy of ``python/knobfleet``) next to links to the tests and the
-project's data; mutmut runs there with ``[tool.mutmut]`` from pyproject.toml (which files are the pure core,
+project's data; mutmut runs there with ``[tool.mutmut]`` from pyproject.toml (which files are mutated,
 per-mutant test selection from ``tests/unit``). Every run starts from a clean ``mutants/`` so the score never
 comes from a stale cache. Mutants listed in docs/TESTING.md as equivalent are left out of the score.
 
-    python tools/mutation.py                 # the whole pure core
-    python tools/mutation.py --quick         # the pure-core modules changed since the last release tag
-                                             # (no tag, or none changed: a fixed sample, QUICK_SAMPLE)
-    python tools/mutation.py --only ops/plan.py render.py
+The roles' on-host modules (``roles/*/library/*.py``, listed as such in ``only_mutate``) are not in the package:
+the unit tests load each from its file under the module name ``knob_role_<name>``, and mutmut's trampolines
+activate a mutant only in a module of the mutant's own name. So each is staged as ``src/knob_role_<name>.py``
+(mutmut names its mutants ``knob_role_<name>.x_…``) and its file in the copied roles (``mutants/roles/<role>/
+library/<name>.py``) becomes a link to the mutated copy: the tests load the mutants under the right name.
+
+    python tools/mutation.py                 # everything in only_mutate
+    python tools/mutation.py --quick         # the modules changed since the last release tag, at most
+                                             # QUICK_SAMPLE_PER_MODULE mutants each (no tag, or none changed:
+                                             # a fixed sample, QUICK_SAMPLE)
+    python tools/mutation.py --only ops/plan.py render.py roles/knob_serve/library/knob_generation.py
+    python tools/mutation.py --only cli/drift.py --sample 150   # at most 150 mutants of each module, drawn
+                                             # with a fixed seed (the others are reported as not checked)
 
 The last line is ``mutation score: N%`` (killed / (mutants − equivalent), timeouts count as killed).
 """
@@ -20,6 +29,7 @@ import argparse
 import fnmatch
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -34,8 +44,18 @@ STAGE = REPO / "build" / "mutation"  # --quick and --only: build/mutation-quick,
 LINKED = ("tests", "profiles", "roles", "playbooks", "inventories", "perf")
 # The fixed sample for --quick when no release tag says what changed: the rules a user notices first.
 QUICK_SAMPLE = ("ops/plan.py", "experiment/design.py")
+# --quick over changed modules: at most this many mutants of each (CI keeps ~4 min on 2 cores)
+QUICK_SAMPLE_PER_MODULE = 60
+SAMPLE_SEED = 25
+# An on-host module of a role: staged as src/knob_role_<name>.py, its mutants named knob_role_<name>.x_…
+ROLE_MODULE = re.compile(r"^roles/([^/]+)/library/([^/]+)\.py$")
+ROLE_PREFIX = "knob_role_"
+# The shell's modules (issue 25's widening) and the tests only they need: a run that mutates none of them (the
+# pure core alone, e.g. --quick's fixed sample) leaves these tests out of the selection and keeps its old cost.
+SHELL = ("cli/", "engines/", "fleet/transports/", "experiment/ab.py", "roles/")
+SHELL_TESTS = ("tests/unit/cli", "tests/unit/fleet/transports")
 # Equivalent mutants: "| `mutant name` | reason |" rows in docs/TESTING.md.
-EQUIVALENT_ROW = re.compile(r"^\|\s*`(knobfleet\.[^`]+__mutmut_\d+)`\s*\|")
+EQUIVALENT_ROW = re.compile(r"^\|\s*`((?:knobfleet|knob_role_\w+)\.[^`]+__mutmut_\d+)`\s*\|")
 # mutmut's statuses that count as detected; anything else (survived, no tests, suspicious, …) is alive
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
 
@@ -61,7 +81,34 @@ def core_patterns() -> list[str]:
 
 
 def rel(pattern: str) -> str:
+    """A pattern of only_mutate as the command line takes it: relative to python/knobfleet, or roles/…"""
     return pattern.removeprefix("src/knobfleet/")
+
+
+def is_role(pattern: str) -> bool:
+    return pattern.startswith("roles/")
+
+
+def role_modules(patterns: list[str]) -> dict[str, Path]:
+    """``knob_role_<name>`` → the module's file, for every roles/… pattern (globs expanded)."""
+    out: dict[str, Path] = {}
+    for pattern in patterns:
+        if not is_role(pattern):
+            continue
+        for path in sorted(REPO.glob(pattern)):
+            m = ROLE_MODULE.match(path.relative_to(REPO).as_posix())
+            if m:
+                out[ROLE_PREFIX + m.group(2)] = path
+    return out
+
+
+def display(module: str) -> str:
+    """A module as the score table shows it: knobfleet.cli.drift, or roles/knob_serve/library/x.py."""
+    if module.startswith(ROLE_PREFIX):
+        name = module.removeprefix(ROLE_PREFIX)
+        hits = sorted(REPO.glob(f"roles/*/library/{name}.py"))
+        return hits[0].relative_to(REPO).as_posix() if hits else module
+    return module
 
 
 def last_release_tag() -> str | None:
@@ -73,7 +120,7 @@ def last_release_tag() -> str | None:
 
 def changed_since(tag: str, patterns: list[str]) -> list[str]:
     out = subprocess.run(
-        ["git", "diff", "--name-only", f"{tag}..HEAD", "--", "python/knobfleet"],
+        ["git", "diff", "--name-only", f"{tag}..HEAD", "--", "python/knobfleet", "roles"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -92,14 +139,31 @@ def stage(selected: list[str]) -> None:
     )
     for name in LINKED:
         (STAGE / name).symlink_to(REPO / name)
+    roles = role_modules(selected)
+    for module, path in roles.items():
+        shutil.copy2(path, STAGE / "src" / f"{module}.py")
     text = (REPO / "pyproject.toml").read_text()
-    patterns = "[" + ", ".join(json.dumps(f"src/knobfleet/{s}") for s in selected) + "]"
+    mutate = [f"src/knobfleet/{s}" for s in selected if not is_role(s)] + [f"src/{m}.py" for m in roles]
+    patterns = "[" + ", ".join(json.dumps(p) for p in mutate) + "]"
     text = re.sub(r"(?m)^only_mutate = \[[^\]]*\]", f"only_mutate = {patterns}", text)
+    text = re.sub(r"(?m)^source_paths = \[[^\]]*\]", 'source_paths = ["src"]', text)
+    # roles/ is copied into mutants/ below, with links to the mutated role modules: not by mutmut
+    text = re.sub(r'(?m)^(also_copy = \[.*)"roles", ', r"\1", text)
     text = re.sub(r"(?m)^pytest_add_cli_args = \[", f'pytest_add_cli_args = ["-p", "{ORDER_PLUGIN}", ', text)
+    if not any(p.startswith(SHELL) for p in selected):
+        for test in SHELL_TESTS:
+            text = text.replace(f'  "{test}",\n', "")
     (STAGE / "pyproject.toml").write_text(text)
     # mutmut runs pytest in mutants/, which is on sys.path: the plugin that runs the fastest tests first
     (STAGE / "mutants").mkdir()
     (STAGE / "mutants" / f"{ORDER_PLUGIN}.py").write_text(ORDER_PLUGIN_SOURCE)
+    # The tests load the role modules from <root>/roles/<role>/library (root: mutants/, where their copy is):
+    # those being mutated are links to mutmut's mutated copy in mutants/src.
+    shutil.copytree(REPO / "roles", STAGE / "mutants" / "roles", ignore=shutil.ignore_patterns("__pycache__"))
+    for module, path in roles.items():
+        link = STAGE / "mutants" / path.relative_to(REPO)
+        link.unlink()
+        link.symlink_to(Path("../../..") / "src" / f"{module}.py")
 
 
 def equivalent() -> dict[str, str]:
@@ -113,9 +177,9 @@ def equivalent() -> dict[str, str]:
     return out
 
 
-def results() -> dict[str, int]:
-    """mutant name → exit code, from mutmut's per-file result files."""
-    out: dict[str, int] = {}
+def results() -> dict[str, int | None]:
+    """mutant name → exit code (None: not checked), from mutmut's per-file result files."""
+    out: dict[str, int | None] = {}
     for meta in (STAGE / "mutants").rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         for name, code in data.get("exit_code_by_key", {}).items():
@@ -125,6 +189,31 @@ def results() -> dict[str, int]:
 
 def module_of(name: str) -> str:
     return re.sub(r"\.x[_ǁ].*$", "", name)
+
+
+def sample(codes: dict[str, int | None], per_module: int) -> list[str]:
+    """At most ``per_module`` mutant names of each module: the first of the module's mutants shuffled with a
+    fixed seed, so a larger sample of the same code holds the smaller one (``--resume --sample`` with a larger N
+    checks only the mutants added)."""
+    by_module: dict[str, list[str]] = {}
+    for name in sorted(codes):
+        by_module.setdefault(module_of(name), []).append(name)
+    chosen: list[str] = []
+    for module, names in sorted(by_module.items()):
+        random.Random(f"{SAMPLE_SEED}:{module}").shuffle(names)
+        chosen += sorted(names[:per_module])
+    return chosen
+
+
+def run_mutmut(mutmut: Path, jobs: int, names: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [str(mutmut), "run", "--max-children", str(jobs), *names], cwd=STAGE, env=env, capture_output=True, text=True
+    )
+
+
+# A name no mutant has: `mutmut run` with it generates the mutants and the test statistics, then stops.
+GENERATE_ONLY = "knobfleet-generate-only-no-such-mutant"
 
 
 def main() -> int:
@@ -139,13 +228,23 @@ def main() -> int:
         help="go on with the mutants an interrupted run left unchecked (code and tests unchanged since)",
     )
     ap.add_argument("--report", action="store_true", help="only print the scores of the last run (so far)")
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="check at most N mutants of each module, drawn with a fixed seed (the rest: not checked)",
+    )
     args = ap.parse_args()
     core = core_patterns()
     if args.only:
         selected = args.only
     elif args.quick:
         tag = last_release_tag()
-        selected = (changed_since(tag, core) if tag else []) or list(QUICK_SAMPLE)
+        changed = changed_since(tag, core) if tag else []
+        selected = changed or list(QUICK_SAMPLE)
+        if changed and args.sample is None:
+            args.sample = QUICK_SAMPLE_PER_MODULE
         print(f"mutation-quick: {'changed since ' + tag if tag else 'no release tag, fixed sample'}: {selected}")
     else:
         selected = [rel(p) for p in core]
@@ -157,13 +256,26 @@ def main() -> int:
     if not args.report:
         if not (args.resume and (STAGE / "mutants").is_dir()):
             stage(selected)
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        proc = subprocess.run(
-            [str(mutmut), "run", "--max-children", str(args.jobs)], cwd=STAGE, env=env, capture_output=True, text=True
-        )
+        names: list[str] = []
         log = STAGE / "mutmut.log"
-        log.write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
+        if args.sample is not None:
+            first = run_mutmut(mutmut, args.jobs, [GENERATE_ONLY])
+            log.write_text(first.stdout + first.stderr)
+            every = results()
+            if not every or not (STAGE / "mutants" / "mutmut-stats.json").is_file():
+                print((first.stdout + first.stderr)[-4000:])
+                print(f"mutmut generated no mutants or no test statistics; full log in {log.relative_to(REPO)}")
+                return 1
+            names = sample(every, args.sample)
+            if args.resume:
+                names = [n for n in names if every[n] is None]
+            print(
+                f"sample: {len(names)} of {len(every)} mutants (at most {args.sample} per module, seed {SAMPLE_SEED})"
+            )
+        proc = run_mutmut(mutmut, args.jobs, names) if names or args.sample is None else None
+        if proc is not None:
+            log.write_text(proc.stdout + proc.stderr)
+        if proc is not None and proc.returncode != 0:
             print((proc.stdout + proc.stderr)[-4000:])
             print(f"mutmut failed (exit {proc.returncode}); full log in {log.relative_to(REPO)}")
             return 1
@@ -197,8 +309,8 @@ def main() -> int:
         denom = checked - c["equivalent"]
         note = f"  ({c['unchecked']} not checked yet)" if c["unchecked"] else ""
         print(
-            f"{mod:<42} {checked:>7} {c['killed']:>6} {c['timeout']:>7} {c['equivalent']:>5} {c['alive']:>5} "
-            f"{(100 * dead / denom if denom else 100):>5.1f}%{note}"
+            f"{display(mod):<42} {checked:>7} {c['killed']:>6} {c['timeout']:>7} {c['equivalent']:>5} {c['alive']:>5} "
+            f"{f'{100 * dead / denom:5.1f}%' if denom else '   n/a':>6}{note}"
         )
     if survivors:
         print(f"\n{len(survivors)} surviving mutants (mutmut show NAME in build/mutation for the diff):")
@@ -212,14 +324,14 @@ def main() -> int:
         print(f"\nnote: {len(stale)} equivalent mutants in docs/TESTING.md no longer exist: {', '.join(stale)}")
     n = sum(total.values()) - total["unchecked"]
     denom = n - total["equivalent"]
-    score = 100 * (total["killed"] + total["timeout"]) / denom if denom else 100.0
+    score = 100 * (total["killed"] + total["timeout"]) / denom if denom else None
     if total["unchecked"]:
         print(
             f"\n{total['unchecked']} mutants not checked yet: `python tools/mutation.py --resume` goes on "
             "(code and tests unchanged)"
         )
     print(f"\n{n} mutants checked in {len(per)} modules, {time.monotonic() - t0:.0f}s")
-    print(f"mutation score: {score:.1f}%")
+    print(f"mutation score: {'n/a (no mutant checked)' if score is None else f'{score:.1f}%'}")
     return 0
 
 
