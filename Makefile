@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick coverage
+.PHONY: demo test unit integration lint perf system-deps venv vllm router clean lab-down mutation mutation-quick coverage
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-demo: venv system-deps
+demo: venv system-deps router
 	$(BIN)/knobfleet profiles validate
 	$(BIN)/knobfleet lab up -n 3
 	$(BIN)/knobfleet lab status
@@ -41,7 +41,11 @@ demo: venv system-deps
 vllm: venv
 	$(BIN)/python -m knobfleet.lab.vllm_install
 
-test: venv system-deps vllm
+# SGLang's router (sglang-router, pinned) for `lab up --router`: installed once into /var/cache/knobfleet, then a no-op.
+router: venv
+	$(BIN)/python -m knobfleet.lab.router_install
+
+test: venv system-deps vllm router
 	$(BIN)/python -m pytest -q tests/unit
 	$(BIN)/knobfleet lab down
 	$(BIN)/python -m pytest -q tests/integration

@@ -63,6 +63,27 @@ class State:
         self.model_name = model_name
         self.ready = threading.Event()
         self.never_ready = False
+        self.draining = threading.Event()  # set on SIGTERM: health 503, new requests refused, in-flight ones finish
+        self._active = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        """Count one request in, unless the server drains (then the caller answers 503)."""
+        with self._lock:
+            if self.draining.is_set():
+                return False
+            self._active += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    @property
+    def active(self) -> int:
+        """Requests accepted and not yet fully answered."""
+        with self._lock:
+            return self._active
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -108,7 +129,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _ready(self) -> bool:
-        return self.state.ready.is_set() and not self.state.never_ready
+        st = self.state
+        return st.ready.is_set() and not st.never_ready and not st.draining.is_set()
 
     def server_info(self) -> dict[str, Any]:
         st = self.state
@@ -167,8 +189,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
-        if not self._ready():
-            self._json(503, {"error": {"message": "server is not ready"}})
+        if not self._ready() or not self.state.enter():
+            self._json(503, {"error": {"message": "server is shutting down" if self.state.draining.is_set() else
+                                       "server is not ready"}})  # fmt: skip
             return
         try:
             body = self._body()
@@ -184,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": str(exc)}})
         except (BrokenPipeError, ConnectionResetError):
             return
+        finally:
+            self.state.leave()
 
     def _generate(self, body: dict[str, Any]) -> None:
         params = body.get("sampling_params") or {}
