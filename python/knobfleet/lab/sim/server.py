@@ -190,8 +190,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         if not self._ready() or not self.state.enter():
-            self._json(503, {"error": {"message": "server is shutting down" if self.state.draining.is_set() else
-                                       "server is not ready"}})  # fmt: skip
+            # The body is not read: close the connection, or a keep-alive client's next request would start
+            # inside it ("Bad request syntax").
+            self.close_connection = True
+            why = "server is shutting down" if self.state.draining.is_set() else "server is not ready"
+            body = json.dumps({"error": {"message": why}}).encode()
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
             return
         try:
             body = self._body()
