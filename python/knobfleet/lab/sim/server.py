@@ -194,13 +194,13 @@ class Handler(BaseHTTPRequestHandler):
             # inside it ("Bad request syntax").
             self.close_connection = True
             why = "server is shutting down" if self.state.draining.is_set() else "server is not ready"
-            body = json.dumps({"error": {"message": why}}).encode()
+            payload = json.dumps({"error": {"message": why}}).encode()
             self.send_response(503)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(payload)))
             self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(payload)
             return
         try:
             body = self._body()
