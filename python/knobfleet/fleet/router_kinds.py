@@ -21,9 +21,24 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from knobfleet.fleet.router import Generation, Outcome, RouterError, RouterKind, Worker, normalize_url, parse_inflight
+from knobfleet.fleet.router import (
+    Clock,
+    DrainStep,
+    Generation,
+    Outcome,
+    ReadmitStep,
+    RouterError,
+    RouterKind,
+    Worker,
+    normalize_url,
+    parse_inflight,
+    workers_out,
+)
+
+if TYPE_CHECKING:
+    from knobfleet.fleet.hostvars import HostVars
 
 LEGACY = "0.2.1"  # <= 0.2.1: /list_workers, /add_worker?url=, /remove_worker?url=
 HTTP_TIMEOUT_S = 10.0
@@ -179,3 +194,60 @@ def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callabl
             raise RouterError(Outcome.ENGINE_METRICS, f"{base_url}/metrics: {exc}") from None
 
     return read
+
+
+def router_steps(
+    hv: HostVars, out: set[str], clock: Clock | None = None, max_unavailable: str | None = None
+) -> tuple[DrainStep, ReadmitStep] | None:
+    """The drain and readmit steps of one host from its host vars (``knob_router_url``, ``knob_router_kind``,
+    ``knob_drain_timeout``, ``knob_router_max_unavailable``), or None when no router fronts it. ``out`` is the
+    rollout's shared set of worker URLs taken out (the capacity guard counts it); RouterError for an unknown
+    kind. The worker is the engine's own URL (``knob_serve_listen_host``:``knob_serve_port``)."""
+    if not hv.router_url:
+        return None
+    router = router_for(hv.router_kind, hv.router_url)
+    clk = clock or MonotonicClock()
+    worker = hv.base_url
+    engine = hv.adapter().name
+    drain = DrainStep(
+        hv.host,
+        router,
+        worker,
+        engine_inflight(worker, engine),
+        clk,
+        drain_timeout_s=hv.drain_timeout_s,
+        max_unavailable=max_unavailable or hv.router_max_unavailable,
+        healthy_timeout_s=max(hv.readiness_timeout_s, 30),
+        out=out,
+    )
+    readmit = ReadmitStep(hv.host, router, worker, clk, healthy_timeout_s=max(hv.readiness_timeout_s, 30), out=out)
+    return drain, readmit
+
+
+def stop_covers_drain(hv: HostVars) -> str | None:
+    """Why the unit's TimeoutStopSec does not cover the drain (one line), or None. Pure."""
+    if hv.router_url and hv.timeout_stop_s <= hv.drain_timeout_s:
+        return (
+            f"host {hv.host}: knob_serve_timeout_stop_s ({hv.timeout_stop_s}) must exceed knob_drain_timeout "
+            f"({hv.drain_timeout_s}): systemd would kill an engine still draining"
+        )
+    return None
+
+
+def hosts_out_of_router(hosts: list[HostVars]) -> dict[str, list[str]]:
+    """Per router URL, the hosts whose worker it does not list (left out by an interrupted rollout); a router
+    that cannot be read is reported under its URL with the one-line error as the only entry."""
+    by_router: dict[tuple[str, str], dict[str, str]] = {}
+    for hv in hosts:
+        if hv.router_url:
+            by_router.setdefault((hv.router_kind, hv.router_url), {})[hv.host] = hv.base_url
+    found: dict[str, list[str]] = {}
+    for (kind, url), expected in sorted(by_router.items()):
+        try:
+            missing = workers_out(expected, router_for(kind, url).list_workers())
+        except RouterError as exc:
+            found[url] = [str(exc)]
+            continue
+        if missing:
+            found[url] = missing
+    return found
