@@ -21,17 +21,25 @@ Modes (``--mode``):
 ``--engine-drain off`` starts the stand-ins with SGLANG_FORCE_SHUTDOWN=1 (they abort in-flight requests on
 SIGTERM, as vLLM does with its default --shutdown-timeout 0); ``on`` (default) drains like SGLang.
 
-Raw results (one JSON per run, with every request's record) go to perf/results/rollout_under_load-<mode>.json.
-Usage: python perf/rollout_under_load.py [--mode baseline|steps|integrated] [--hosts 4] [--rate 8]
+``--bare`` needs no lab (and no lab lock): the engines are stand-in processes on 127.0.0.1 ports behind the
+real router, and the rollout is a SIGTERM + start of each in turn (no apply); ``baseline`` then restarts them
+as they are, ``steps`` drains each through the router first and readmits it after.
+
+Raw results (one JSON per run, with every request's record) go to
+perf/results/rollout_under_load-<mode>-drain-<on|off>[-bare].json.
+Usage: python perf/rollout_under_load.py [--mode baseline|steps|integrated] [--hosts 4] [--rate 8] [--bare]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -153,6 +161,75 @@ def rollout(mode: str, profile: str, inv: Path, hosts: list[LabHost], router_url
     return steps
 
 
+class BareFleet:
+    """Stand-in engines as local processes on 127.0.0.1 ports (no lab): start, stop (SIGTERM), restart."""
+
+    def __init__(self, n: int, model: str, drain: bool) -> None:
+        self.ports = [31201 + i for i in range(n)]
+        self.model = model
+        self.env = {**os.environ, "PYTHONPATH": str(REPO / "python"), "SGLANG_SIM_STARTUP_S": "1.5",
+                    "SGLANG_SIM_TIME_SCALE": "0.25", "SGLANG_SIM_NOISE": "0"}  # fmt: skip
+        if not drain:
+            self.env["SGLANG_FORCE_SHUTDOWN"] = "1"
+        self.procs = {p: self.start(p) for p in self.ports}
+        for p in self.ports:
+            self.ready(p)
+
+    @property
+    def workers(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.ports]
+
+    def start(self, port: int) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "knobfleet.lab.sim.launch_server", "--model-path", self.model,
+                "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+        return subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready(self, port: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"stand-in on port {port}: not ready after {timeout:.0f}s")
+
+    def restart(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGTERM)
+        self.procs[port].wait(timeout=60)
+        self.procs[port] = self.start(port)
+        self.ready(port)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(timeout=30)
+
+
+def bare_rollout(mode: str, fleet: BareFleet, router_url: str) -> list[dict[str, object]]:
+    router = SGLangRouter(router_url)
+    clock = MonotonicClock()
+    out: set[str] = set()
+    steps: list[dict[str, object]] = []
+    for port, worker in zip(fleet.ports, fleet.workers, strict=True):
+        if mode == "steps":
+            drain = DrainStep(str(port), router, worker, engine_inflight(worker, "sglang"), clock, 30, out=out)
+            res = drain.do()
+            steps.append(asdict(res))
+            if not res.ok:
+                drain.undo()
+                raise SystemExit(f"{worker}: drain failed: {res.message}")
+        fleet.restart(port)
+        if mode == "steps":
+            back = ReadmitStep(str(port), router, worker, clock, out=out).do()
+            steps.append(asdict(back))
+            if not back.ok:
+                raise SystemExit(f"{worker}: readmit failed: {back.message}")
+    return steps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("baseline", "steps", "integrated"), default="baseline")
@@ -160,22 +237,34 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=8.0)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--engine-drain", choices=("on", "off"), default="on")
+    ap.add_argument("--bare", action="store_true", help="stand-in processes on 127.0.0.1, no lab, no apply")
     ns = ap.parse_args()
+    if ns.bare and ns.mode == "integrated":
+        raise SystemExit("--bare: choose --mode baseline or steps (there is no apply to integrate)")
     lab = Lab()
-    lab.down()
     hosts = [LabHost(i) for i in range(1, ns.hosts + 1)]
+    bare: BareFleet | None = None
+    state = Path(tempfile.mkdtemp(prefix="knobfleet-rollout-")) if ns.bare else lab.dir
+    lr = LabRouter(state, *((31200, 31209) if ns.bare else ()))
     try:
-        lab.up(ns.hosts, router=True)
-        lr = LabRouter(lab.dir)
-        model = lab.router_model_dir()
-        assert model
-        workers = lab.worker_urls(hosts)
-        inv = inventory_for(ns.mode, lab, lab.dir / "inventory-baseline")
-        if ns.engine_drain == "off":
-            force_shutdown(inv)
-        # Every host on a known generation first (no load yet): the measured rollout changes one knob on all.
-        apply(PROFILES[1], inv, "--serial", "100%")
-        LabRouter(lab.dir).wait_healthy(workers)
+        if ns.bare:
+            from knobfleet.lab import vllm_install
+
+            model = str(vllm_install.ensure().model_dir)
+            bare = BareFleet(ns.hosts, model, ns.engine_drain == "on")
+            workers = bare.workers
+            lr.start(workers)
+        else:
+            lab.down()
+            lab.up(ns.hosts, router=True)
+            model = lab.router_model_dir() or ""
+            workers = lab.worker_urls(hosts)
+            inv = inventory_for(ns.mode, lab, lab.dir / "inventory-baseline")
+            if ns.engine_drain == "off":
+                force_shutdown(inv)
+            # Every host on a known generation first (no load yet): the measured rollout changes one knob on all.
+            apply(PROFILES[1], inv, "--serial", "100%")
+            lr.wait_healthy(workers)
         sampler = Sampler(lr.url, workers)
         sampler.start()
         spec = loadgen.LoadSpec(lr.url, model, rate=ns.rate, max_requests=100_000, max_seconds=900.0,
@@ -187,7 +276,10 @@ def main() -> None:
         load.start()
         time.sleep(SETTLE_S)
         t_a = time.monotonic()
-        steps = rollout(ns.mode, PROFILES[0], inv, hosts, lr.url)
+        if bare is not None:
+            steps = bare_rollout(ns.mode, bare, lr.url)
+        else:
+            steps = rollout(ns.mode, PROFILES[0], inv, hosts, lr.url)
         t_b = time.monotonic()
         time.sleep(SETTLE_S)
         stop.set()
@@ -200,13 +292,18 @@ def main() -> None:
         out_s, down_s = sampler.seconds(t_a, t_b + SETTLE_S)
         downloads = download_attempts(lr.log.read_text(errors="replace"))
     finally:
-        lab.down()
+        if bare is not None:
+            lr.stop()
+            bare.close()
+        else:
+            lab.down()
     rows = []
     for w in ("before", "during", "after"):
         win: dict[str, Any] = summary[w]  # type: ignore[assignment]
         p50, p99 = win["ttft"]["p50_s"], win["ttft"]["p99_s"]
         rows.append([w, win["sent"], win["failed"], f"{(p50 or 0) * 1000:.0f}", f"{(p99 or 0) * 1000:.0f}"])
-    print(f"rollout under load: mode={ns.mode} hosts={ns.hosts} rate={ns.rate}/s tokens={ns.max_tokens} "
+    bare_note = " (bare: no lab, no apply)" if ns.bare else ""
+    print(f"rollout under load: mode={ns.mode}{bare_note} hosts={ns.hosts} rate={ns.rate}/s tokens={ns.max_tokens} "
           f"engine drain={ns.engine_drain}; rollout took {t_b - t_a:.1f}s")  # fmt: skip
     print(table(["window", "sent", "failed", "TTFT p50 ms", "TTFT p99 ms"], rows))
     print(f"requests: {summary['sent']} sent, {summary['ok']} ok, {summary['http_error']} HTTP errors, "
@@ -216,9 +313,9 @@ def main() -> None:
           f"(physical minimum: the engines' own restart-to-ready)")  # fmt: skip
     print(f"router log download attempts: {len(downloads)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    dest = RESULTS / f"rollout_under_load-{ns.mode}-drain-{ns.engine_drain}.json"
+    dest = RESULTS / f"rollout_under_load-{ns.mode}-drain-{ns.engine_drain}{'-bare' if ns.bare else ''}.json"
     dest.write_text(json.dumps({
-        "mode": ns.mode, "hosts": ns.hosts, "rate": ns.rate, "max_tokens": ns.max_tokens,
+        "mode": ns.mode, "bare": ns.bare, "hosts": ns.hosts, "rate": ns.rate, "max_tokens": ns.max_tokens,
         "engine_drain": ns.engine_drain, "rollout_s": t_b - t_a, "summary": summary,
         "worker_s_out_of_router": out_s, "worker_s_not_ready": down_s, "steps": steps,
         "download_attempts": downloads, "records": [asdict(r) for r in records],
