@@ -225,7 +225,15 @@ def router_steps(
 
 
 def stop_covers_drain(hv: HostVars) -> str | None:
-    """Why the unit's TimeoutStopSec does not cover the drain (one line), or None. Pure."""
+    """Why the unit's TimeoutStopSec does not cover the drain (one line), or None: it must exceed the engine's
+    own drain bound (vLLM's --shutdown-timeout in knob_serve_host_args) and, behind a router, the drain timeout.
+    Pure."""
+    engine_bound = str(hv.host_args.get("shutdown-timeout", "0"))
+    if engine_bound.isdigit() and hv.timeout_stop_s <= int(engine_bound):
+        return (
+            f"host {hv.host}: knob_serve_timeout_stop_s ({hv.timeout_stop_s}) must exceed --shutdown-timeout "
+            f"({engine_bound}): systemd would kill an engine still draining"
+        )
     if hv.router_url and hv.timeout_stop_s <= hv.drain_timeout_s:
         return (
             f"host {hv.host}: knob_serve_timeout_stop_s ({hv.timeout_stop_s}) must exceed knob_drain_timeout "
