@@ -146,6 +146,12 @@ class Lab:
             # The router loads each worker's tokenizer from the model path the worker reports: a local dir.
             self.router_model = str(self.vllm.model_dir)
         running = {h.name for h in hosts if self.pid(h) is not None}
+        if router and running and self.router_model_dir() != self.router_model:
+            # Their engines report another model path: the router would reach for a hub to load its tokenizer.
+            raise LabError(
+                f"lab up --router: {', '.join(sorted(running))} already run without the router's local model "
+                "path; `knobfleet lab down` first"
+            )
         self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
