@@ -6,8 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm clean lab-down mutation mutation-quick coverage \
-	monitoring-check
+.PHONY: demo test unit integration lint perf system-deps venv vllm router clean lab-down mutation mutation-quick \
+	coverage monitoring-check
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ system-deps:
 	  if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
 	fi
 
-demo: venv system-deps
+demo: venv system-deps router
 	$(BIN)/knobfleet profiles validate
 	$(BIN)/knobfleet lab up -n 3
 	$(BIN)/knobfleet lab status
@@ -47,7 +47,11 @@ demo: venv system-deps
 vllm: venv
 	$(BIN)/python -m knobfleet.lab.vllm_install
 
-test: venv system-deps vllm
+# SGLang's router (sglang-router, pinned) for `lab up --router`: installed once into /var/cache/knobfleet, then a no-op.
+router: venv
+	$(BIN)/python -m knobfleet.lab.router_install
+
+test: venv system-deps vllm router
 	$(BIN)/python -m pytest -q tests/unit
 	$(MAKE) --no-print-directory monitoring-check
 	$(BIN)/knobfleet lab down

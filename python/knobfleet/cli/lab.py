@@ -37,7 +37,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
     try:
-        hosts = lab.up(args.n, vllm)
+        hosts = lab.up(args.n, vllm, router=args.router)
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
@@ -45,15 +45,29 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     if args.monitoring:
         from knobfleet.lab import monitoring
 
-        url = monitoring.start_for_lab(lab)
+        from knobfleet.telemetry.promconfig import Target
+
+        extra = []
+        if args.router:  # the router's own metrics (smg_*: requests, errors, worker health)
+            from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
+
+            extra.append(Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router"))
+        url = monitoring.start_for_lab(lab, extra)
         _out(
             f"lab: Prometheus {url} (node_exporter on each host; drift textfile: "
             f"`knobfleet drift --prom {paths_display(monitoring.textfile_dir(lab.dir) / 'knobfleet.prom')}`)"
         )
     _out(
         f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
-        f"inventory: {'inventories/lab' if args.n == 3 and not vllm else lab.dir / 'inventory'}"
+        f"inventory: {'inventories/lab' if args.n == 3 and not vllm and not args.router else lab.dir / 'inventory'}"
     )
+    if args.router:
+        from knobfleet.lab.router_lab import LabRouter
+
+        info = LabRouter(lab.dir).info()
+        _out(
+            f"router: {info.url} in front of {len(info.workers)} engine(s); metrics {info.metrics_url}; log {info.log}"
+        )
     return EXIT_OK
 
 
@@ -131,6 +145,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         metavar="HOSTS",
         help="hosts that run real vLLM (CPU build, tiny local model) instead of the stand-in, e.g. lab3 "
         "(installs vLLM once into /var/cache/knobfleet: ~2 min, 3.4 GB)",
+    )
+    p.add_argument(
+        "--router",
+        action="store_true",
+        help="start SGLang's router (sglang-router, installed once into /var/cache/knobfleet) in front of every "
+        "host's engine, on 127.0.0.1 only",
     )
     p.add_argument(
         "--monitoring",

@@ -40,6 +40,13 @@ CONNECTION_VARS = (
     "ansible_python_interpreter",
     "ansible_become",
 )
+# The router that fronts a host (fleet.router): inventory var -> HostVars field.
+ROUTER_VARS = {
+    "knob_router_url": "router_url",
+    "knob_router_kind": "router_kind",
+    "knob_drain_timeout": "drain_timeout_s",
+    "knob_router_max_unavailable": "router_max_unavailable",
+}
 # Secrets are never copied; only whether one is set (the fast path cannot type a password).
 SECRET_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
 
@@ -99,6 +106,10 @@ class HostVars(BaseModel):
     )
     profile: str | None = Field(default=None, description="the profile this host is declared to run")
     connection: dict[str, str] = Field(default_factory=dict, description="ansible_* connection vars, templated")
+    router_url: str | None = Field(default=None, description="the router that fronts this host (knob_router_url)")
+    router_kind: str = Field(default="sglang", description="how to talk to it (knob_router_kind; fleet.router_kinds)")
+    drain_timeout_s: int = Field(default=120, ge=1, description="wait at most this for in-flight requests to end")
+    router_max_unavailable: str = Field(default="1", description="workers of one router out at once: N or N%")
 
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod
@@ -107,6 +118,20 @@ class HostVars(BaseModel):
         if why:
             raise ValueError(why)
         return value
+
+    @field_validator("router_url")
+    @classmethod
+    def _router_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", value):
+            raise ValueError("must be the router's base URL such as http://10.0.0.5:30080")
+        return value
+
+    @field_validator("router_max_unavailable")
+    @classmethod
+    def _max_unavailable(cls, value: str) -> str:
+        if not re.fullmatch(r"[1-9][0-9]*%?", value.strip()) or (value.endswith("%") and int(value[:-1]) > 100):
+            raise ValueError("must be a count such as 1 or a percentage such as 25%")
+        return value.strip()
 
     @field_validator("user")
     @classmethod
@@ -285,6 +310,9 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
         data["profile"] = variables["knob_profile"]
     if "knob_engine" in variables:
         data["engine"] = variables["knob_engine"]
+    for var, key in ROUTER_VARS.items():
+        if variables.get(var) not in (None, ""):
+            data[key] = str(variables[var]) if key in ("router_url", "router_max_unavailable") else variables[var]
 
     def refuse(var: str, why: str) -> InventoryError:
         return InventoryError(f"{where}: host {host}: {var}: {why}; fix it in host_vars or group_vars")
@@ -303,5 +331,6 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        var = {"engine": "knob_engine", "profile": "knob_profile"}.get(field, f"{PREFIX}{field}")
+        names = {"engine": "knob_engine", "profile": "knob_profile", **{v: k for k, v in ROUTER_VARS.items()}}
+        var = names.get(field, f"{PREFIX}{field}")
         raise InventoryError(f"{where}: host {host}: {var}: {err['msg']}; fix it in host_vars or group_vars") from None

@@ -134,8 +134,12 @@ def sshd_config(host: LabHost) -> str:
     )
 
 
-def serve_script(host: LabHost) -> str:
-    """The hand-written serve script an operator left before knobfleet arrived."""
+SIM_MODEL_PATH = "/models/DeepSeek-V4-sim"
+
+
+def serve_script(host: LabHost, model_path: str = SIM_MODEL_PATH) -> str:
+    """The hand-written serve script an operator left before knobfleet arrived (``model_path``: a local model
+    directory when a router must load the model's tokenizer, see ``router_lab``)."""
     return (
         "#!/bin/bash\n"
         "# DSv4 decode server -- edit TARGET_CTAS here and restart sglang-dsv4-decode\n"
@@ -144,7 +148,7 @@ def serve_script(host: LabHost) -> str:
         "export SGLANG_SIM_TIME_SCALE=0.25\n"
         "export SGLANG_SM120_MMA_TARGET_CTAS=256\n"
         "export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0\n"
-        "exec /usr/bin/python3 -m sglang_sim.launch_server --model-path /models/DeepSeek-V4-sim \\\n"
+        f"exec /usr/bin/python3 -m sglang_sim.launch_server --model-path {model_path} \\\n"
         f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule\n"
     )
 

@@ -50,6 +50,7 @@ class Lab:
         self.dir = (state or paths.state_dir() / "lab").resolve()
         self.vllm: Any = None  # a vllm_install.VllmInstall while booting vLLM hosts
         self.vllm_hosts: set[str] = set()
+        self.router_model: str | None = None  # `up --router`: the local model dir the stand-ins report
         self.ssh_dir = self.dir / "ssh"
         self.key = self.ssh_dir / "id_ed25519"
         self.known_hosts = self.ssh_dir / "known_hosts"
@@ -122,9 +123,10 @@ class Lab:
         if not self.key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
 
-    def up(self, count: int, vllm: tuple[str, ...] = ()) -> list[HostStatus]:
+    def up(self, count: int, vllm: tuple[str, ...] = (), router: bool = False) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
-        in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in."""
+        in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in.
+        ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only."""
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"lab up: -n {count}: choose 1..{MAX_HOSTS} hosts")
         hosts = [LabHost(i) for i in range(1, count + 1)]
@@ -133,11 +135,23 @@ class Lab:
             raise LabError(f"lab up: --vllm {','.join(unknown)}: not among lab1..lab{count}")
         self.preflight()
         self.ensure_keys()
-        if vllm:
+        if vllm or router:
             from knobfleet.lab import vllm_install
 
             self.vllm = vllm_install.ensure()  # before any host boots: a host's writes land in its own tmpfs
+        if router:
+            from knobfleet.lab import router_install
+
+            router_install.ensure()
+            # The router loads each worker's tokenizer from the model path the worker reports: a local dir.
+            self.router_model = str(self.vllm.model_dir)
         running = {h.name for h in hosts if self.pid(h) is not None}
+        if router and running and self.router_model_dir() != self.router_model:
+            # Their engines report another model path: the router would reach for a hub to load its tokenizer.
+            raise LabError(
+                f"lab up --router: {', '.join(sorted(running))} already run without the router's local model "
+                "path; `knobfleet lab down` first"
+            )
         self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
@@ -162,8 +176,28 @@ class Lab:
             started.append(host)
         self._write_known_hosts(hosts)
         self._wait_ssh(hosts)
+        if router:
+            (self.dir / "router-model").write_text(f"{self.router_model}\n")
         self.write_inventory(hosts)
+        if router:
+            self.start_router(hosts)
         return self.status()
+
+    def worker_urls(self, hosts: list[LabHost]) -> list[str]:
+        """The engine URL of each host, as the router fronts it."""
+        vllm_hosts = self.vllm_host_names()
+        return [f"http://{h.address}:{hostfiles.VLLM_PORT if h.name in vllm_hosts else 30000}" for h in hosts]
+
+    def start_router(self, hosts: list[LabHost]) -> None:
+        from knobfleet.lab.router_lab import LabRouter
+
+        LabRouter(self.dir).start(self.worker_urls(hosts))
+
+    def router_model_dir(self) -> str | None:
+        try:
+            return (self.dir / "router-model").read_text().strip() or None
+        except OSError:
+            return None
 
     def _prepare(self, host: LabHost) -> None:
         hdir = self.host_dir(host)
@@ -199,7 +233,8 @@ class Lab:
             _write(root / hostfiles.VLLM_SCRIPT_PATH.lstrip("/"), script, 0o755)
         else:
             service, unit = hostfiles.SERVICE, hostfiles.serve_unit()
-            _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), hostfiles.serve_script(host), 0o755)
+            script = hostfiles.serve_script(host, *([self.router_model] if self.router_model else []))
+            _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), script, 0o755)
         _write(unit_dir / f"{service}.service", unit)
         _link(unit_dir / "multi-user.target.wants" / f"{service}.service", f"/etc/systemd/system/{service}.service")
         self._mask_units(root)
@@ -360,6 +395,14 @@ class Lab:
         shutil.copy2(default / "main.yml", inv / "group_vars" / "all" / "main.yml")
         if vllm_hosts:
             _write(inv / "group_vars" / "vllm.yml", self.vllm_group_vars())
+        router_yml = inv / "group_vars" / "all" / "router.yml"
+        model = self.router_model_dir()
+        if model:
+            from knobfleet.lab.router_lab import router_group_vars
+
+            _write(router_yml, router_group_vars(model))
+        else:
+            router_yml.unlink(missing_ok=True)
         _write(inv / "group_vars" / "all" / "lab_ssh.yml", self.ssh_vars())
         if self.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
             _write(default / "lab_ssh.yml", self.ssh_vars())
@@ -387,7 +430,9 @@ class Lab:
             f"knob_serve_port: {hostfiles.VLLM_PORT}\n"
             "knob_serve_readiness_path: ''\n"
             "knob_serve_readiness_timeout_s: 300\n"
-            "knob_serve_timeout_stop_s: 30\n"
+            # Drain on SIGTERM (in-flight requests finish, up to 20 s); TimeoutStopSec covers it with a margin.
+            "knob_serve_timeout_stop_s: 45\n"
+            "knob_serve_host_args:\n  shutdown-timeout: '20'\n"
             f"knob_serve_host_env:\n{env}"
         )
 
@@ -398,6 +443,11 @@ class Lab:
         from knobfleet.lab import monitoring
 
         monitoring.stop(self.dir)
+        from knobfleet.lab.router_lab import LabRouter
+
+        if LabRouter(self.dir).stop():
+            self.notes.append("lab: stopped the router")
+        (self.dir / "router-model").unlink(missing_ok=True)
         stopped = []
         hosts = self.known()
         for host in hosts:

@@ -11,6 +11,10 @@ Stand-in settings (env): SGLANG_SIM_GPU (rtx-pro-6000 | h200 | … from gpus.jso
 SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG_SIM_FAIL for tests:
 ``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
 seconds after becoming ready).
+
+On SIGTERM it drains like SGLang: ``/health`` turns 503 and new requests get 503 at once, the requests in
+flight run to their end, then the process exits; a watchdog (SGLANG_SIM_DRAIN_TIMEOUT_S, default 30) bounds
+the wait, and SGLANG_FORCE_SHUTDOWN=1 skips it (SGLang's own switch).
 """
 
 from __future__ import annotations
@@ -126,11 +130,27 @@ def main(argv: list[str] | None = None) -> int:
         die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_server")
     exit_code = {"value": 0}
     stopping = threading.Event()
+    drain_s = float(env.get("SGLANG_SIM_DRAIN_TIMEOUT_S", "30"))
+    force = env.get("SGLANG_FORCE_SHUTDOWN", "0") not in ("", "0", "false")
+
+    def drain_then_stop() -> None:
+        deadline = time.monotonic() + drain_s
+        while not force and state.ready.is_set() and (state.active or engine.num_running or engine.num_waiting):
+            if time.monotonic() >= deadline:
+                log(f"Graceful shutdown watchdog: {state.active} request(s) still running after {drain_s:g}s; exiting.")
+                break
+            time.sleep(0.05)
+        else:
+            log("Graceful shutdown: no request in flight.")
+        httpd.shutdown()
 
     def shutdown(signum: int, _frame: Any) -> None:
+        if stopping.is_set():
+            return
         stopping.set()
-        log(f"Received signal {signum}; shutting down.")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+        state.draining.set()
+        log(f"Received signal {signum}; draining {state.active} request(s) in flight, then shutting down.")
+        threading.Thread(target=drain_then_stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
@@ -170,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=crash, daemon=True).start()
     while True:
         time.sleep(0.2)
-        dead = [w for w in workers if w.poll() is not None]
+        # While draining, workers stopped by the same SIGTERM (systemd signals the whole cgroup) end nothing.
+        dead = [w for w in workers if w.poll() is not None] if not stopping.is_set() else []
         if dead or not any(t.name == "http" for t in threading.enumerate()):
             if dead and exit_code["value"] == 0 and not stopping.wait(0.3):
                 log("A scheduler process exited unexpectedly; shutting down.")

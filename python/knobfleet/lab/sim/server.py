@@ -65,6 +65,27 @@ class State:
         self.never_ready = False
         self.worker_pids: list[int] = []  # the scheduler/detokenizer processes a generation goes through
         self.health_timeout_s = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT
+        self.draining = threading.Event()  # set on SIGTERM: health 503, new requests refused, in-flight ones finish
+        self._active = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        """Count one request in, unless the server drains (then the caller answers 503)."""
+        with self._lock:
+            if self.draining.is_set():
+                return False
+            self._active += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    @property
+    def active(self) -> int:
+        """Requests accepted and not yet fully answered."""
+        with self._lock:
+            return self._active
 
 
 def process_state(pid: int) -> str | None:
@@ -124,7 +145,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _ready(self) -> bool:
-        return self.state.ready.is_set() and not self.state.never_ready
+        st = self.state
+        return st.ready.is_set() and not st.never_ready and not st.draining.is_set()
 
     def _generates(self) -> bool:
         """SGLang's /health_generate: one token through the scheduler processes, within the health timeout. A
@@ -195,8 +217,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
-        if not self._ready():
-            self._json(503, {"error": {"message": "server is not ready"}})
+        if not self._ready() or not self.state.enter():
+            # The body is not read: close the connection, or a keep-alive client's next request would start
+            # inside it ("Bad request syntax").
+            self.close_connection = True
+            why = "server is shutting down" if self.state.draining.is_set() else "server is not ready"
+            payload = json.dumps({"error": {"message": why}}).encode()
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(payload)
             return
         try:
             body = self._body()
@@ -212,6 +244,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": str(exc)}})
         except (BrokenPipeError, ConnectionResetError):
             return
+        finally:
+            self.state.leave()
 
     def _generate(self, body: dict[str, Any]) -> None:
         params = body.get("sampling_params") or {}

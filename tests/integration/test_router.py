@@ -1,0 +1,101 @@
+"""SGLang's real router (sglang-router, pinned) in front of lab hosts: no request leaves this machine, and a
+host drained through the router, restarted by systemd and put back loses no request under constant load."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from knobfleet.fleet.router import DrainStep, Outcome, ReadmitStep
+from knobfleet.fleet.router_kinds import MonotonicClock, SGLangRouter, engine_inflight
+from knobfleet.lab import loadgen
+from knobfleet.lab.hostfiles import SERVICE, LabHost
+from knobfleet.lab.nspawn import Lab
+from knobfleet.lab.router_lab import LabRouter, download_attempts
+from tests.integration.conftest import Fleet, restart_sh, wait_engines
+
+N = 3
+
+
+@pytest.fixture(scope="module")
+def rfleet(lab_state: Path) -> Iterator[Fleet]:
+    lab = Lab(lab_state / "lab")
+    lab.down()
+    lab.up(N, router=True)
+    wait_engines([LabHost(i).address for i in range(1, N + 1)])
+    yield Fleet(lab, lab.dir / "inventory", [f"lab{i}" for i in range(1, N + 1)])
+    lab.down()
+
+
+def router_log(fleet: Fleet) -> str:
+    return LabRouter(fleet.lab.dir).log.read_text(errors="replace")
+
+
+def test_router_fronts_every_engine_from_a_local_tokenizer(rfleet: Fleet) -> None:
+    router = SGLangRouter(LabRouter(rfleet.lab.dir).url)
+    workers = router.list_workers()
+    urls = rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
+    assert sorted(w.url for w in workers) == sorted(urls)
+    assert all(w.healthy and w.id for w in workers)
+    assert router.detect() == "0.3"
+    model = rfleet.lab.router_model_dir()
+    assert model and (Path(model) / "tokenizer.json").is_file()
+    log = router_log(rfleet)
+    assert f"Loading tokenizer '{model}'" in log.replace("\x1b", "")  # loaded from the local dir, by name
+    assert download_attempts(log) == []
+    listen = rfleet.lab.dir / "inventory" / "group_vars" / "all" / "router.yml"
+    assert f"knob_serve_model_path: {model}" in listen.read_text()
+
+
+def test_drain_restart_readmit_under_load_drops_nothing(rfleet: Fleet) -> None:
+    lr = LabRouter(rfleet.lab.dir)
+    model = rfleet.lab.router_model_dir()
+    assert model
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=200, max_seconds=25.0, max_tokens=256)
+    records: list[loadgen.Record] = []
+    started = threading.Event()
+    load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set())))
+    load.start()
+    try:
+        assert started.wait(10)
+        host = LabHost(2)
+        worker = f"http://{host.address}:30000"
+        router = SGLangRouter(lr.url)
+        clock = MonotonicClock()
+        # requests are in flight on the host when it is drained: the load has run for a few seconds
+        threading.Event().wait(5)
+        inflight = engine_inflight(worker, "sglang")
+        assert inflight() > 0, "no request in flight on the host: the drain would prove nothing"
+        drain = DrainStep("lab2", router, worker, inflight, clock, drain_timeout_s=30)
+        drained = drain.do()
+        assert drained.outcome is Outcome.OK, drained.message
+        assert drained.inflight == 0 and not drained.in_router
+        rfleet.ssh("lab2", restart_sh(SERVICE, host.address))
+        readmitted = ReadmitStep("lab2", router, worker, clock, out=drain.out).do()
+        assert readmitted.outcome is Outcome.OK, readmitted.message
+        assert drain.out == set()
+    finally:
+        load.join(timeout=200)
+    summary = loadgen.summarize(records)
+    bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
+    assert summary["sent"] == len(records) >= 150
+    assert bad == []
+    assert sum(r.stream for r in records) >= 75  # half of them long streams
+    assert all(w.healthy for w in router.list_workers())
+    assert download_attempts(router_log(rfleet)) == []
+
+
+def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
+    lr = LabRouter(rfleet.lab.dir)
+    router = SGLangRouter(lr.url)
+    clock = MonotonicClock()
+    stranger = "http://127.0.1.200:30000"
+    out = DrainStep("labX", router, stranger, engine_inflight(stranger, "sglang"), clock).do()
+    assert out.outcome is Outcome.UNKNOWN_WORKER and out.in_router
+    assert "\n" not in out.message and stranger in out.message
+    gone = SGLangRouter("http://127.0.0.1:9")  # the discard port: nothing listens there
+    out = DrainStep("lab1", gone, "http://127.0.1.1:30000", lambda: 0, clock).do()
+    assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
