@@ -44,7 +44,6 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
     if args.monitoring:
         from knobfleet.lab import monitoring
-
         from knobfleet.telemetry.promconfig import Target
 
         extra = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
