@@ -88,8 +88,8 @@ def test_apply_defaults(
         (["--readiness-timeout", "90"], {"overrides": {"knob_serve_readiness_timeout_s": 90}}),
         (["--grace", "5"], {"overrides": {"knob_serve_readiness_grace_s": 5}}),
         (
-            ["--grace", "0", "--readiness-timeout", "0"],
-            {"overrides": {"knob_serve_readiness_grace_s": 0, "knob_serve_readiness_timeout_s": 0}},
+            ["--grace", "0", "--readiness-timeout", "1"],  # a 0 grace still reaches the role (0 timeouts are refused)
+            {"overrides": {"knob_serve_readiness_grace_s": 0, "knob_serve_readiness_timeout_s": 1}},
         ),
         (["--check"], {"check": True}),
     ],

@@ -39,6 +39,7 @@ def bench_doc(errors: int = 0, tool: str = "knobfleet", repeats: int = 2) -> dic
         "tool": tool,
         "engine_version": "0.11.0" if tool != "knobfleet" else None,
         "settings": {"engine": {"max_num_seqs": 128, "nested": {"dtype": "bfloat16"}}} if tool != "knobfleet" else None,
+        "time_scale": None,  # a real engine (the lab stand-in reports its SGLANG_SIM_TIME_SCALE here)
     }
 
 
@@ -47,7 +48,9 @@ def fake_bench(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     docs: dict[str, dict[str, Any]] = {"doc": bench_doc()}
 
-    def bench(profile: Any, hv: Any, inventory: Path, spec: Any, repeats: int, on_event: Any = None) -> dict[str, Any]:
+    def bench(
+        profile: Any, hv: Any, inventory: Path, spec: Any, repeats: int, on_event: Any = None, **_: Any
+    ) -> dict[str, Any]:
         calls.append({"profile": profile, "host": hv.host, "spec": spec, "repeats": repeats})
         return docs["doc"]
 
@@ -102,7 +105,6 @@ def test_bench_json_is_the_document(capsys: pytest.CaptureFixture[str], fake_ben
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["--repeats", "0"], EXIT_ERROR, "--repeats 0: must be >= 1"),
         (["--consistency", "--tool", "engine"], EXIT_USAGE, "--consistency runs knobfleet's own check"),
         (["--limit", "all"], EXIT_ERROR, "bench: --limit must select exactly one host (selected 3: lab1, lab2, lab3…)"),
     ],
@@ -207,3 +209,12 @@ def test_settings_shown_walks_nested_settings_in_a_fixed_order() -> None:
     assert _settings_shown(settings) == [("max_model_len", 512), ("dtype", "float16")]
     assert _settings_shown({"dtype": "a", "z": {"dtype": "b"}}) == [("dtype", "a")]
     assert _settings_shown(None) == []
+
+
+def test_bench_refuses_zero_repeats_while_parsing(
+    capsys: pytest.CaptureFixture[str], fake_bench: list[dict[str, Any]]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        call(capsys, "bench", "-i", INV, "--limit", "lab1", "--repeats", "0")
+    assert exc.value.code == EXIT_USAGE and "argument --repeats: 0: must be >= 1" in capsys.readouterr().err
+    assert len(fake_bench) == 1  # the use case never ran

@@ -163,8 +163,9 @@ def test_rollback_text_names_the_refusal(
 def test_rollback_refuses_a_negative_generation_before_anything(
     capsys: pytest.CaptureFixture[str], fake_rollback: list[dict[str, Any]]
 ) -> None:
-    code, _, err = call(capsys, "rollback", "-i", INV, "--yes", "--limit", "lab1", "--to", "-1")
-    assert code == EXIT_ERROR and "--to -1: generation numbers start at 0" in err
+    with pytest.raises(SystemExit) as exc:  # refused while the command line is parsed
+        call(capsys, "rollback", "-i", INV, "--yes", "--limit", "lab1", "--to", "-1")
+    assert exc.value.code == EXIT_USAGE and "argument --to: -1: must be >= 0" in capsys.readouterr().err
     assert fake_rollback == []
 
 

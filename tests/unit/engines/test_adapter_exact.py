@@ -52,6 +52,7 @@ def test_rules_and_role_vars_exactly() -> None:
         "info_env": ["env", 0],
         "info_args": True,
         "info_args_ignore": ["--port"],
+        "argv": None,  # the flag table for the argv reader: the toy catalog declares no flags
     }
     assert TOY.rules() == {**rules, "known_env": ["TOY_A", "TOY_B"]}
     assert TOY.rules(with_known=False) == rules

@@ -160,6 +160,7 @@ def test_the_ab_report_document(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         "max_rounds": 7,
         "min_rounds": 3,
         "alpha": 0.05,
+        "futility": 0.05,
     }
     failed = use_case._document(
         a, b, "h", Decision("keep", "r", 0), s, {"A": {}, "B": {}}, {"A": {"passed": False}, "B": None}, {}, "x", 0

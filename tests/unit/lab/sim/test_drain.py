@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from knobfleet.fleet.router import parse_inflight
 from knobfleet.lab.loadgen import classify_stream
 
 
@@ -62,6 +63,12 @@ def launcher(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[
     proc.wait(timeout=10)
 
 
+def in_flight(base: str) -> int:
+    """Running + queued requests, read from /metrics as the router steps read them."""
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        return parse_inflight(r.read().decode(), "sglang")
+
+
 def _ok(url: str) -> bool:
     try:
         return status(url) == 200
@@ -85,7 +92,7 @@ def test_sigterm_drains_in_flight_requests_then_exits(launcher: tuple[subprocess
     result: dict[str, object] = {}
     t = threading.Thread(target=stream_one, args=(base, 256, result))
     t.start()
-    wait_for(lambda: b"sglang:num_running_reqs 1" in urllib.request.urlopen(base + "/metrics").read(), "in flight")
+    wait_for(lambda: in_flight(base) == 1, "in flight")
     proc.send_signal(signal.SIGTERM)
     wait_for(lambda: status(base + "/health") == 503, "health 503 while draining")
     req = urllib.request.Request(base + "/v1/completions", json.dumps({"prompt": "x"}).encode(),
@@ -114,7 +121,7 @@ def test_watchdog_and_force_shutdown_cut_the_stream(launcher: tuple[subprocess.P
     result: dict[str, object] = {}
     t = threading.Thread(target=stream_one, args=(base, 4000, result))
     t.start()
-    wait_for(lambda: b"sglang:num_running_reqs 1" in urllib.request.urlopen(base + "/metrics").read(), "in flight")
+    wait_for(lambda: in_flight(base) == 1, "in flight")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     t.join(timeout=30)
