@@ -20,7 +20,7 @@ import yaml
 
 from knobfleet import paths
 from knobfleet.errors import RunError
-from knobfleet.fleet.transports.ssh import SSH_ARGS
+from knobfleet.fleet.ansible_cfg import SSH_ARGS
 
 Event = dict[str, Any]
 
