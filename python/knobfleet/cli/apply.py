@@ -11,18 +11,20 @@ from knobfleet.errors import LockHeld, UsageError
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet.fleet import probe
+    from knobfleet.ops import fleet
 
     inventory = common.inventory(args)
-    probe.warm_up(inventory, args.limit, args.via)  # the pre-check's probes start now, while the rest loads
+    door = fleet.door(inventory, args.via)
+    door.warm_up(args.limit)  # the pre-check's probes start now, while the rest loads
     from knobfleet import report
     from knobfleet.ops import apply as apply_uc
+    from knobfleet.ops import interrupts
     from knobfleet.ops import workspace as app
     from knobfleet.ops.transaction import RestoreFailed
     from knobfleet.progress import Progress
 
     profile = app.store().resolve(args.profile)
-    hosts = app.hosts(inventory, args.limit)
+    hosts = fleet.hosts(inventory, args.limit)
     if not args.check:
         common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
     overrides: dict[str, int] = {}
@@ -42,9 +44,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         overrides=overrides,
     )
     try:
-        with Progress(enabled=not args.json) as progress:
-            result = apply_uc.apply(profile, hosts, inventory, opts, on_event=progress)
-    except (LockHeld, RestoreFailed) as exc:
+        with interrupts.handled(), Progress(enabled=not args.json) as progress:
+            result = apply_uc.apply(profile, hosts, door, opts, on_event=progress)
+    except (LockHeld, RestoreFailed, interrupts.Interrupted) as exc:
         if exc.report is not None:
             doc = exc.report  # an ApplyReport
             _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.errors import KnobfleetError
-from knobfleet.fleet import probe as probing
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_host
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
 
 def stream(
     plan: ReadPlan,
-    inventory: Path,
+    inventory: Path | Hosts,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     save_probes: Path | None = None,
     via: str = "auto",
@@ -76,7 +76,8 @@ def stream(
     cache: dict[str, Declared | str] = {}
     if save_probes is not None:
         save_probes.mkdir(parents=True, exist_ok=True)
-    for o in probing.stream(plan.hosts, inventory, via, on_event, forks):
+    gate = door(inventory, via, forks)
+    for o in gate.stream(plan.hosts, on_event) if plan.hosts else ():
         if save_probes is not None and o.doc is not None:
             import json
 
@@ -86,7 +87,7 @@ def stream(
 
 def check(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     save_probes: Path | None = None,
     via: str = "auto",

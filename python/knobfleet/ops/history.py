@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
 from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
@@ -77,11 +78,9 @@ def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
 
 
 def history(
-    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
+    hosts: list[HostVars], inventory: Path | Hosts, on_event: Callable[[Event], None] | None = None
 ) -> list[HostHistory]:
-    from knobfleet.fleet.probe import probe
-
-    outcomes = probe(hosts, inventory, on_event=on_event)
+    outcomes = door(inventory).probe(hosts, on_event)
     out = []
     for hv in hosts:
         o = outcomes[hv.host]
@@ -93,7 +92,7 @@ def history(
 
 def rollback(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     to: int | None,
     *,
     break_lock: bool = False,

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import EXIT_RESTORE_FAILED, KnobfleetError
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
+from knobfleet.fleet.runner import Event, RunRequest, controller_id, new_run_id, operator
 from knobfleet.live.verify import blocking_after_restore
+from knobfleet.ops import interrupts
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def manual_steps(hv: HostVars, generation: int | None) -> str:
 
 def restore(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     targets: dict[str, RestoreTarget],
     *,
     break_lock: bool = False,
@@ -93,28 +95,31 @@ def restore(
     chosen = [hv for hv in hosts if hv.host in targets]
     if not chosen:
         return []
+    gate = door(inventory)
     run_id = new_run_id()
     urls = {hv.host: hv.health_url for hv in chosen}
     plan = {
         h: {"to": t.to, "reason": t.reason, "leave": t.leave, "event": t.event, "url": urls.get(h, "")}
         for h, t in targets.items()
     }
-    result = run_playbook(
-        RunRequest(
-            playbook="restore.yml",
-            inventory=inventory,
-            limit=",".join(hv.host for hv in chosen),
-            trusted_vars={
-                "knob_serve_run_id": run_id,
-                "knob_serve_controller": controller_id(),
-                "knob_serve_break_lock": break_lock,
-            },
-            unsafe_vars={"knob_restore_plan": plan, "knob_serve_operator": operator()},
-            forks=min(len(chosen), 64),
-            on_event=on_event,
-            run_id=run_id,
+    with interrupts.shielded():  # SIGINT/SIGTERM: the role finishes and releases the lock, then it is raised
+        result = gate.play(
+            RunRequest(
+                playbook="restore.yml",
+                inventory=gate.inventory,
+                limit=",".join(hv.host for hv in chosen),
+                trusted_vars={
+                    "knob_serve_run_id": run_id,
+                    "knob_serve_controller": controller_id(),
+                    "knob_serve_break_lock": break_lock,
+                },
+                unsafe_vars={"knob_restore_plan": plan, "knob_serve_operator": operator()},
+                forks=min(len(chosen), 64),
+                on_event=on_event,
+                run_id=run_id,
+            ),
+            chosen,
         )
-    )
     outcomes: dict[str, RestoreOutcome] = {}
     for hv in chosen:
         hr = result.host(hv.host)
@@ -135,7 +140,7 @@ def restore(
     if verify_after:
         ok_hosts = [hv for hv in chosen if outcomes[hv.host].ok and not outcomes[hv.host].uninstalled]
         if ok_hosts:
-            for verdict in drift.check(ok_hosts, inventory, on_event=on_event):
+            for verdict in drift.check(ok_hosts, gate, on_event=on_event):
                 out = outcomes[verdict.host]
                 # The restore's job is that the generation's files, env and command line are live again;
                 # which finding kinds may predate the change (a drop-in put back) is data in the rule.
