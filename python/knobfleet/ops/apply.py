@@ -626,13 +626,16 @@ def _ahead(
         try:
             box["decided"] = decide()
             doc: dict[str, Any] = {"skip": sorted(box["decided"])}
+            if interrupts.pending():  # Ctrl-C while the pre-check ran: stop every host before any change
+                doc = {"abort": "knobfleet was interrupted during its pre-check; nothing was changed"}
+                box["interrupted"] = True
         except BaseException as exc:  # raised below, in the caller's thread
             box["error"] = exc
             doc = {"abort": "knobfleet's pre-check failed; nothing was changed"}
         tmp = gate.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(gate)  # whole or absent: the role reads it once it is non-empty
-        box["cancel"] = "error" in box or len(box.get("decided") or ()) == n_hosts
+        box["cancel"] = "error" in box or "interrupted" in box or len(box.get("decided") or ()) == n_hosts
 
     thread = threading.Thread(target=work, name="pre-check", daemon=True)
     thread.start()

@@ -248,3 +248,30 @@ def test_read_play_types_the_remote_steps(results, success, steps) -> None:  # t
     got = read_play("h1", results, success)
     assert [r.step for r in got] == [s for s in steps if s != "verify"]
     assert got[-1].ok is success or not success
+
+
+def test_an_interrupt_during_the_speculative_pre_check_stops_the_play_at_its_gate(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json as _json
+
+    from knobfleet.ops import apply as apply_mod
+
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path))
+    gate_doc: dict[str, object] = {}
+
+    def start(gate: Path, cancel) -> object:  # type: ignore[no-untyped-def]
+        while not gate.exists():  # the role waits at its gate (bounded by the pre-check, which returns at once)
+            pass
+        gate_doc.update(_json.loads(gate.read_text()))
+        assert cancel()
+        return object()
+
+    def decide() -> dict[str, object]:
+        interrupts.request()  # Ctrl-C arrives while the pre-check probes (the play is shielded meanwhile)
+        return {}
+
+    with interrupts.shielded(raise_at_end=False):
+        decided, ahead = apply_mod._ahead(start, "run-x", 2, decide)  # type: ignore[arg-type]
+    assert gate_doc == {"abort": "knobfleet was interrupted during its pre-check; nothing was changed"}
+    assert ahead is None and decided == {}
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.checkpoint()
