@@ -37,6 +37,7 @@ _SOURCES = (
     "fleet/hostvars.py",
     "engines/adapter.py",
     "profiles/catalog.py",
+    "profiles/merge.py",
     "profiles/model.py",
 )
 
