@@ -350,9 +350,9 @@ class _Rollout:
 
     def run(self) -> ApplyReport:
         profile, hosts, opts = self.profile, self.hosts, self.opts
-        self.rendered = {hv.host: render_host(profile, hv) for hv in hosts}
-        plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
         self.engine = self.by_name[hosts[0].host].adapter(profile.engine) if hosts else None
+        self.rendered = {hv.host: render_host(profile, hv, engine=self.engine) for hv in hosts}
+        plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
         ahead: RunResult | None = None
         last = _last_applied(self.door.inventory)
         if speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
