@@ -19,7 +19,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.ops import apply as apply_uc
     from knobfleet.ops import interrupts
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
     from knobfleet.ops.transaction import RestoreFailed
     from knobfleet.progress import Progress
 
@@ -68,9 +68,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
+    from knobfleet.cli.parse import parse_int_list
     from knobfleet.experiment.bench.run import BenchSpec
     from knobfleet.experiment.gate import gate_rollout
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     if args.check or result.exit_code != 0:
         return []
@@ -78,7 +79,7 @@ def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # t
     if not base_name:
         raise UsageError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
     spec = BenchSpec(
-        conc=tuple(app.parse_int_list(args.gate_conc, "--gate-conc"))
+        conc=tuple(parse_int_list(args.gate_conc, "--gate-conc"))
         if args.gate_conc
         else tuple(profile.gate.concurrency),
         n_mult=args.gate_n_mult,
