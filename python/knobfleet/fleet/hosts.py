@@ -19,7 +19,10 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.fleet import transports
-from knobfleet.fleet.transports.base import Outcome, Target
+from knobfleet.fleet.transports import VIA
+from knobfleet.fleet.transports.base import Outcome, Target, check_forks, default_forks
+
+__all__ = ["VIA", "Hosts", "Outcome", "check_forks", "default_forks", "door"]
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars

@@ -18,7 +18,7 @@ from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_hos
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadHost, ReadPlan
-    from knobfleet.fleet.transports import Outcome
+    from knobfleet.fleet.hosts import Outcome
 
 
 def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared | str | None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from knobfleet.fleet.hosts import Hosts
-from knobfleet.fleet.transports import VIA
-from knobfleet.fleet.transports.base import check_forks, default_forks
+from knobfleet.fleet.hosts import VIA, Hosts, check_forks, default_forks
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
