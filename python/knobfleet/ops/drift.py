@@ -16,9 +16,9 @@ from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_host
 
 if TYPE_CHECKING:
+    from knobfleet.fleet.hosts import Outcome
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadHost, ReadPlan
-    from knobfleet.fleet.hosts import Outcome
 
 
 def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared | str | None:

@@ -10,6 +10,7 @@ from typing import Any
 from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
+from knobfleet.module_utils.knob_doc import ProbeDoc
 from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
 
 
@@ -51,7 +52,7 @@ class HostHistory:
         }
 
 
-def from_probe(host: str, doc: dict[str, Any]) -> HostHistory:
+def from_probe(host: str, doc: ProbeDoc) -> HostHistory:
     """Pure: the generations and ledger a probe document holds."""
     gens = doc.get("generations") or {}
     current = gens.get("current")
