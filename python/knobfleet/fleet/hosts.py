@@ -73,6 +73,22 @@ class Hosts:
 
         return probe.stream(hosts, self.inventory, self.via, on_event, self.forks)
 
+    def reaching(self, hosts: Sequence[Target]) -> Hosts:
+        """This door, or, when the transport ``via`` names cannot reach every one of ``hosts`` but ``auto`` may
+        stand in for it (``--via ssh`` on a host with become), the same door through ``auto``: for a read after a
+        change (the restore's verify), which must not fail on how it reaches a host."""
+        import dataclasses
+
+        from knobfleet.errors import UsageError
+
+        try:
+            transports.choose(hosts, self.via)
+        except UsageError:
+            if transports.play_vars(self.via):
+                raise
+            return dataclasses.replace(self, via="auto")
+        return self
+
     def play(self, req: RunRequest, hosts: Sequence[Target] = ()) -> RunResult:
         """``req`` through ansible-runner on this inventory, reaching ``hosts`` the way ``via`` says."""
         import dataclasses

@@ -427,7 +427,7 @@ class _Rollout:
             self.checkpoint("slot-before")
             live = []
             for h in group:
-                results = run_slot(self.slots.before, h, "slot-before", before[h])
+                results = [] if self.opts.check else run_slot(self.slots.before, h, "slot-before", before[h])
                 self.journal.add(*results)
                 if results and not results[-1].ok:
                     batch_out[h] = HostOutcome(h, "failed", n, message=f"before the restart: {results[-1].message}")

@@ -140,7 +140,7 @@ def restore(
     if verify_after:
         ok_hosts = [hv for hv in chosen if outcomes[hv.host].ok and not outcomes[hv.host].uninstalled]
         if ok_hosts:
-            for verdict in drift.check(ok_hosts, gate, on_event=on_event):
+            for verdict in drift.check(ok_hosts, gate.reaching(ok_hosts), on_event=on_event):
                 out = outcomes[verdict.host]
                 # The restore's job is that the generation's files, env and command line are live again;
                 # which finding kinds may predate the change (a drop-in put back) is data in the rule.

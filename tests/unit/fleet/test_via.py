@@ -121,3 +121,15 @@ def test_via_local_refuses_a_host_that_is_not_this_machine(profiles_dir: Path, n
         "--via local: lab1: not this machine (127.0.1.1) (and 2 more) cannot be reached that way as Ansible "
         "reaches it; use --via auto (falls back to the playbook) or --via ansible"
     )
+
+
+def test_a_read_after_a_change_reaches_hosts_the_named_transport_cannot(tmp_path: Path) -> None:
+    from knobfleet.errors import UsageError
+    from knobfleet.fleet.hosts import Hosts
+    from knobfleet.fleet.hostvars import HostVars
+
+    become = [HostVars(host="h1", connection={"ansible_become": "yes"})]
+    assert Hosts(tmp_path, "ssh").reaching(become).via == "auto"  # the playbook stands in, as apply's pre-check did
+    assert Hosts(tmp_path, "ssh").reaching([HostVars(host="h2")]).via == "ssh"
+    with pytest.raises(UsageError, match="--via local: h2: not this machine"):
+        Hosts(tmp_path, "local").reaching([HostVars(host="h2", listen_host="10.1.1.1")])

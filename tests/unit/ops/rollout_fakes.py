@@ -39,6 +39,9 @@ class FakeHosts:
     def warm_up(self, limit: str | None) -> None:
         return None
 
+    def reaching(self, hosts: Sequence[Target]) -> FakeHosts:
+        return self
+
     def probe(self, hosts: Sequence[Any], on_event: Any = None, *, quick: bool = False) -> dict[str, Outcome]:
         return {}
 

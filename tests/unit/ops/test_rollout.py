@@ -275,3 +275,9 @@ def test_an_interrupt_during_the_speculative_pre_check_stops_the_play_at_its_gat
     assert ahead is None and decided == {}
     with pytest.raises(KeyboardInterrupt):
         interrupts.checkpoint()
+
+
+def test_a_plan_runs_no_slot(profile) -> None:  # type: ignore[no-untyped-def]
+    door = fleet(["h1"])
+    apply(profile, hostvars(["h1"]), door, Options(check=True), slots=slots(door.log))  # type: ignore[arg-type]
+    assert door.log == ["play apply.yml h1"]  # the playbook in check mode; no drain, no re-add, no restore
