@@ -95,6 +95,7 @@ def bare_host(tmp_path: Path, connection: dict[str, str]) -> HostVars:
 
 def through(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Outcome, HostVars]:
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "controller"))
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # the runner prepends its bin dir: put PATH back afterwards
     connection: dict[str, str] = {"ansible_connection": "local"}
     if name == "ssh":  # a stand-in ssh that runs the remote command here
         fake = tmp_path / "fake-ssh"
