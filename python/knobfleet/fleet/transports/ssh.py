@@ -7,7 +7,7 @@ source, with the ``module_utils`` it imports, is piped to ``python3 -I -c BOOT``
 the utils as ``ansible.module_utils.*``, execs the module and prints one JSON document.
 
 Connection parity with Ansible: the argv is built from the same ``ansible_*`` inventory vars and the same
-SSH options knobfleet gives Ansible (runner.ssh_env), and ``ControlPath`` is ``<state>/cp/%C`` for both,
+SSH options knobfleet gives Ansible (ansible_cfg.SSH_ARGS), and ``ControlPath`` is ``<state>/cp/%C`` for both,
 so a drift right after an apply reuses the apply's connections and vice versa. Hosts the fast path
 cannot reach exactly as Ansible would (another connection plugin, a password, become) are reported by
 ``ineligible`` and the caller uses the playbook instead.
