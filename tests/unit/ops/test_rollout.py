@@ -213,12 +213,13 @@ def test_a_signal_during_the_play_waits_for_it_then_restores(profile, signum: in
     restores what it changed before the command exits 130."""
     door = fleet(["h1", "h2"])
     door.during_play = lambda: os.kill(os.getpid(), signum) if door.log.count("play apply.yml h1") == 1 else None
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     with interrupts.handled(), pytest.raises(interrupts.Interrupted) as exc:
         apply(profile, hostvars(["h1", "h2"]), door, Options(serial="1"))  # type: ignore[arg-type]
     assert [line for line in door.log if line.startswith("play")] == ["play apply.yml h1", "play restore.yml h1"]
     assert door.hosts["h1"].current == 3 and door.hosts["h1"].lock is None and door.hosts["h2"] == Host()
     assert exc.value.report.hosts[0].restored.ok
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handlers put back
 
 
 def test_outside_a_shield_a_signal_interrupts_at_once() -> None:
