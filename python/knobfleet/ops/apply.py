@@ -479,8 +479,9 @@ class _Rollout:
         """The failed hosts' done steps, undone in reverse: the slot-after steps, the restore, the slot-before
         steps. A restore that fails stops everything (RestoreFailed with the manual steps)."""
         failed = [o for o in batch if o.status == "failed"]
+        undone = [o for o in batch if o.status in ("failed", "refused")]  # refused on the host: nothing changed
         problems: list[str] = []
-        for o in failed:
+        for o in undone:
             problems += undo_slot(after[o.host], o.host)
             after[o.host] = []
         try:
@@ -497,10 +498,10 @@ class _Rollout:
                     self.started,
                 )
         finally:
-            for o in failed:
+            for o in undone:
                 problems += undo_slot(before[o.host], o.host)
                 before[o.host] = []
-        for o in failed:
+        for o in undone:
             mine = [p for p in problems if p.startswith(f"{o.host}: ")]
             if mine:
                 o.message += " (" + "; ".join(p.removeprefix(f"{o.host}: ") for p in mine) + ")"

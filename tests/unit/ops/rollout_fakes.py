@@ -22,7 +22,7 @@ class Host:
     current: int = 3
     lock: str | None = None
     status: dict[int, str] = field(default_factory=lambda: {3: "good"})
-    fail_at: str | None = None  # install, restart, ready, finish: that step fails on the host
+    fail_at: str | None = None  # install, restart, ready, finish: that step fails on the host; begin: refused
     bad_probe: bool = False  # the ready engine's probe does not match the profile (the verify step fails)
 
 
@@ -69,6 +69,10 @@ class FakeHosts:
         new = host.current + 1
         previous = host.current
         try:
+            if host.fail_at == "begin":  # a foreign drop-in: refused before anything changes
+                hr.results["begin"] = {"failed": True, "refused": True, "msg": "foreign drop-in", "generation": 3}
+                hr.failures.append(("install", "foreign drop-in"))
+                return hr
             if host.fail_at == "install":
                 hr.results["begin"] = {"generation": previous}
                 hr.results["commit"] = {"failed": True, "msg": "systemd-analyze verify failed"}

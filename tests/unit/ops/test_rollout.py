@@ -60,6 +60,8 @@ def test_every_host_goes_through_the_steps_in_order(profile) -> None:  # type: i
             ["drain h1", "drain h2", "play apply.yml h2", "readd h2"],
             {"h1": 3, "h2": 4},
         ),
+        # the role refuses the host (a foreign drop-in): nothing changed, no restore; the drain is undone
+        ("refused", Host(fail_at="begin"), ["drain h1", "play apply.yml h1", "undo drain h1"], {"h1": 3}),
         # install fails on the host: nothing committed, no restore; the drain is undone
         ("install", Host(fail_at="install"), ["drain h1", "play apply.yml h1", "undo drain h1"], {"h1": 3}),
         *[
@@ -93,10 +95,10 @@ def test_a_failure_in_each_step_is_undone_in_reverse(profile, failure, host, log
     hooks = slots(door.log, {"h1"} if failure == "slot-before" else set(), {"h1"} if failure == "slot-after" else set())
     report = apply(profile, hostvars(names), door, Options(max_fail_percent=100), slots=hooks)  # type: ignore[arg-type]
     assert door.log == log
-    assert report.hosts[0].status == "failed" and report.exit_code == 1
+    assert report.hosts[0].status == ("refused" if failure == "refused" else "failed") and report.exit_code == 1
     assert {h: door.hosts[h].current for h in names} == status
     assert all(h.lock is None for h in door.hosts.values())
-    if failure not in ("slot-before", "install"):
+    if failure not in ("slot-before", "install", "refused"):
         assert door.hosts["h1"].status[4] == "failed"  # the generation left says why
         assert report.hosts[0].restored is not None and report.hosts[0].restored.ok
 
