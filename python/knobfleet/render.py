@@ -14,16 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from knobfleet import paths
 from knobfleet.errors import RenderError
-from knobfleet.fleet.fleetkey import fleet_key
-from knobfleet.fleet.hostvars import HostVars
 from knobfleet.module_utils import knob_argv
 from knobfleet.profiles.model import Profile, arg_tokens
+
+if TYPE_CHECKING:  # render reads a host's vars; it never resolves anything through them
+    from knobfleet.engines.adapter import Engine
+    from knobfleet.fleet.hostvars import HostVars
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
 UNIT_TEMPLATE = "unit.service.j2"
@@ -139,15 +141,15 @@ def host_var_of(adapter: Any, flag: str) -> str:
     return "knob_serve_launcher"
 
 
-def check_conflicts(profile: Profile, hv: HostVars) -> None:
+def check_conflicts(profile: Profile, hv: HostVars, engine: Engine | None = None) -> None:
     """A key set by both the host vars and the profile is an error naming both places; so is a profile for
-    another engine than the host declares."""
+    another engine than the host declares. ``engine``: the profile's engine (resolved when not given)."""
     if hv.engine is not None and hv.engine != profile.engine:
         raise RenderError(
             f"profile {profile.name} is for engine {profile.engine}, but host {hv.host} runs {hv.engine} "
             "(inventory var knob_engine); apply a profile of that engine, or change knob_engine"
         )
-    adapter = hv.adapter(profile.engine)
+    adapter = engine or _engine(profile)
     reserved = adapter.reserved_flags
     problems = []
     for name in sorted(set(profile.env) & set(hv.host_env)):
@@ -181,7 +183,13 @@ def check_conflicts(profile: Profile, hv: HostVars) -> None:
         raise RenderError("\n".join(problems))
 
 
-def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
+def _engine(profile: Profile) -> Engine:
+    from knobfleet.engines.adapter import engine
+
+    return engine(profile.engine)
+
+
+def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, Any]:
     """Every variable the knob_serve templates read, exactly as Ansible will see it."""
     return {
         "knob_serve_profile": profile_vars(profile),
@@ -189,7 +197,7 @@ def template_vars(profile: Profile, hv: HostVars) -> dict[str, Any]:
         "knob_serve_script_path": hv.script_path,
         "knob_serve_user": hv.user,
         "knob_serve_launcher": list(hv.launcher or ()),
-        "knob_serve_engine": hv.adapter(profile.engine).role_vars(),
+        "knob_serve_engine": (engine or _engine(profile)).role_vars(),
         "knob_serve_model_path": hv.model_path,
         "knob_serve_listen_host": hv.listen_host,
         "knob_serve_port": hv.port,
@@ -207,8 +215,8 @@ def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
     return {k: merged[k] for k in sorted(merged)}
 
 
-def expected_argv(profile: Profile, hv: HostVars) -> list[str]:
-    argv = hv.adapter(profile.engine).head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
+def expected_argv(profile: Profile, hv: HostVars, engine: Engine | None = None) -> list[str]:
+    argv = (engine or _engine(profile)).head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
     merged: dict[str, Any] = {**hv.host_args, **profile.args}
     for flag in sorted(merged):
         argv.extend(arg_tokens(flag, merged[flag]))
@@ -216,12 +224,19 @@ def expected_argv(profile: Profile, hv: HostVars) -> list[str]:
 
 
 def render_host(
-    profile: Profile, hv: HostVars, template_dir: Path | None = None, secret_key: str | None = None
+    profile: Profile,
+    hv: HostVars,
+    template_dir: Path | None = None,
+    engine: Engine | None = None,
+    secret_key: str = "",
 ) -> Rendered:
-    """What ``profile`` becomes on ``hv``; ``secret_key``: the fleet's marker key (default: the state dir's)."""
-    check_conflicts(profile, hv)
+    """Pure: the host's serve script, unit, env and argv. ``engine``: the profile's engine adapter, resolved once
+    by the caller for every host (resolved here when not given). ``secret_key``: the fleet's marker key
+    (fleet/fleetkey.py), which the caller reads; without one, secret values show as ``<secret>``."""
+    engine = engine or _engine(profile)
+    check_conflicts(profile, hv, engine)
     env = _environment(template_dir or paths.roles_dir() / "knob_serve" / "templates")
-    variables = template_vars(profile, hv)
+    variables = template_vars(profile, hv, engine)
     try:
         script = env.get_template(SCRIPT_TEMPLATE).render(variables)
         unit = env.get_template(UNIT_TEMPLATE).render(variables)
@@ -232,9 +247,9 @@ def render_host(
         script,
         unit,
         expected_env(profile, hv),
-        expected_argv(profile, hv),
+        expected_argv(profile, hv, engine),
         hv.script_path,
         hv.unit_path,
         tuple(hv.secrets(profile.engine)),
-        fleet_key() if secret_key is None else secret_key,
+        secret_key,
     )

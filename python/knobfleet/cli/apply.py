@@ -12,19 +12,21 @@ from knobfleet.errors import LockHeld, UsageError
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from knobfleet.fleet import probe
+    from knobfleet.ops import fleet
 
     inventory = common.inventory(args)
-    probe.warm_up(inventory, args.limit, args.via)  # the pre-check's probes start now, while the rest loads
+    door = fleet.door(inventory, args.via)
+    door.warm_up(args.limit)  # the pre-check's probes start now, while the rest loads
     from knobfleet import report
     from knobfleet.ops import apply as apply_uc
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import interrupts
+    from knobfleet.ops import profiles as app
     from knobfleet.ops.transaction import RestoreFailed
     from knobfleet.progress import Progress
 
     profile = app.store().resolve(args.profile)
     check_gate_options(args, profile)  # before any host is touched
-    hosts = app.hosts(inventory, args.limit)
+    hosts = fleet.hosts(inventory, args.limit)
     if not args.check:
         common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
     overrides: dict[str, int] = {}
@@ -44,9 +46,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         overrides=overrides,
     )
     try:
-        with Progress(enabled=not args.json) as progress:
-            result = apply_uc.apply(profile, hosts, inventory, opts, on_event=progress)
-    except (LockHeld, RestoreFailed) as exc:
+        with interrupts.handled(), Progress(enabled=not args.json) as progress:
+            result = apply_uc.apply(profile, hosts, door, opts, on_event=progress)
+    except (LockHeld, RestoreFailed, interrupts.Interrupted) as exc:
         if exc.report is not None:
             doc = exc.report  # an ApplyReport
             _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))
@@ -87,9 +89,10 @@ def check_gate_options(args: argparse.Namespace, profile: Any) -> None:
 
 
 def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
+    from knobfleet.cli.parse import parse_int_list
     from knobfleet.experiment.bench.run import BenchSpec
     from knobfleet.experiment.gate import gate_rollout
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     if args.check or result.exit_code != 0:
         return []
@@ -97,7 +100,7 @@ def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # t
     if not base_name:
         raise UsageError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
     spec = BenchSpec(
-        conc=tuple(app.parse_int_list(args.gate_conc, "--gate-conc"))
+        conc=tuple(parse_int_list(args.gate_conc, "--gate-conc"))
         if args.gate_conc
         else tuple(profile.gate.concurrency),
         n_mult=args.gate_n_mult,

@@ -17,10 +17,10 @@ def _out(text: str) -> None:
 
 
 def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-def]
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import fleet
 
     inventory = common.inventory(args)
-    hosts = app.hosts(inventory, args.limit)
+    hosts = fleet.hosts(inventory, args.limit)
     if len(hosts) != 1:
         names = ", ".join(h.host for h in hosts[:5])
         raise KnobfleetError(
@@ -30,11 +30,11 @@ def _one_host(args: argparse.Namespace, what: str):  # type: ignore[no-untyped-d
 
 
 def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from knobfleet.cli.parse import parse_int_list
     from knobfleet.experiment.bench.run import BenchSpec
-    from knobfleet.ops import workspace as app
 
     return BenchSpec(
-        conc=tuple(app.parse_int_list(args.conc, "--conc")),
+        conc=tuple(parse_int_list(args.conc, "--conc")),
         n_mult=args.n_mult,
         max_tokens=args.max_tokens,
         timeout_s=args.timeout,
@@ -46,7 +46,7 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_bench(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.experiment import ab
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
     from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "bench")
@@ -142,16 +142,17 @@ def _settings_shown(settings: object) -> list[tuple[str, object]]:
 
 def cmd_ab(args: argparse.Namespace) -> int:
     from knobfleet import paths, report
+    from knobfleet.cli.parse import parse_weights
     from knobfleet.experiment import ab
     from knobfleet.experiment.design import Settings
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
     from knobfleet.progress import Progress, Rounds
 
     hv, inventory = _one_host(args, "ab")
     st = app.store()
     common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     a, b = st.resolve(args.a), st.resolve(args.b)
-    weights = app.parse_weights(args.weights)
+    weights = parse_weights(args.weights)
     spec = _spec(args)
     missing = sorted(set(spec.conc) - set(weights))
     if missing:

@@ -65,20 +65,20 @@ def inventory(args: argparse.Namespace) -> Path:
     """-i, else the default inventory (fleet.inventory.default)."""
     if getattr(args, "inventory", None):
         return Path(args.inventory)
-    from knobfleet.fleet.inventory import default
+    from knobfleet.ops.fleet import default_inventory
 
-    return default()
+    return default_inventory()
 
 
 def via_opt(p: argparse.ArgumentParser, what: str) -> None:
-    from knobfleet.fleet.transports import VIA
+    from knobfleet.ops.fleet import VIA
 
     p.add_argument(
         "--via",
         choices=VIA,
         default=os.environ.get("KNOBFLEET_VIA") or "auto",
         help=f"how to reach hosts for {what}: auto (default, or $KNOBFLEET_VIA: ssh where it reaches a host as "
-        "Ansible would, else ansible), ssh (the fast path) or ansible (a playbook run)",
+        "Ansible would, else ansible), ssh (the fast path), ansible (a playbook run) or local (this machine, no ssh)",
     )
 
 

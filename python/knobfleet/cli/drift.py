@@ -17,19 +17,18 @@ from knobfleet.cli.common import out as _out
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from knobfleet.fleet import probe
-    from knobfleet.fleet.transports.ssh import check_forks, default_forks
+    from knobfleet.ops import fleet
 
     inventory = common.inventory(args)
-    forks = check_forks(args.forks) if args.forks is not None else default_forks()
-    probe.warm_up(inventory, args.limit, args.via, forks)  # probes start now, while the rest of the command loads
+    forks = fleet.check_forks(args.forks) if args.forks is not None else fleet.default_forks()
+    door = fleet.door(inventory, args.via, forks)
+    door.warm_up(args.limit)  # probes start now, while the rest of the command loads
     from knobfleet import paths, report
-    from knobfleet.fleet import readhost
     from knobfleet.live import verify
     from knobfleet.ops import drift
     from knobfleet.progress import StatusLine
 
-    plan = readhost.plan_for(inventory, args.limit)
+    plan = fleet.read_plan(inventory, args.limit)
     names = [h.host for h in plan.hosts]
     order = {name: i for i, name in enumerate(names)}
     text = not args.json and not args.json_lines
@@ -39,11 +38,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             status.write(report.drift_head(f"{args.command}: {paths.display(inventory)}", names))
         for v in drift.stream(
             plan,
-            inventory,
+            door,
             on_event=status.event,
             save_probes=Path(args.save_probes) if args.save_probes else None,
-            via=args.via,
-            forks=forks,
             liveness=args.command == "verify",
         ):
             verdicts.append(v)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from knobfleet.cli import common, types
-from knobfleet.cli.common import Sub, inventory_opts
+from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
 
@@ -16,11 +16,11 @@ def _out(text: str) -> None:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import fleet
     from knobfleet.ops.history import history
 
     inventory = common.inventory(args)
-    result = history(app.hosts(inventory, args.limit), inventory)
+    result = history(fleet.hosts(inventory, args.limit), fleet.door(inventory, args.via))
     if args.json:
         _out(report.to_json({"hosts": [h.as_json() for h in result]}))
     else:
@@ -30,18 +30,21 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.errors import KnobfleetError
+    from knobfleet.ops import fleet, interrupts
     from knobfleet.ops.history import rollback
     from knobfleet.progress import Progress
 
     inventory = common.inventory(args)
-    hosts = app.hosts(inventory, args.limit)
+    hosts = fleet.hosts(inventory, args.limit)
     if args.to is not None and args.to < 0:
-        raise app.KnobfleetError(f"--to {args.to}: generation numbers start at 0")
+        raise KnobfleetError(f"--to {args.to}: generation numbers start at 0")
     target = "the previous good generation" if args.to is None else f"generation {args.to:04d}"
     common.confirm("rollback", f"Roll {len(hosts)} host(s) back to {target}?", len(hosts), args)
-    with Progress(enabled=not args.json) as progress:
-        outcomes = rollback(hosts, inventory, args.to, break_lock=args.break_lock, on_event=progress)
+    with interrupts.handled(), Progress(enabled=not args.json) as progress:
+        outcomes = rollback(
+            hosts, fleet.door(inventory, args.via), args.to, break_lock=args.break_lock, on_event=progress
+        )
     if args.json:
         _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
     else:
@@ -52,6 +55,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("history", help="generations and ledger of each host")
     inventory_opts(p)
+    via_opt(p, "the probe")
     p.add_argument(
         "--ledger", type=types.NON_NEGATIVE, default=0, metavar="N", help="also show the last N ledger entries"
     )
@@ -59,6 +63,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")
     inventory_opts(p)
+    via_opt(p, "the verify after the restore (local: the playbook runs with ansible_connection=local)")
     p.add_argument(
         "--to", type=types.NON_NEGATIVE, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)"
     )

@@ -12,7 +12,7 @@ from knobfleet.errors import EXIT_OK
 
 def cmd_profiles_list(args: argparse.Namespace) -> int:
     from knobfleet import paths, report
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
     from knobfleet.profiles.loader import load_doc
 
     st = app.store()
@@ -31,7 +31,7 @@ def cmd_profiles_list(args: argparse.Namespace) -> int:
 
 def cmd_profiles_show(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     st = app.store()
     profile = st.resolve(args.name)
@@ -45,7 +45,7 @@ def cmd_profiles_show(args: argparse.Namespace) -> int:
 def cmd_profiles_validate(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.errors import EXIT_ERROR, ProfileError
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     if args.json:
         try:
@@ -68,7 +68,7 @@ def cmd_profiles_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles_lock(args: argparse.Namespace) -> int:
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     lock, added = app.store().write_lock()
     for ref in added:
@@ -79,7 +79,7 @@ def cmd_profiles_lock(args: argparse.Namespace) -> int:
 
 def cmd_profiles_schema(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     _out(report.to_json(app.profile_schema()))
     return EXIT_OK

@@ -14,16 +14,10 @@ from knobfleet.errors import EXIT_OK, KnobfleetError
 
 def cmd_render(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     if args.what == "vars":
-        from knobfleet.engines.adapter import engine
-        from knobfleet.fleet.runner import dump_vars
-        from knobfleet.render import profile_vars
-
-        profile = app.store().resolve(args.profile)
-        unsafe = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": engine(profile.engine).role_vars()}
-        sys.stdout.write(dump_vars({}, unsafe))
+        sys.stdout.write(app.render_vars(args.profile))
         return EXIT_OK
     from knobfleet.cli.common import inventory
 
@@ -47,7 +41,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _waves_table(plan: Any) -> str:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.kernel import advisor as app
 
     return report.waves_table(
         plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
@@ -56,16 +50,17 @@ def _waves_table(plan: Any) -> str:
 
 def cmd_waves(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.ops import workspace as app
+    from knobfleet.cli.parse import parse_int_list, parse_weights
+    from knobfleet.kernel import advisor as app
 
     if not args.profile and not args.knob:
         raise KnobfleetError(f"waves: name a PROFILE or give --knob NAME=VALUE (e.g. --knob {app.TARGET_KNOB}=512)")
-    batches = app.parse_int_list(args.batch, "--batch")
+    batches = parse_int_list(args.batch, "--batch")
     plan, profile = app.wave_plan(
         args.profile, args.knob, args.gpu, args.sms, args.heads, batches, args.context, not args.no_calibration
     )
     if args.suggest:
-        weights = app.parse_weights(args.weights)
+        weights = parse_weights(args.weights)
         picks = app.suggest_ctas(plan, profile, weights, args.top, write=profile is not None and not args.no_write)
         if args.json:
             _out(

@@ -18,6 +18,10 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
+# The SSH options knobfleet gives Ansible's ssh plugin (runner.PREFERRED) and the fast path uses itself
+# (transports/ssh.py): one source, so both reach a host over the same multiplexed connection.
+SSH_ARGS = ("-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15")
+
 # knobfleet's name -> (environment variable, ansible.cfg section, key). Only settings knobfleet has an opinion on.
 SETTINGS: dict[str, tuple[str, str, str]] = {
     "pipelining": ("ANSIBLE_PIPELINING", "ssh_connection", "pipelining"),

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from knobfleet.fleet import transports
-from knobfleet.fleet.transports import ModuleCall, Outcome
+from knobfleet.fleet.transports import ModuleCall, Outcome, Target
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.fleet.readhost import ReadHost
+
+
+class ProbeTarget(Target, Protocol):
+    """A host whose probe options are already computed (``fleet.readhost.ReadHost`` is one)."""
+
+    @property
+    def probe(self) -> dict[str, Any]: ...
+
 
 PROBE_TIMEOUT_S = 60.0  # the same bound as the role's task
 HTTP_TIMEOUT_S = 2.0
@@ -58,7 +65,7 @@ def warm_up(inventory: Path, limit: str | None, via: str, forks: int | None = No
 
 
 def stream(
-    hosts: Sequence[ReadHost],
+    hosts: Sequence[ProbeTarget],
     inventory: Path,
     via: str = "auto",
     on_event: Callable[[dict[str, Any]], None] | None = None,

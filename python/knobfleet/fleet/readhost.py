@@ -26,6 +26,7 @@ from knobfleet import paths
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.module_utils.knob_doc import ProbeDoc
 
 SCHEMA = 1
 KEEP_CACHED = 32
@@ -37,6 +38,7 @@ _SOURCES = (
     "fleet/hostvars.py",
     "engines/adapter.py",
     "profiles/catalog.py",
+    "profiles/merge.py",
     "profiles/model.py",
 )
 
@@ -98,7 +100,7 @@ class ReadPlan:
             return self.engines[host.engine or self.default_engine]
 
 
-def recorded_engine(doc: dict[str, Any]) -> str | None:
+def recorded_engine(doc: ProbeDoc | dict[str, Any]) -> str | None:
     """The engine the host's current generation recorded in its meta.json, if any."""
     gens = doc.get("generations") or {}
     for entry in gens.get("list") or []:

@@ -6,12 +6,13 @@ would evaluate ``{{ lookup('pipe', …) }}`` inside them; unsafe values are writ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import yaml
 
 from knobfleet import paths
 from knobfleet.errors import RunError
-from knobfleet.fleet.transports.ssh import SSH_ARGS
+from knobfleet.fleet.ansible_cfg import SSH_ARGS
 
 Event = dict[str, Any]
 
@@ -278,8 +279,57 @@ def run_playbook(req: RunRequest) -> RunResult:
     if req.verbose:
         sys.stderr.write(f"knobfleet: ansible-playbook {playbook}; artifacts in {pdd / 'artifacts' / run_id}\n")
     started = time.monotonic()
+    with _signals(req.cancel) as cancel:
+        r = _run(ansible_runner, req, pdd, playbook, cmdline, envvars, run_id, handler, cancel)
+    result.wall_s = time.monotonic() - started
+    return _summarise(r, req, result)
+
+
+@contextlib.contextmanager
+def _signals(cancel: Callable[[], bool] | None) -> Iterator[Callable[[], bool]]:
+    """The cancel callback of a run. ansible-runner, given none, installs SIGINT/SIGTERM handlers of its own that
+    SIGKILL ansible-playbook and are never put back (a host is then left locked mid-apply). Here: when knobfleet
+    handles the signals itself (ops/interrupts: the play finishes, then the rollout restores), they are left
+    alone; otherwise a signal during the run stops it as ansible-runner would, the handlers are put back after,
+    and the signal is raised as KeyboardInterrupt once the run has returned."""
+    if cancel is not None:
+        yield cancel
+        return
+    import signal
+    import threading
+
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield lambda: False
+        return
+    got: list[int] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, lambda signum, frame: got.append(signum))
     try:
-        r = ansible_runner.run(
+        yield lambda: bool(got)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        raise KeyboardInterrupt
+
+
+def _run(
+    ansible_runner: Any,
+    req: RunRequest,
+    pdd: Path,
+    playbook: Path,
+    cmdline: str,
+    envvars: dict[str, str],
+    run_id: str,
+    handler: Callable[[Event], bool],
+    cancel: Callable[[], bool],
+) -> Any:
+    try:
+        return ansible_runner.run(
             private_data_dir=str(pdd),
             playbook=str(playbook),
             inventory=str(req.inventory.resolve()),
@@ -291,12 +341,14 @@ def run_playbook(req: RunRequest) -> RunResult:
             event_handler=handler,
             # pexpect_timeout: how often ansible-runner looks at a silent ansible-playbook (and at req.cancel)
             settings={"suppress_ansible_output": not req.verbose, "pexpect_timeout": 0.1},
-            **({"cancel_callback": req.cancel} if req.cancel else {}),
+            cancel_callback=cancel,
             **({} if "forks" in user_settings() else {"forks": req.forks}),
         )
     except Exception as exc:  # ansible-runner raises plain exceptions for setup problems
         raise RunError(f"ansible-runner could not start {req.playbook}: {exc}") from None
-    result.wall_s = time.monotonic() - started
+
+
+def _summarise(r: Any, req: RunRequest, result: RunResult) -> RunResult:
     result.rc, result.status = int(r.rc), str(r.status)
     stats = r.stats or {}
     for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed")):

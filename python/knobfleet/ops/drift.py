@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.errors import KnobfleetError
-from knobfleet.fleet import probe as probing
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_host
 
 if TYPE_CHECKING:
+    from knobfleet.fleet.hosts import Outcome
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadHost, ReadPlan
-    from knobfleet.fleet.transports import Outcome
 
 
 def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared | str | None:
@@ -64,7 +64,7 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
 
 def stream(
     plan: ReadPlan,
-    inventory: Path,
+    inventory: Path | Hosts,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     save_probes: Path | None = None,
     via: str = "auto",
@@ -86,7 +86,8 @@ def stream(
     cache: dict[str, Declared | str] = {}
     if save_probes is not None:
         save_probes.mkdir(parents=True, exist_ok=True)
-    for o in probing.stream(hosts, inventory, via, on_event, forks):
+    gate = door(inventory, via, forks)
+    for o in gate.stream(hosts, on_event) if hosts else ():
         if save_probes is not None and o.doc is not None:
             import json
 
@@ -96,7 +97,7 @@ def stream(
 
 def check(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     save_probes: Path | None = None,
     via: str = "auto",

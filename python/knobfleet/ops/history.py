@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
+from knobfleet.module_utils.knob_doc import ProbeDoc
 from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
 
 
@@ -64,7 +66,7 @@ def scrub(value: Any, secret: Any = (), key: str = "") -> Any:
     return value
 
 
-def from_probe(host: str, doc: dict[str, Any], secret: Any = (), key: str = "") -> HostHistory:
+def from_probe(host: str, doc: ProbeDoc, secret: Any = (), key: str = "") -> HostHistory:
     """Pure: the generations and ledger a probe document holds (free text scrubbed of secrets, ``scrub``)."""
     gens = doc.get("generations") or {}
     current = gens.get("current")
@@ -92,12 +94,11 @@ def from_probe(host: str, doc: dict[str, Any], secret: Any = (), key: str = "") 
 
 
 def history(
-    hosts: list[HostVars], inventory: Path, on_event: Callable[[Event], None] | None = None
+    hosts: list[HostVars], inventory: Path | Hosts, on_event: Callable[[Event], None] | None = None
 ) -> list[HostHistory]:
     from knobfleet.fleet.fleetkey import fleet_key
-    from knobfleet.fleet.probe import probe
 
-    outcomes = probe(hosts, inventory, on_event=on_event)
+    outcomes = door(inventory).probe(hosts, on_event)
     out = []
     for hv in hosts:
         o = outcomes[hv.host]
@@ -111,7 +112,7 @@ def history(
 
 def rollback(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     to: int | None,
     *,
     break_lock: bool = False,

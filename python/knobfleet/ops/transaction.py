@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import EXIT_RESTORE_FAILED, KnobfleetError
+from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.runner import Event, RunRequest, controller_id, new_run_id, operator, run_playbook
+from knobfleet.fleet.runner import Event, RunRequest, controller_id, new_run_id, operator
 from knobfleet.live.verify import blocking_after_restore
+from knobfleet.ops import interrupts
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def manual_steps(hv: HostVars, generation: int | None) -> str:
 
 def restore(
     hosts: list[HostVars],
-    inventory: Path,
+    inventory: Path | Hosts,
     targets: dict[str, RestoreTarget],
     *,
     break_lock: bool = False,
@@ -103,33 +105,36 @@ def restore(
     chosen = [hv for hv in hosts if hv.host in targets]
     if not chosen:
         return []
+    gate = door(inventory)
     run_id = new_run_id()
     urls = {hv.host: hv.health_url for hv in chosen}
     plan = {
         h: {"to": t.to, "reason": t.reason, "leave": t.leave, "event": t.event, "url": urls.get(h, "")}
         for h, t in targets.items()
     }
-    result = run_playbook(
-        RunRequest(
-            playbook="restore.yml",
-            inventory=inventory,
-            limit=",".join(hv.host for hv in chosen),
-            trusted_vars={
-                "knob_serve_run_id": run_id,
-                "knob_serve_controller": controller_id(),
-                "knob_serve_break_lock": break_lock,
-            },
-            unsafe_vars={
-                "knob_restore_plan": plan,
-                "knob_serve_operator": operator(),
-                # names the controller knows are secret beyond the inventory's own (vault-sourced values)
-                "knob_serve_secret_vaulted": {hv.host: list(hv.secret_env) for hv in chosen},
-            },
-            forks=min(len(chosen), 64),
-            on_event=on_event,
-            run_id=run_id,
+    with interrupts.shielded():  # SIGINT/SIGTERM: the role finishes and releases the lock, then it is raised
+        result = gate.play(
+            RunRequest(
+                playbook="restore.yml",
+                inventory=gate.inventory,
+                limit=",".join(hv.host for hv in chosen),
+                trusted_vars={
+                    "knob_serve_run_id": run_id,
+                    "knob_serve_controller": controller_id(),
+                    "knob_serve_break_lock": break_lock,
+                },
+                unsafe_vars={
+                    "knob_restore_plan": plan,
+                    "knob_serve_operator": operator(),
+                    # names the controller knows are secret beyond the inventory's own (vault-sourced values)
+                    "knob_serve_secret_vaulted": {hv.host: list(hv.secret_env) for hv in chosen},
+                },
+                forks=min(len(chosen), 64),
+                on_event=on_event,
+                run_id=run_id,
+            ),
+            chosen,
         )
-    )
     outcomes: dict[str, RestoreOutcome] = {}
     for hv in chosen:
         hr = result.host(hv.host)
@@ -150,7 +155,7 @@ def restore(
     if verify_after:
         ok_hosts = [hv for hv in chosen if outcomes[hv.host].ok and not outcomes[hv.host].uninstalled]
         if ok_hosts:
-            for verdict in drift.check(ok_hosts, inventory, on_event=on_event):
+            for verdict in drift.check(ok_hosts, gate.reaching(ok_hosts), on_event=on_event):
                 out = outcomes[verdict.host]
                 # The restore's job is that the generation's files, env and command line are live again;
                 # which finding kinds may predate the change (a drop-in put back) is data in the rule.

@@ -64,7 +64,7 @@ def catalog_files(engine: str, directory: Path | None = None) -> list[Path]:
 def _merged(files: list[Path]) -> dict[str, Any]:
     if len(files) == 1 and not files[0].name.endswith(".overlay.yaml"):
         return _read(files[0])
-    from knobfleet.engines.sync.build import merge
+    from knobfleet.profiles.merge import merge
 
     first = _read(files[0])
     overlays = files[1:] if not files[0].name.endswith(".overlay.yaml") else files

@@ -1,6 +1,6 @@
 """Catalogs generated from the engines' own registries (``knobfleet catalog sync ENGINE``).
 
-- vLLM: the installed engine itself (``knobfleet.lab.vllm_install`` provides it, cached): ``vllm_dump.py`` runs
+- vLLM: the installed engine itself (``vllm_venv`` provides it, cached): ``vllm_dump.py`` runs
   under its python and prints ``vllm.envs``' registry and the ``vllm serve`` parser as JSON;
 - SGLang: its wheel from the package registry, read without importing it (``sglang_source``);
 - ``build`` turns either dump into a catalog (pure) and renders it as YAML.
@@ -25,7 +25,7 @@ _DUMP_SCRIPT = Path(__file__).resolve().parent / "vllm_dump.py"
 
 def pinned_version(engine: str) -> str:
     if engine == "vllm":
-        from knobfleet.lab.vllm_install import VLLM_VERSION
+        from knobfleet.engines.sync.vllm_venv import VLLM_VERSION
 
         return VLLM_VERSION
     if engine == "sglang":
@@ -34,7 +34,7 @@ def pinned_version(engine: str) -> str:
 
 
 def wheel_cache() -> Path:
-    from knobfleet.lab.vllm_install import cache_root
+    from knobfleet.engines.sync.vllm_venv import cache_root
 
     return cache_root() / "wheels"
 
@@ -43,9 +43,9 @@ def dump(engine: str, version: str | None = None) -> dict[str, Any]:
     """The engine's registry dump (see vllm_dump.py / sglang_source.py) for ``version`` (default: pinned)."""
     version = version or pinned_version(engine)
     if engine == "vllm":
-        from knobfleet.lab import vllm_install
+        from knobfleet.engines.sync import vllm_venv
 
-        inst = vllm_install.ensure(version)
+        inst = vllm_venv.ensure_venv(version)
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
         env["HF_HUB_OFFLINE"] = "1"
         proc = subprocess.run(

@@ -27,24 +27,13 @@ from typing import Any
 
 import yaml
 
+from knobfleet.profiles.merge import KNOB_FIELDS, merge
+from knobfleet.profiles.merge import ordered as _ordered
+
+__all__ = ["KNOB_FIELDS", "build_catalog", "merge", "render"]
+
 ENV_PREFIXES = {"vllm": ["VLLM_"], "sglang": ["SGLANG_", "SGL_"]}
 MAX_DESCRIPTION = 120
-KNOB_FIELDS = (
-    "kind",
-    "type",
-    "choices",
-    "min",
-    "max",
-    "default",
-    "restart",
-    "description",
-    "aliases",
-    "negation",
-    "nargs",
-    "deprecated",
-    "replacement",
-    "origin",
-)
 _SCALAR_TYPES = ("int", "float", "str", "bool")
 # Value parsers of the engines that take a plain int / float (vLLM's human_readable_int also takes "2k").
 _INT_PARSERS = re.compile(r"^(human_readable_int(_or_auto)?|int)$")
@@ -187,11 +176,6 @@ def flag_knob(entry: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return name, knob
 
 
-def _ordered(knob: dict[str, Any]) -> dict[str, Any]:
-    extra = sorted(k for k in knob if k not in KNOB_FIELDS)
-    return {k: knob[k] for k in (*KNOB_FIELDS, *extra) if k in knob}
-
-
 def source_text(dump: dict[str, Any]) -> str:
     src = dump.get("source")
     if isinstance(src, dict):
@@ -269,35 +253,6 @@ def generated_header(catalog: dict[str, Any]) -> str:
         " — do not edit.\n"
         f"Curated ranges, descriptions and patch knobs go in {catalog['engine']}.overlay.yaml."
     )
-
-
-def merge(generated: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Generated catalog + overlay → one catalog.
-
-    An overlay has ``engine`` (must match), optionally ``serve`` (the engine adapter's data, copied as is), and
-    ``knobs``: a knob the engine has gets the overlay's fields on top of its generated ones (ranges, better
-    descriptions); a knob it lacks must be complete (kind, type) and name its ``origin`` (the patch that adds
-    it). Overlay knobs set to null are removed (a knob knobfleet should refuse although upstream has it).
-    """
-    if overlay.get("engine") != generated.get("engine"):
-        raise ValueError(f"overlay is for {overlay.get('engine')!r}, catalog for {generated.get('engine')!r}")
-    knobs = {n: dict(k) for n, k in generated["knobs"].items()}
-    for name, patch in (overlay.get("knobs") or {}).items():
-        if patch is None:
-            knobs.pop(name, None)
-            continue
-        if name in knobs:
-            knobs[name].update(patch)
-        else:
-            missing = [f for f in ("kind", "type", "origin") if f not in patch]
-            if missing:
-                raise ValueError(f"overlay knob {name!r} is not upstream and lacks {', '.join(missing)}")
-            knobs[name] = {"restart": True, **patch}
-    out = {k: v for k, v in generated.items() if k != "knobs"}
-    if "serve" in overlay:
-        out["serve"] = overlay["serve"]
-    out["knobs"] = {n: _ordered(knobs[n]) for n in sorted(knobs)}
-    return out
 
 
 # Fields today's ``knobfleet.profiles.model.Catalog`` / ``Knob`` accept (extra="forbid").

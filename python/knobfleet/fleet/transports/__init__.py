@@ -1,26 +1,40 @@
 """Transports: how knobfleet runs one of its on-host module functions on many hosts and gets one outcome
-per host. Two ship: ``ssh`` (the fast path over Ansible's own multiplexed connections) and ``ansible``
-(a playbook through ansible-runner). ``--via`` takes ``auto`` or any registered name, on every command.
+per host. Three ship: ``ssh`` (the fast path over Ansible's own multiplexed connections), ``ansible`` (a
+playbook through ansible-runner) and ``local`` (the machine knobfleet runs on, no ssh). ``--via`` takes ``auto``
+or any registered name, on every command.
 
-Adding one (say ``docker exec`` for engines in containers) is one file with a class that has ``name``,
-``ineligible(hv)``, ``warm_up(key, payload)`` and ``run(hosts, call, inventory, on_event)``, plus its line
-in ``REGISTRY`` below. A transport that can hand each host's outcome over as it arrives also has
-``stream(hosts, call, inventory, on_event, forks)`` (the ssh one does); ``stream`` below falls back to ``run``.
+The shared types live in ``base.py``. Each transport declares the connection variables it reads and its
+``Capabilities``; what happens here (auto's choice, the fallback for a host without python, the warm-up) is
+decided on those, never on a transport's name. Adding one is one file with a class of the ``base.Transport``
+shape, plus its line in ``REGISTRY`` below (``local.py`` is the example).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 from knobfleet.errors import UsageError
-from knobfleet.fleet.transports.ssh import HostFailure, Outcome, SshTransport, Target, bundle, default_forks
+from knobfleet.fleet.transports.ansible import AnsibleTransport
+from knobfleet.fleet.transports.base import (
+    Capabilities,
+    HostFailure,
+    ModuleCall,
+    Outcome,
+    Streaming,
+    Target,
+    Transport,
+    bundle,
+    default_forks,
+)
+from knobfleet.fleet.transports.local import LocalTransport
+from knobfleet.fleet.transports.ssh import SshTransport
 
 __all__ = [
     "REGISTRY",
     "VIA",
+    "Capabilities",
     "HostFailure",
     "ModuleCall",
     "Outcome",
@@ -28,98 +42,102 @@ __all__ = [
     "Transport",
     "choose",
     "default_forks",
+    "quick",
     "run",
     "stream",
     "warm_up",
 ]
 
 
-@dataclass(frozen=True)
-class ModuleCall:
-    """One module function to run on every host: ``role/library/module.py``'s ``function(args[host])``; the
-    playbook that runs the same module through Ansible, and the key of the module's result there."""
-
-    role: str
-    module: str
-    function: str
-    playbook: str
-    result_key: str
-    args: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    timeout_s: float = 60.0
-    # Options of every host's call kept out of any argv and cached file (the fleet's secret-marker key): the ssh
-    # transport sends them on stdin; through Ansible the task reads them from the run's 0600 vars file.
-    private: Mapping[str, Any] = field(default_factory=dict, repr=False)
-
-    def source(self) -> bytes:
-        from knobfleet import paths
-
-        return paths.module_source(self.role, self.module).read_bytes()
-
-
-class Transport(Protocol):
-    name: ClassVar[str]
-
-    def ineligible(self, hv: Target) -> str | None:
-        """Why this transport cannot reach ``hv`` exactly as Ansible would (None: it can)."""
-
-    def warm_up(self, key: str, source: bytes) -> None:
-        """Start work saved for ``key`` by an earlier run, before the slow imports (optional: may do nothing)."""
-
-    def run(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
-        """``call`` on every host, at most ``forks`` at once, each bounded by ``call.timeout_s``; an outcome per
-        host, never an exception for one host's failure."""
-
-
-def _ansible() -> Transport:
-    from knobfleet.fleet.transports.ansible import AnsibleTransport
-
-    return AnsibleTransport()
-
-
-REGISTRY: dict[str, Callable[[], Transport]] = {"ssh": SshTransport, "ansible": _ansible}
+# In the order ``--via auto`` tries them.
+REGISTRY: dict[str, Callable[[], Transport]] = {
+    "ssh": SshTransport,
+    "ansible": AnsibleTransport,
+    "local": LocalTransport,
+}
 VIA = ("auto", *REGISTRY)
 
 
+def _fallback() -> Transport:
+    """The transport that reaches every host Ansible reaches."""
+    return next(t for t in (make() for make in REGISTRY.values()) if t.caps.fallback)
+
+
+def _auto(hosts: Sequence[Target]) -> Transport:
+    for make in REGISTRY.values():
+        t = make()
+        if t.caps.auto and not t.caps.fallback and not any(t.ineligible(hv) for hv in hosts):
+            return t
+    return _fallback()
+
+
 def choose(hosts: Sequence[Target], via: str) -> Transport:
-    """The transport for ``via``: a registered name, or ``auto`` = ssh when it reaches every host as Ansible
-    would, else ansible. A named transport that cannot reach a host is a usage error."""
+    """The transport for ``via``: a registered name, or ``auto`` = the first transport ``auto`` may choose that
+    reaches every host as Ansible would (ssh), else the fallback (ansible). A named transport that cannot reach a
+    host is a usage error."""
     if via not in VIA:
         raise UsageError(f"--via {via!r}: expected one of {', '.join(VIA)}")
     if via == "auto":
-        fast = REGISTRY["ssh"]()
-        return fast if not any(fast.ineligible(hv) for hv in hosts) else REGISTRY["ansible"]()
+        return _auto(hosts)
     chosen = REGISTRY[via]()
     reasons = [r for r in (chosen.ineligible(hv) for hv in hosts) if r]
     if reasons:
         more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        fallback = " (falls back to the playbook) or --via ansible" if not chosen.caps.fallback else ""
         raise UsageError(
             f"--via {via}: {reasons[0]}{more} cannot be reached that way as Ansible reaches it; "
-            "use --via auto (falls back to the playbook) or --via ansible"
+            f"use --via auto{fallback}"
         )
     return chosen
 
 
+def quick(hosts: Sequence[Target], via: str) -> Transport | None:
+    """The transport that answers for ``hosts`` without starting ansible-playbook, as ``via`` allows: the one
+    ``via`` chooses when it is quick and reaches every host; else None (never an error: the playbook decides)."""
+    if not hosts or via not in VIA:
+        return None
+    if via == "auto":
+        chosen = _auto(hosts)
+    else:
+        chosen = REGISTRY[via]()
+        if any(chosen.ineligible(hv) for hv in hosts):
+            chosen = _auto(hosts) if chosen.caps.auto else chosen
+            if any(chosen.ineligible(hv) for hv in hosts):
+                return None
+    return chosen if chosen.caps.quick else None
+
+
+def play_vars(via: str) -> dict[str, Any]:
+    """The extra vars a playbook run needs to reach hosts the way ``via`` names (none for auto)."""
+    return dict(REGISTRY[via]().caps.play_vars) if via in REGISTRY else {}
+
+
 def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str, forks: int | None = None) -> None:
-    """Start the probes the last run over the same inventory and limit saved, first thing (ssh only; at most
-    ``forks`` of them)."""
+    """Start the calls the last run over the same inventory and limit saved, first thing (only a transport that
+    declares it warms up, and that ``via`` may choose; at most ``forks`` of them)."""
     from knobfleet.fleet.inventory import fingerprint
 
-    if via not in ("auto", "ssh") or not inventory.exists():
+    if via not in VIA or not inventory.exists():
+        return
+    makers = [REGISTRY[via]] if via in REGISTRY else list(REGISTRY.values())
+    warm = [t for t in (make() for make in makers) if t.caps.warms_up and (via in REGISTRY or t.caps.auto)]
+    if not warm:
         return
     key = fingerprint(inventory, limit)
     if key:
         from knobfleet import paths
 
-        SshTransport().warm_up(
-            f"{call.module}:{key}", bundle(call.source(), paths.module_utils_dir(), call.private), forks
-        )
+        payload = bundle(call.source(), paths.module_utils_dir())
+        for t in warm:
+            t.warm_up(f"{call.module}:{key}", payload, forks)
+
+
+def _stop_warm(chosen: Transport) -> None:
+    """Stop what transports other than ``chosen`` started ahead (nobody will collect it)."""
+    for make in REGISTRY.values():
+        t = make()
+        if t.caps.warms_up and type(t) is not type(chosen):
+            t.stop_warm()
 
 
 def stream(
@@ -133,27 +151,39 @@ def stream(
     """``call`` on ``hosts`` through the chosen transport, at most ``forks`` hosts at once (default:
     ``default_forks()``), each host's outcome as it arrives. A host whose python the fast path did not find is
     retried through Ansible (its interpreter discovery finds one) once the others are done."""
-    chosen = choose(hosts, via)
-    if chosen.name != "ssh":
-        from knobfleet.fleet.transports.ssh import stop_unused
+    yield from stream_with(choose(hosts, via), hosts, call, inventory, on_event, forks)
 
-        stop_unused()
+
+def stream_with(
+    chosen: Transport,
+    hosts: Sequence[Target],
+    call: ModuleCall,
+    inventory: Path,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    forks: int | None = None,
+) -> Iterator[Outcome]:
+    """``stream`` through a transport already chosen."""
+    _stop_warm(chosen)
     forks = forks if forks is not None else default_forks()
     retry: list[Target] = []
     by_name = {hv.host: hv for hv in hosts}
-    each = getattr(chosen, "stream", None)
     outcomes: Iterable[Outcome] = (
-        each(hosts, call, inventory, on_event, forks)
-        if each
+        _streaming(chosen).stream(hosts, call, inventory, on_event, forks)
+        if chosen.caps.streams
         else chosen.run(hosts, call, inventory, on_event, forks).values()
     )
     for o in outcomes:
-        if o.missing_python:
+        if o.missing_python and not chosen.caps.fallback:
             retry.append(by_name[o.host])
         else:
             yield o
     if retry:
-        yield from REGISTRY["ansible"]().run(retry, call, inventory, on_event, forks).values()
+        yield from _fallback().run(retry, call, inventory, on_event, forks).values()
+
+
+def _streaming(t: Transport) -> Streaming:
+    assert hasattr(t, "stream"), f"{type(t).__name__} declares caps.streams without a stream method"
+    return t  # type: ignore[return-value]
 
 
 def run(

@@ -7,7 +7,7 @@ source, with the ``module_utils`` it imports, is piped to ``python3 -I -c BOOT``
 the utils as ``ansible.module_utils.*``, execs the module and prints one JSON document.
 
 Connection parity with Ansible: the argv is built from the same ``ansible_*`` inventory vars and the same
-SSH options knobfleet gives Ansible (runner.ssh_env), and ``ControlPath`` is ``<state>/cp/%C`` for both,
+SSH options knobfleet gives Ansible (ansible_cfg.SSH_ARGS), and ``ControlPath`` is ``<state>/cp/%C`` for both,
 so a drift right after an apply reuses the apply's connections and vice versa. Hosts the fast path
 cannot reach exactly as Ansible would (another connection plugin, a password, become) are reported by
 ``ineligible`` and the caller uses the playbook instead.
@@ -34,70 +34,71 @@ import atexit
 import hashlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:  # this module stays light: the CLI imports it before pydantic to start probes early
-    from knobfleet.fleet.transports import ModuleCall
+from knobfleet.fleet.ansible_cfg import SSH_ARGS
+from knobfleet.fleet.transports.base import (
+    BOOT,
+    DEFAULT_FORKS,
+    Capabilities,
+    HostFailure,
+    ModuleCall,
+    Outcome,
+    Target,
+    bundle,
+    check_forks,
+    default_forks,
+    interpret,
+)
 
+__all__ = [
+    "BOOT",
+    "DEFAULT_FORKS",
+    "SSH_ARGS",
+    "HostFailure",
+    "Outcome",
+    "SshTransport",
+    "Target",
+    "bundle",
+    "check_forks",
+    "default_forks",
+    "ineligible",
+    "interpret",
+    "iter_function",
+    "run_function",
+    "ssh_argv",
+]
 
-class Target(Protocol):
-    """What a transport needs to reach a host: ``fleet.hostvars.HostVars`` and ``fleet.readhost.ReadHost`` both
-    are one."""
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def address(self) -> str: ...
-
-    @property
-    def connection(self) -> dict[str, str]: ...
-
-
-# Kept equal to runner.ssh_env(): the options Ansible's ssh plugin gets from knobfleet.
-SSH_ARGS = ("-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15")
 CONNECT_TIMEOUT_S = 15
 DEFAULT_PYTHON = "/usr/bin/python3"
-DEFAULT_FORKS = 32  # ssh processes at once when neither --forks, KNOBFLEET_FORKS nor ansible.cfg's forks says
-
-
-def default_forks() -> int:
-    """How many hosts the fast path works on at once: ``KNOBFLEET_FORKS``, else ansible.cfg's (or ANSIBLE_FORKS')
-    ``forks`` as Ansible reads it, else 32."""
-    from knobfleet.errors import UsageError
-
-    env = os.environ.get("KNOBFLEET_FORKS", "").strip()
-    if env:
-        return check_forks(env, "KNOBFLEET_FORKS")
-    from knobfleet import paths
-    from knobfleet.fleet import ansible_cfg
-
-    value = ansible_cfg.user_settings(paths.project_root()).get("forks", "").strip()
-    if not value:
-        return DEFAULT_FORKS
-    try:
-        return check_forks(value, "forks")
-    except UsageError as exc:
-        raise UsageError(f"{exc} (set in {ansible_cfg.config_file(paths.project_root()) or 'ANSIBLE_FORKS'})") from None
-
-
-def check_forks(value: str | int, where: str = "--forks") -> int:
-    from knobfleet.errors import UsageError
-
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UsageError(f"{where}={value}: expected a whole number of hosts at once, 1 or more")
-    return n
+# The connection variables the fast path reads (ssh_argv, _python, ineligible); a password var is only looked at.
+READS = frozenset(
+    {
+        "ansible_connection",
+        "ansible_become",
+        "ansible_host",
+        "ansible_ssh_host",
+        "ansible_port",
+        "ansible_ssh_port",
+        "ansible_user",
+        "ansible_ssh_user",
+        "ansible_ssh_private_key_file",
+        "ansible_private_key_file",
+        "ansible_ssh_executable",
+        "ansible_ssh_args",
+        "ansible_ssh_common_args",
+        "ansible_ssh_extra_args",
+        "ansible_python_interpreter",
+        "ansible_password",
+        "ansible_ssh_pass",
+        "ansible_become_password",
+    }
+)
 
 
 def config_defaults() -> dict[str, str]:
@@ -159,103 +160,12 @@ def ssh_argv(hv: Target, control_dir: Path, defaults: Mapping[str, str] | None =
     return argv
 
 
-BOOT = (
-    "import json,sys,types\n"
-    "b=json.loads(sys.stdin.buffer.read())\n"
-    "for n,s in b['utils']:\n"
-    " u=types.ModuleType('ansible.module_utils.'+n);sys.modules[u.__name__]=u\n"
-    " exec(compile(s,n,'exec'),u.__dict__)\n"
-    "m=types.ModuleType({name!r})\n"
-    "exec(compile(b['module'],{name!r},'exec'),m.__dict__)\n"
-    "a=json.loads({args!r});a.update(b.get('args') or {{}})\n"
-    "sys.stdout.write(json.dumps(m.{func}(a)))\n"
-)
-UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
-# The collection's copies import their utils by FQCN; BOOT registers them under ansible.module_utils.
-COLLECTION_UTILS = b"ansible_collections.knobfleet.serving.plugins.module_utils."
-
-
-def _plain_imports(source: bytes) -> bytes:
-    return source.replace(COLLECTION_UTILS, b"ansible.module_utils.")
-
-
-def bundle(source: bytes, utils_dir: Path, private: Mapping[str, Any] | None = None) -> bytes:
-    """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports, directly or
-    through each other, each after the ones it imports. Works with either copy: the repository's
-    (``ansible.module_utils.knob_*``) or the collection's (imports by FQCN, rewritten back here). ``private``:
-    options of every host's call that must never be in an argv, which ``ps`` shows to every user of both
-    machines (the fleet's secret-marker key); BOOT adds them to each host's options."""
-    order: list[str] = []
-    texts: dict[str, str] = {}
-    source = _plain_imports(source)
-
-    def visit(name: str, seen: tuple[str, ...]) -> None:
-        if name in texts or name in seen:
-            return
-        text = _plain_imports((utils_dir / f"{name}.py").read_bytes()).decode("utf-8")
-        for dep in sorted({m.decode() for m in UTIL_IMPORT.findall(text.encode())}):
-            visit(dep, (*seen, name))
-        texts[name] = text
-        order.append(name)
-
-    for name in sorted({m.decode() for m in UTIL_IMPORT.findall(source)}):
-        visit(name, ())
-    utils = [[n, texts[n]] for n in order]
-    body: dict[str, Any] = {"utils": utils, "module": source.decode("utf-8")}
-    if private:
-        body["args"] = dict(private)
-    return json.dumps(body).encode("utf-8")
-
-
 def remote_command(
     hv: Target, module_name: str, func: str, args: dict[str, Any], defaults: Mapping[str, str] | None = None
 ) -> str:
     """The shell command for the host: isolated python3 running ``func(args)`` of the module on stdin."""
     boot = BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))
     return f"{shlex.quote(_python(hv, defaults))} -I -c {shlex.quote(boot)}"
-
-
-@dataclass(frozen=True)
-class HostFailure:
-    """Why a host gave no document: it could not be reached, or the module failed there."""
-
-    kind: Literal["unreachable", "error"]
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One host's answer: ``doc`` when the function ran, else ``error``."""
-
-    host: str
-    doc: Any = None
-    error: HostFailure | None = None
-    missing_python: bool = False
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def interpret(host: str, rc: int, stdout: bytes, stderr: bytes, python: str) -> Outcome:
-    """Pure: what one ssh process's exit status and output mean."""
-    err = _last_line(stderr.decode("utf-8", "replace"))
-    if rc == 255:  # ssh's own status for a connection it could not make
-        return Outcome(host, error=HostFailure("unreachable", err or "ssh exited 255"))
-    if rc == 127:
-        return Outcome(host, error=HostFailure("error", f"{python} not found on the host"), missing_python=True)
-    if rc != 0:
-        return Outcome(
-            host, error=HostFailure("error", f"the module failed on the host (exit {rc}): {err or 'no message'}")
-        )
-    try:
-        return Outcome(host, doc=json.loads(stdout))
-    except ValueError:
-        return Outcome(host, error=HostFailure("error", f"the module printed no JSON document: {stdout[:200]!r}"))
 
 
 Started = dict[str, tuple[list[str], "subprocess.Popen[bytes]"]]
@@ -475,9 +385,14 @@ class SshTransport:
     """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring."""
 
     name: ClassVar[str] = "ssh"
+    reads: ClassVar[frozenset[str]] = READS
+    caps: ClassVar[Capabilities] = Capabilities(quick=True, streams=True, warms_up=True, auto=True)
 
     def ineligible(self, hv: Target) -> str | None:
         return ineligible(hv, config_defaults())
+
+    def stop_warm(self) -> None:
+        stop_unused()
 
     def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
         stop_unused()

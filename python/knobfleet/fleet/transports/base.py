@@ -1,0 +1,247 @@
+"""What every transport shares, and nothing else (standard library only: the CLI imports it before the slow
+imports to start probes early).
+
+A transport runs one of the roles' own module functions on many hosts and hands back one ``Outcome`` per host.
+It declares what it is, never by its name:
+
+* ``reads``: the connection variables (``ansible_*``) it reads from a host's vars; a host that sets one it
+  cannot honour is ``ineligible`` for it;
+* ``caps``: its ``Capabilities`` (does it answer without starting ansible-playbook, does it stream, can
+  ``--via auto`` choose it, is it the fallback that reaches every host Ansible reaches, and the extra vars a
+  playbook run through it needs).
+
+Signature of a transport (``Transport`` below), the one way it appears in the code and docs::
+
+    ineligible(hv: Target) -> str | None
+    warm_up(key: str, source: bytes, forks: int | None = None) -> None;  stop_warm() -> None
+    run(hosts, call: ModuleCall, inventory: Path, on_event=None, forks=None) -> {host: Outcome}
+    stream(hosts, call, inventory, on_event=None, forks=None) -> Iterator[Outcome]      (when caps.streams)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+DEFAULT_FORKS = 32  # hosts at once when neither --forks, KNOBFLEET_FORKS nor ansible.cfg's forks says
+
+
+class Target(Protocol):
+    """What a transport needs to reach a host: ``fleet.hostvars.HostVars`` and ``fleet.readhost.ReadHost`` both
+    are one."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def connection(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One module function to run on every host: ``role/library/module.py``'s ``function(args[host])``; the
+    playbook that runs the same module through Ansible, and the key of the module's result there."""
+
+    role: str
+    module: str
+    function: str
+    playbook: str
+    result_key: str
+    args: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    timeout_s: float = 60.0
+    # Options of every host's call kept out of any argv and cached file (the fleet's secret-marker key): the ssh
+    # and local transports send them on stdin; through Ansible the task reads them from the run's 0600 vars file.
+    private: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def source(self) -> bytes:
+        from knobfleet import paths
+
+        return paths.module_source(self.role, self.module).read_bytes()
+
+
+@dataclass(frozen=True)
+class HostFailure:
+    """Why a host gave no document: it could not be reached, or the module failed there."""
+
+    kind: Literal["unreachable", "error"]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One host's answer: ``doc`` when the function ran, else ``error``."""
+
+    host: str
+    doc: Any = None
+    error: HostFailure | None = None
+    missing_python: bool = False
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a transport can do, declared (the registry and the use cases decide on these, never on a name)."""
+
+    quick: bool = False  # answers a module call without starting ansible-playbook: apply's pre-check uses it
+    streams: bool = False  # hands each host's outcome over as it arrives (has ``stream``)
+    warms_up: bool = False  # can start the calls an earlier run saved, before the slow imports
+    auto: bool = False  # ``--via auto`` may choose it (tried in registry order) when it reaches every host
+    fallback: bool = False  # reaches every host Ansible reaches: auto's last resort, and the retry of a host
+    #                         whose python the quick transport did not find
+    play_vars: Mapping[str, Any] = field(default_factory=dict)  # extra vars of a playbook run through it
+
+
+class Transport(Protocol):
+    name: ClassVar[str]  # what --via calls it, for people; code decides on ``caps``
+    reads: ClassVar[frozenset[str]]  # the connection variables it reads from a host's vars
+    caps: ClassVar[Capabilities]
+
+    def ineligible(self, hv: Target) -> str | None:
+        """Why this transport cannot reach ``hv`` exactly as Ansible would (None: it can)."""
+
+    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
+        """Start work saved for ``key`` by an earlier run, before the slow imports (may do nothing)."""
+
+    def stop_warm(self) -> None:
+        """Stop what ``warm_up`` started and nobody collected (may do nothing)."""
+
+    def run(
+        self,
+        hosts: Sequence[Target],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
+    ) -> dict[str, Outcome]:
+        """``call`` on every host, at most ``forks`` at once, each bounded by ``call.timeout_s``; an outcome per
+        host, never an exception for one host's failure."""
+
+
+class Streaming(Transport, Protocol):
+    def stream(
+        self,
+        hosts: Sequence[Target],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
+    ) -> Iterator[Outcome]: ...
+
+
+def default_forks() -> int:
+    """How many hosts a transport works on at once: ``KNOBFLEET_FORKS``, else ansible.cfg's (or ANSIBLE_FORKS')
+    ``forks`` as Ansible reads it, else 32."""
+    from knobfleet.errors import UsageError
+
+    env = os.environ.get("KNOBFLEET_FORKS", "").strip()
+    if env:
+        return check_forks(env, "KNOBFLEET_FORKS")
+    from knobfleet import paths
+    from knobfleet.fleet import ansible_cfg
+
+    value = ansible_cfg.user_settings(paths.project_root()).get("forks", "").strip()
+    if not value:
+        return DEFAULT_FORKS
+    try:
+        return check_forks(value, "forks")
+    except UsageError as exc:
+        raise UsageError(f"{exc} (set in {ansible_cfg.config_file(paths.project_root()) or 'ANSIBLE_FORKS'})") from None
+
+
+def check_forks(value: str | int, where: str = "--forks") -> int:
+    from knobfleet.errors import UsageError
+
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"{where}={value}: expected a whole number of hosts at once, 1 or more")
+    return n
+
+
+def merged(hv: Target, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A host's connection vars over ansible.cfg's defaults (host vars win)."""
+    return {**(defaults or {}), **hv.connection}
+
+
+# --- running a module function under the host's python3 -I, whatever carries the bytes there -------------
+
+BOOT = (
+    "import json,sys,types\n"
+    "b=json.loads(sys.stdin.buffer.read())\n"
+    "for n,s in b['utils']:\n"
+    " u=types.ModuleType('ansible.module_utils.'+n);sys.modules[u.__name__]=u\n"
+    " exec(compile(s,n,'exec'),u.__dict__)\n"
+    "m=types.ModuleType({name!r})\n"
+    "exec(compile(b['module'],{name!r},'exec'),m.__dict__)\n"
+    "a=json.loads({args!r});a.update(b.get('args') or {{}})\n"
+    "sys.stdout.write(json.dumps(m.{func}(a)))\n"
+)
+UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
+# The collection's copies import their utils by FQCN; BOOT registers them under ansible.module_utils.
+COLLECTION_UTILS = b"ansible_collections.knobfleet.serving.plugins.module_utils."
+
+
+def _plain_imports(source: bytes) -> bytes:
+    return source.replace(COLLECTION_UTILS, b"ansible.module_utils.")
+
+
+def bundle(source: bytes, utils_dir: Path, private: Mapping[str, Any] | None = None) -> bytes:
+    """What BOOT reads on stdin: the module's source and the knobfleet module_utils it imports, directly or
+    through each other, each after the ones it imports. Works with either copy: the repository's
+    (``ansible.module_utils.knob_*``) or the collection's (imports by FQCN, rewritten back here). ``private``:
+    options of every host's call that must never be in an argv, which ``ps`` shows to every user of both
+    machines (the fleet's secret-marker key); BOOT adds them to each host's options."""
+    order: list[str] = []
+    texts: dict[str, str] = {}
+    source = _plain_imports(source)
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        if name in texts or name in seen:
+            return
+        text = _plain_imports((utils_dir / f"{name}.py").read_bytes()).decode("utf-8")
+        for dep in sorted({m.decode() for m in UTIL_IMPORT.findall(text.encode())}):
+            visit(dep, (*seen, name))
+        texts[name] = text
+        order.append(name)
+
+    for name in sorted({m.decode() for m in UTIL_IMPORT.findall(source)}):
+        visit(name, ())
+    utils = [[n, texts[n]] for n in order]
+    body: dict[str, Any] = {"utils": utils, "module": source.decode("utf-8")}
+    if private:
+        body["args"] = dict(private)
+    return json.dumps(body).encode("utf-8")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def interpret(host: str, rc: int, stdout: bytes, stderr: bytes, python: str) -> Outcome:
+    """Pure: what one ssh process's exit status and output mean."""
+    err = _last_line(stderr.decode("utf-8", "replace"))
+    if rc == 255:  # ssh's own status for a connection it could not make
+        return Outcome(host, error=HostFailure("unreachable", err or "ssh exited 255"))
+    if rc == 127:
+        return Outcome(host, error=HostFailure("error", f"{python} not found on the host"), missing_python=True)
+    if rc != 0:
+        return Outcome(
+            host, error=HostFailure("error", f"the module failed on the host (exit {rc}): {err or 'no message'}")
+        )
+    try:
+        return Outcome(host, doc=json.loads(stdout))
+    except ValueError:
+        return Outcome(host, error=HostFailure("error", f"the module printed no JSON document: {stdout[:200]!r}"))

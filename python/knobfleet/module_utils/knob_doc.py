@@ -1,0 +1,92 @@
+"""The probe document's shape (schema_version 1), declared once: what ``knob_observe.observe`` returns on a host and
+what the live-state rule (``knob_live``), the controller's verdicts and reports, history, and the shipped testinfra
+checks read. Typing only: nothing here runs on a host, and nothing imports it at run time there.
+
+``tests/unit/module_utils/test_knob_doc.py`` holds every recorded probe and a fresh one to these declarations, so
+a field added to the probe without its declaration (or declared and never sent) fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class _FileRequired(TypedDict):
+    path: str
+    exists: bool
+
+
+class FileInfo(_FileRequired, total=False):
+    """A file as the probe read it (``knob_observe.file_info``): absent, unreadable (``error``), or its metadata
+    and, when small enough, its content (secret values already hashed)."""
+
+    error: str
+    sha256: str | None
+    mode: str  # "0755"
+    owner: str
+    group: str
+    mtime: float
+    size: int
+    truncated: bool
+    content: str
+    content_omitted: bool
+
+
+class Process(TypedDict):
+    """One process of the unit's cgroup, from /proc (``knob_observe.process``); ``env`` secret values hashed."""
+
+    pid: int
+    ppid: int
+    comm: str
+    env: dict[str, str]
+    cmdline: list[str]
+    start_ticks: int
+    start_epoch: float
+
+
+class _GenerationRequired(TypedDict):
+    generation: int
+    files: list[str]
+
+
+class GenerationEntry(_GenerationRequired, total=False):
+    meta: dict[str, Any]  # the generation's meta.json (profile, version, hash, engine, status, run, who, files)
+
+
+# Functional form: a field named ``list`` would shadow the builtin in a class body.
+class _GenerationsRequired(TypedDict):
+    exists: bool
+    current: int | None
+    list: list[GenerationEntry]
+    errors: list[str]
+    lock: dict[str, Any] | None
+
+
+class Generations(_GenerationsRequired, total=False):
+    """The state dir: the current generation, every generation, the ledger's tail, the lock's holder."""
+
+    current_files: dict[str, FileInfo]
+    ledger: list[dict[str, Any]]
+
+
+class ProbeFiles(TypedDict):
+    script: FileInfo
+    unit: FileInfo
+
+
+class ProbeDoc(TypedDict):
+    """One host's probe document."""
+
+    schema_version: int
+    service: str
+    unit: str
+    time: float
+    files: ProbeFiles
+    dropins: list[FileInfo]
+    unit_props: dict[str, str]
+    processes: list[Process]
+    generations: Generations
+    health: int | None
+    health_url: str
+    server_info: Any  # the engine's own info document (secret values hashed), or None
+    probe_s: float

@@ -1,0 +1,42 @@
+"""The fleet as the commands reach it: which inventory, which hosts, and the ``Hosts`` door every use case gets.
+The CLI goes through here, never into ``fleet/``. Light at import (the CLI builds its parser from ``VIA``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from knobfleet.fleet.hosts import VIA, Hosts, check_forks, default_forks
+
+if TYPE_CHECKING:
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.readhost import ReadPlan
+
+__all__ = ["VIA", "Hosts", "check_forks", "default_forks", "default_inventory", "door", "hosts", "read_plan"]
+
+
+def default_inventory() -> Path:
+    """The inventory when none is named (fleet.inventory.default)."""
+    from knobfleet.fleet.inventory import default
+
+    return default()
+
+
+def door(inventory: Path, via: str = "auto", forks: int | None = None) -> Hosts:
+    """The one ``Hosts`` of a command: built once, handed to its use case."""
+    return Hosts(inventory, via, forks)
+
+
+def hosts(inventory: Path | None, limit: str | None) -> list[HostVars]:
+    """The validated host vars of the selected hosts."""
+    from knobfleet import paths
+    from knobfleet.fleet.inventory import load_hosts
+
+    return load_hosts(inventory or paths.default_inventory(), limit)
+
+
+def read_plan(inventory: Path, limit: str | None) -> ReadPlan:
+    """The read path's cached plain view of the selected hosts (drift, verify)."""
+    from knobfleet.fleet import readhost
+
+    return readhost.plan_for(inventory, limit)

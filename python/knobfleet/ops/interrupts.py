@@ -1,0 +1,104 @@
+"""Ctrl-C (SIGINT) and SIGTERM on the controller while hosts change: released or restored, never left locked.
+
+``handled()`` (the CLI wraps the commands that change hosts in it) makes both signals raise
+``KeyboardInterrupt`` in the main thread, as Ctrl-C does by default, with one difference: inside a
+``shielded()`` section (a playbook run that changes hosts, a restore) a signal is recorded, not raised, and
+raised when the section ends. The role then finishes the hosts' current call and releases their locks in its
+``always`` (every call is bounded: the readiness timeout at most), and the rollout undoes what it did at the
+next step boundary (``checkpoint``), exactly as for any other failure: restore, then the slots' undo. The
+command then exits 130. SIGKILL stays the one hard stop (``--break-lock`` clears what it leaves).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from knobfleet.errors import EXIT_INTERRUPTED, KnobfleetError
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KnobfleetError):
+    """The run was interrupted (SIGINT, SIGTERM) and what it changed was undone; ``report`` says how."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class _State:
+    depth = 0  # shielded sections entered
+    pending: int | None = None  # a signal that arrived inside one
+    told = False
+
+
+_state = _State()
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _state.depth > 0:
+        if _state.pending is None and not _state.told:
+            _state.told = True
+            sys.stderr.write(
+                f"knobfleet: {signal.Signals(signum).name}: letting the hosts finish their current step (they "
+                "release their locks), then restoring what this run changed\n"
+            )
+        _state.pending = signum
+        return
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """SIGINT and SIGTERM become deferred-inside-a-shield ``KeyboardInterrupt``s while the block runs (main thread
+    only; elsewhere it changes nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, _handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _state.pending, _state.told = None, False
+
+
+@contextmanager
+def shielded(raise_at_end: bool = True) -> Iterator[None]:
+    """Hold a signal until the block ends (nested blocks: until the outermost ends); then raise it, or, with
+    ``raise_at_end=False``, leave it for the caller's next ``checkpoint`` (it has results to read first)."""
+    _state.depth += 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+    if raise_at_end:
+        checkpoint()
+
+
+def pending() -> bool:
+    """Whether a signal is waiting for the next checkpoint."""
+    return _state.pending is not None
+
+
+def request(signum: int = signal.SIGINT) -> None:
+    """What the handler does, for a caller that is not the signal machinery (tests, a controller-side stop)."""
+    _handler(signum, None)
+
+
+def checkpoint() -> None:
+    """A step boundary: raise a signal that arrived inside a shield (outside any shield)."""
+    if _state.depth == 0 and _state.pending is not None:
+        _state.pending = None
+        raise KeyboardInterrupt

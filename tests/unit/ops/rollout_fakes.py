@@ -1,0 +1,137 @@
+"""A fake ``Hosts`` door for the rollout's unit tests: each host is a small model of what the knob_serve role
+keeps on a host (current generation, lock, generation statuses), the apply and restore plays act on it as the
+role does (the lock is released in the role's ``always``), and every call is logged in order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knobfleet.fleet.runner import HostResult, RunRequest, RunResult
+from knobfleet.fleet.transports.base import Outcome, Target
+
+CLEAN = Path(__file__).parents[1] / "live" / "verify_cases" / "clean" / "probe.json"
+REMOTE = ("install", "restart", "ready", "finish")
+
+
+@dataclass
+class Host:
+    current: int = 3
+    lock: str | None = None
+    status: dict[int, str] = field(default_factory=lambda: {3: "good"})
+    fail_at: str | None = None  # install, restart, ready, finish: that step fails on the host; begin: refused
+    bad_probe: bool = False  # the ready engine's probe does not match the profile (the verify step fails)
+
+
+@dataclass
+class FakeHosts:
+    hosts: dict[str, Host]
+    log: list[str] = field(default_factory=list)
+    inventory: Path = Path("/nonexistent/inventory")
+    during_play: Callable[[], None] | None = None  # e.g. a signal arriving while the play runs
+
+    def quick(self, hosts: Sequence[Target]) -> bool:
+        return False
+
+    def warm_up(self, limit: str | None) -> None:
+        return None
+
+    def reaching(self, hosts: Sequence[Target]) -> FakeHosts:
+        return self
+
+    def probe(self, hosts: Sequence[Any], on_event: Any = None, *, quick: bool = False) -> dict[str, Outcome]:
+        return {}
+
+    def stream(self, hosts: Sequence[Any], on_event: Any = None) -> Iterator[Outcome]:
+        doc = json.loads(CLEAN.read_text())
+        for hv in hosts:
+            self.log.append(f"probe {hv.host}")
+            yield Outcome(hv.host, doc=doc)
+
+    def play(self, req: RunRequest, hosts: Sequence[Target] = ()) -> RunResult:
+        names = [hv.host for hv in hosts]
+        self.log.append(f"play {req.playbook} {','.join(names)}")
+        result = RunResult(req.run_id or "run", 0, "successful", {}, Path("/nonexistent"), 0.0)
+        for h in names:
+            result.hosts[h] = (self._apply if req.playbook == "apply.yml" else self._restore)(h, req)
+        if self.during_play is not None:
+            self.during_play()
+        return result
+
+    def _apply(self, name: str, req: RunRequest) -> HostResult:
+        host = self.hosts[name]
+        hr = HostResult(name)
+        run = str(req.trusted_vars["knob_serve_run_id"])
+        host.lock = run  # begin
+        new = host.current + 1
+        previous = host.current
+        try:
+            if host.fail_at == "begin":  # a foreign drop-in: refused before anything changes
+                hr.results["begin"] = {"failed": True, "refused": True, "msg": "foreign drop-in", "generation": 3}
+                hr.failures.append(("install", "foreign drop-in"))
+                return hr
+            if host.fail_at == "install":
+                hr.results["begin"] = {"generation": previous}
+                hr.results["commit"] = {"failed": True, "msg": "systemd-analyze verify failed"}
+                hr.failures.append(("install", "systemd-analyze verify failed"))
+                return hr
+            host.status[new] = "installing"
+            host.current = new
+            hr.results["begin"] = {"generation": previous}
+            hr.results["commit"] = {"changed": True, "generation": new, "previous": previous, "actions": ["install"]}
+            if host.fail_at in ("restart", "ready"):
+                done = [] if host.fail_at == "restart" else ["daemon-reload", "restart"]
+                hr.results["ready"] = {"failed": True, "done": done, "msg": f"{host.fail_at} failed"}
+                hr.failures.append(("ready", f"{host.fail_at} failed"))
+                host.status[new] = "failed"  # the role's rescue
+                return hr
+            probe = json.loads(CLEAN.read_text()) if host.bad_probe else None
+            hr.results["ready"] = {"main_pid": 42, "ready_s": 0.5, "done": ["daemon-reload", "restart"], "probe": probe}
+            if host.fail_at == "finish":
+                hr.results["finish"] = {"failed": True, "msg": "ledger unwritable"}
+                hr.failures.append(("finish", "ledger unwritable"))
+                host.status[new] = "failed"
+                return hr
+            hr.results["finish"] = {"changed": True}
+            host.status[new] = "good"
+            return hr
+        finally:
+            hr.failed = len(hr.failures)
+            host.lock = None  # the role's always: release
+
+    def _restore(self, name: str, req: RunRequest) -> HostResult:
+        host = self.hosts[name]
+        plan = req.unsafe_vars["knob_restore_plan"][name]
+        to = plan["to"] if plan["to"] is not None else max(n for n, s in host.status.items() if s == "good")
+        previous = host.current
+        if plan["leave"] and previous != to:
+            host.status[previous] = plan["leave"]
+        host.current = to
+        host.lock = None
+        hr = HostResult(name)
+        hr.results["restore"] = {"generation": to, "previous": previous}
+        return hr
+
+
+@dataclass
+class Slot:
+    """A slot step (a router client's drain or re-add, say) that logs what it does."""
+
+    name: str
+    log: list[str]
+    fails_on: set[str] = field(default_factory=set)
+    raises: bool = False
+
+    def do(self, host: str) -> bool:
+        self.log.append(f"{self.name} {host}")
+        if host in self.fails_on:
+            if self.raises:
+                raise RuntimeError("router said 503")
+            return False
+        return True
+
+    def undo(self, host: str) -> None:
+        self.log.append(f"undo {self.name} {host}")
