@@ -65,7 +65,9 @@ def script(env: dict[str, str], flags: Flags, style: str, rnd: random.Random | N
 
 def expected_changes(env_a: dict[str, str], env_b: dict[str, str], fa: Flags, fb: Flags) -> set[KnobChange]:
     def shown(v: str | bool | None) -> str | None:
-        return "(set)" if v is True else v if isinstance(v, str) else None
+        # The argv reader (module_utils/knob_argv) reads a switch as the value "true", as the engine's parser
+        # reports it, so ``--x`` and ``--x true`` are one value, shown as "(set)".
+        return "(set)" if v is True or v == "true" else v if isinstance(v, str) else None
 
     out = {KnobChange("env", k, env_a.get(k), env_b.get(k)) for k in env_a.keys() | env_b.keys()}
     out |= {KnobChange("flag", k, shown(fa.get(k)), shown(fb.get(k))) for k in fa.keys() | fb.keys()}

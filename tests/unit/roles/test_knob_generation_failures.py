@@ -6,13 +6,16 @@
   same call took, so the next apply — by anyone — is not told the host is locked.
 
 In-process, as tests/unit/roles/test_knob_generation.py: the host is a temp dir, failures are injected at the
-module's one write primitive (``write_atomic``) with the errno a full disk or a racing admin gives.
+one write primitive every host write goes through (knob_fs ``write_at``: the drop-in backups via
+``write_atomic``, the script and unit via the all-or-nothing ``Install``) with the errno a full disk or a racing
+admin gives.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,17 +55,22 @@ def admin_dropins(host: Host, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def fail_once(monkeypatch: pytest.MonkeyPatch, matches: Callable[[str], bool], code: int = errno.ENOSPC) -> list[str]:
-    """``write_atomic`` fails the first time it writes a path ``matches`` accepts; every other write is real."""
-    real = kg.write_atomic
+    """knob_fs's ``write_at`` fails the first time it writes a path ``matches`` accepts (the directory
+    descriptor's path + the name); every other write is real. Patched in knob_fs itself (``write_atomic`` and
+    ``Install.put`` reach it there) and in the module's own import of it (the generation store)."""
+    knob_fs = sys.modules[kg.Install.__module__]
+    real = knob_fs.write_at
     failed: list[str] = []
 
-    def write(path: str, data: bytes, mode: int, gid: int = 0) -> None:
+    def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+        path = os.path.join(os.readlink(f"/proc/self/fd/{dfd}"), name)
         if not failed and matches(path):
             failed.append(path)
             raise OSError(code, os.strerror(code), path)
-        real(path, data, mode, gid)
+        real(dfd, name, data, mode, uid, gid)
 
-    monkeypatch.setattr(kg, "write_atomic", write)
+    monkeypatch.setattr(knob_fs, "write_at", write_at)
+    monkeypatch.setattr(kg, "write_at", write_at)
     return failed
 
 
@@ -156,8 +164,8 @@ def _dir_as_unit(h: Host) -> None:
 UNADOPTABLE: dict[str, tuple[Callable[[Host], None], str, str]] = {
     "symlinked script": (_symlink_script, "script", "is a symlink"),
     "symlinked unit": (_symlink_unit, "unit", "is a symlink"),
-    "FIFO as script": (_fifo_script, "script", "is not a regular file"),
-    "directory as unit": (_dir_as_unit, "unit", "is not a regular file"),
+    "FIFO as script": (_fifo_script, "script", "is a FIFO, not a regular file"),
+    "directory as unit": (_dir_as_unit, "unit", "is a directory, not a regular file"),
 }
 
 

@@ -34,10 +34,12 @@ DEFAULTS: dict[str, Any] = {
     "event": "rollback",
     "engine": None,
     "secret": [],
+    "secret_key": "",
     "service_user": "root",
     "foreign_dropins": "ignore",
     "health_url": "",
     "info_url": "",
+    "allow_writable_script_dir": False,
 }
 ACTIONS = ["begin", "stage", "commit", "mark", "release", "restore", "verify", "install", "finish"]
 
@@ -188,7 +190,9 @@ def test_an_os_error_in_a_step_is_one_line_naming_it(
     monkeypatch.setitem(kg.HANDLERS, "release", broken)
     rc, res = run(capsys, action="release", **BASE)
     assert rc == 1
-    assert res["msg"] == "release: Permission denied (/var/lib/knobfleet/svc/lock)"
+    assert res["msg"] == (
+        "release failed: /var/lib/knobfleet/svc/lock: Permission denied; this step's changes were undone"
+    )
     assert (res["step"], res["errno"]) == ("release", 13)
 
 
@@ -200,4 +204,6 @@ def test_an_os_error_without_a_file_names_the_state_dir(
 
     monkeypatch.setitem(kg.HANDLERS, "release", broken)
     rc, res = run(capsys, action="release", **BASE)
-    assert rc == 1 and res["msg"] == "release: No space left on device (/var/lib/knobfleet/svc)"
+    assert rc == 1 and res["msg"] == (
+        "release failed: /var/lib/knobfleet/svc: No space left on device; this step's changes were undone"
+    )

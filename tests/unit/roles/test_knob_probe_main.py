@@ -68,9 +68,19 @@ def test_the_defaults_reach_the_observation(capsys: pytest.CaptureFixture[str], 
     assert rc == 0
     assert (res["changed"], res["step"], res["probe"]) == (False, "probe", {"schema_version": 1, "service": "svc"})
     assert observed == [
-        {**REQUIRED, "health_url": "", "info_url": "", "http_timeout_s": 2.0, "secret": []},
+        {
+            **REQUIRED,
+            "health_url": "",
+            "info_url": "",
+            "http_timeout_s": 2.0,
+            "secret": [],
+            "secret_key": "",
+            "liveness_url": "",
+            "liveness_timeout_s": 10.0,
+        },
     ]
     assert isinstance(observed[0]["http_timeout_s"], float)
+    assert isinstance(observed[0]["liveness_timeout_s"], float)
 
 
 def test_given_options_are_converted_as_the_spec_says(
