@@ -54,7 +54,7 @@ def test_a_false_flag_is_left_out_of_the_script() -> None:
 
 def test_secrets_declared_on_the_host_are_shown_as_hashes() -> None:
     hv = HostVars(host="h", host_env={"MY_CRED": "hunter2", "PLAIN": "x"}, secret_env=("MY_CRED",))
-    r = render.render_host(Profile(name="p", version=1, engine="sglang", env={}, args={}), hv)
+    r = render.render_host(Profile(name="p", version=1, engine="sglang", env={}, args={}), hv, secret_key="k" * 64)
     assert "MY_CRED" in r.secret
     assert "hunter2" in r.script and "hunter2" not in r.script_shown and "PLAIN=x" in r.script_shown
     assert r.env_shown["MY_CRED"].startswith("<secret hmac:") and r.env_shown["PLAIN"] == "x"

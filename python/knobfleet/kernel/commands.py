@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from knobfleet import argtypes as cli_types
 from knobfleet import paths, safefile, waves
-from knobfleet.cli import types as cli_types
 from knobfleet.errors import KnobfleetError
 from knobfleet.kernel import fit, store
 from knobfleet.kernel.grid import BATCHES, BLOCK_H, CONTEXTS, HEADS, TARGET_CTAS, Grid, parse_ints

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from knobfleet.fleet.groups import PER_RANK_FLAGS, EngineGroup, Member
+from knobfleet.groups import PER_RANK_FLAGS, EngineGroup, Member
 
 GROUP_MISMATCH = "group_mismatch"
 GROUP_RANK_DOWN = "group_rank_down"

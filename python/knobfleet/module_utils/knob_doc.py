@@ -32,7 +32,7 @@ class FileInfo(_FileRequired, total=False):
     content_omitted: bool
 
 
-class Process(TypedDict):
+class _ProcessRequired(TypedDict):
     """One process of the unit's cgroup, from /proc (``knob_observe.process``); ``env`` secret values hashed."""
 
     pid: int
@@ -42,6 +42,10 @@ class Process(TypedDict):
     cmdline: list[str]
     start_ticks: int
     start_epoch: float
+
+
+class Process(_ProcessRequired, total=False):
+    state: str  # /proc/PID/stat's state (R, S, T stopped, Z zombie, ...); older probes lack it
 
 
 class _GenerationRequired(TypedDict):
@@ -74,7 +78,16 @@ class ProbeFiles(TypedDict):
     unit: FileInfo
 
 
-class ProbeDoc(TypedDict):
+class Liveness(TypedDict):
+    """The one-token completion ``verify`` sends where the health check does not generate."""
+
+    url: str
+    status: int | None
+    timeout_s: float
+    seconds: float
+
+
+class _ProbeDocRequired(TypedDict):
     """One host's probe document."""
 
     schema_version: int
@@ -90,3 +103,9 @@ class ProbeDoc(TypedDict):
     health_url: str
     server_info: Any  # the engine's own info document (secret values hashed), or None
     probe_s: float
+
+
+class ProbeDoc(_ProbeDocRequired, total=False):
+    """One host's probe document (``liveness``: verify only)."""
+
+    liveness: Liveness

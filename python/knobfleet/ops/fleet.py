@@ -40,3 +40,11 @@ def read_plan(inventory: Path, limit: str | None) -> ReadPlan:
     from knobfleet.fleet import readhost
 
     return readhost.plan_for(inventory, limit)
+
+
+def check_sources(path: Path) -> str | None:
+    """Why the inventory at ``path`` cannot be read safely (a FIFO, a device, an oversized file in it), or None.
+    Imported when asked: the cached read path loads neither pydantic nor yaml."""
+    from knobfleet.fleet.inventory import check_sources as check
+
+    return check(path)

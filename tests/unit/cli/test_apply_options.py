@@ -70,7 +70,7 @@ def test_apply_defaults(
     code, out, _ = run(capsys, command, "ctas512", "-i", INV, "--limit", "lab1", "--yes", "--json")
     assert code == EXIT_OK and json.loads(out) == {"hosts": ["lab1"], "exit_code": 0}
     (c,) = applied
-    assert (c["profile"], c["hosts"], c["inventory"]) == ("ctas512", ["lab1"], Path(INV))
+    assert (c["profile"], c["hosts"], c["inventory"].inventory) == ("ctas512", ["lab1"], Path(INV))  # a Hosts door
     assert {k: getattr(c["opts"], k) for k in DEFAULTS} == DEFAULTS
 
 

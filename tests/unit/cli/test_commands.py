@@ -80,7 +80,7 @@ def test_history_exit_code_says_whether_a_host_was_unreachable(
     doc = json.loads(out)
     expected = ["lab1", "lab2", "lab3"] if limit == "all" else [limit]
     assert [h["host"] for h in doc["hosts"]] == expected == fake_history[0]["hosts"]
-    assert fake_history[0]["inventory"] == Path(INV)
+    assert fake_history[0]["inventory"].inventory == Path(INV)  # the Hosts door the CLI built for it
     assert doc["hosts"][0] == HISTORIES[expected[0]].as_json()
 
 

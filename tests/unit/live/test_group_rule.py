@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.fleet.groups import parse
+from knobfleet.groups import parse
 from knobfleet.live.groups import GROUP_MISMATCH, GROUP_RANK_DOWN, RankState, check
 
 ADDR = {f"lab{i}": f"127.0.1.{i}" for i in range(1, 5)}

@@ -28,6 +28,7 @@ from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.readhost import plan_from_hostvars
 from knobfleet.fleet.transports import HostFailure, Outcome
+from knobfleet.fleet.transports.base import Capabilities
 from knobfleet.live.verify import exit_code, summary
 from knobfleet.ops import drift
 
@@ -151,6 +152,8 @@ class ScriptedTransport:
     """A transport without ``stream``: ``run`` answers every host at once from a script of outcomes."""
 
     name: ClassVar[str] = "scripted"
+    reads: ClassVar[frozenset[str]] = frozenset()
+    caps: ClassVar[Capabilities] = Capabilities()  # runs every host at once; chosen only by name (--via)
     script: ClassVar[dict[str, Outcome]] = {}
 
     def ineligible(self, hv: Any) -> str | None:

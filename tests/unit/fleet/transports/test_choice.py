@@ -16,6 +16,7 @@ from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.transports import HostFailure, ModuleCall, Outcome
 from knobfleet.fleet.transports import ssh as ssh_module
+from knobfleet.fleet.transports.base import Capabilities
 
 HOSTS = [HostVars(host=h) for h in ("a", "b", "c")]
 CALL = ModuleCall("knob_probe", "knob_probe", "probe", "probe.yml", "probe", {h.host: {} for h in HOSTS})
@@ -24,14 +25,19 @@ LOG: list[tuple[str, Any]] = []
 
 class Fast:
     name: ClassVar[str] = "ssh"
+    reads: ClassVar[frozenset[str]] = frozenset()
+    caps: ClassVar[Capabilities] = Capabilities(quick=True, streams=True, warms_up=True, auto=True)
     refuse: ClassVar[set[str]] = set()
     no_python: ClassVar[set[str]] = set()
 
     def ineligible(self, hv: Any) -> str | None:
         return f"{hv.host}: ansible_become" if hv.host in self.refuse else None
 
-    def warm_up(self, key: str, source: bytes) -> None:
+    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
         return None
+
+    def stop_warm(self) -> None:
+        LOG.append(("stop_unused", None))
 
     def stream(
         self, hosts: Sequence[Any], call: Any, inventory: Path, on_event: Any = None, forks: int | None = None
@@ -48,6 +54,8 @@ class Fast:
 
 class Slow:
     name: ClassVar[str] = "ansible"
+    reads: ClassVar[frozenset[str]] = frozenset()
+    caps: ClassVar[Capabilities] = Capabilities(auto=True, fallback=True)
 
     def ineligible(self, hv: Any) -> str | None:
         return None
@@ -113,7 +121,7 @@ def test_naming_a_transport_that_cannot_reach_a_host_is_a_usage_error(tmp_path: 
 
 
 def test_an_unknown_transport_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"^--via 'docker': expected one of auto, ssh, ansible$"):
+    with pytest.raises(UsageError, match=r"^--via 'docker': expected one of auto, ssh, ansible, local$"):
         transports.run(HOSTS, CALL, tmp_path, via="docker")
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.fleet.groups import GroupError, parse, rank_flags, units
+from knobfleet.groups import GroupError, parse, rank_flags, units
 
 ADDR = {f"lab{i}": f"127.0.1.{i}" for i in range(1, 6)}
 
