@@ -283,6 +283,10 @@ def apply(
     the steps plugged in before the restart and after the ready engine verified. ``checkpoint(next_step)`` is
     called at every step boundary (default: raise a deferred SIGINT/SIGTERM there)."""
     opts = opts or Options()
+    if slots is None:  # hosts behind a router are drained first and put back once verified (ops/routing.py)
+        from knobfleet.ops.routing import router_slots
+
+        slots = None if opts.check else router_slots(hosts)
     rollout = _Rollout(profile, hosts, _door(inventory, opts), opts, on_event, slots or Slots(), checkpoint)
     return rollout.run()
 

@@ -1,0 +1,126 @@
+"""Router-aware rollouts (ops/routing.py): every host a router fronts is drained before anything changes on it and
+put back once verified, one host at a time with --serial 1; a failure restores the old generation and then puts
+the worker back; the capacity guard refuses to take out the last healthy worker. A fake ``Hosts`` door and an
+in-memory router (no host, no Ansible, no HTTP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rollout_fakes import FakeHosts, Host
+
+from knobfleet.errors import UsageError
+from knobfleet.fleet import router_kinds
+from knobfleet.fleet.hostvars import HostVars
+from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.routing import router_slots
+from knobfleet.profiles.store import ProfileStore
+from tests.unit.fleet.test_router import MemRouter
+
+ROUTER = "http://127.0.0.1:30080"
+
+
+@pytest.fixture
+def profile(profiles_dir: Path):  # type: ignore[no-untyped-def]
+    return ProfileStore(profiles_dir).resolve("ctas512")
+
+
+def hosts(n: int, **kw: Any) -> list[HostVars]:
+    return [
+        HostVars(
+            host=f"h{i}",
+            listen_host=f"127.0.1.{i}",
+            port=30000,
+            router_url=ROUTER,
+            drain_timeout_s=5,
+            timeout_stop_s=60,
+            **kw,
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+@pytest.fixture
+def router(monkeypatch: pytest.MonkeyPatch) -> MemRouter:
+    mem = MemRouter({f"http://127.0.1.{i}:30000": True for i in range(1, 4)}, url=ROUTER)
+    monkeypatch.setattr(router_kinds, "router_for", lambda kind, url: mem)
+    monkeypatch.setattr(router_kinds, "engine_inflight", lambda url, engine: lambda: 0)
+
+    class Clock:
+        t = 0.0
+
+        def now(self) -> float:
+            return self.t
+
+        def sleep(self, s: float) -> None:
+            self.t += s
+
+    monkeypatch.setattr(router_kinds, "MonotonicClock", Clock)
+    return mem
+
+
+def _events(router: MemRouter, door: FakeHosts) -> list[str]:
+    return [c for c in router.calls if c != "list"]
+
+
+def test_serial_1_drains_each_host_restarts_it_and_puts_it_back_before_the_next(
+    profile: Any, router: MemRouter
+) -> None:
+    hv = hosts(3)
+    door = FakeHosts({h.host: Host() for h in hv})
+    seen: list[str] = []
+    door.during_play = lambda: seen.append(",".join(sorted(router.workers)))
+    report = apply(profile, hv, door, Options(serial="1"))  # type: ignore[arg-type]
+    assert [o.status for o in report.hosts] == ["applied"] * 3
+    assert _events(router, door) == [
+        "remove http://127.0.1.1:30000",
+        "add http://127.0.1.1:30000",
+        "remove http://127.0.1.2:30000",
+        "add http://127.0.1.2:30000",
+        "remove http://127.0.1.3:30000",
+        "add http://127.0.1.3:30000",
+    ]
+    # while a host's engine restarted, the router held every other worker and not that one
+    assert seen == [
+        "http://127.0.1.2:30000,http://127.0.1.3:30000",
+        "http://127.0.1.1:30000,http://127.0.1.3:30000",
+        "http://127.0.1.1:30000,http://127.0.1.2:30000",
+    ]
+    assert sorted(router.workers) == [f"http://127.0.1.{i}:30000" for i in range(1, 4)]
+
+
+def test_a_failed_restart_restores_then_puts_the_worker_back(profile: Any, router: MemRouter) -> None:
+    hv = hosts(2)
+    door = FakeHosts({"h1": Host(fail_at="ready"), "h2": Host()})
+    report = apply(profile, hv, door, Options(serial="1"))  # type: ignore[arg-type]
+    assert report.hosts[0].status != "applied"
+    assert door.hosts["h1"].current == 3 and door.hosts["h1"].lock is None
+    i_restore = door.log.index("play restore.yml h1")
+    assert router.calls.index("add http://127.0.1.1:30000") > router.calls.index("remove http://127.0.1.1:30000")
+    assert "http://127.0.1.1:30000" in router.workers, "a host is never left out of its router"
+    assert i_restore > door.log.index("play apply.yml h1")
+
+
+def test_the_last_healthy_worker_is_never_taken_out(profile: Any, router: MemRouter) -> None:
+    router.workers = {"http://127.0.1.1:30000": True, "http://127.0.1.2:30000": False}  # h2 unhealthy already
+    router.healthy_after = 10**6
+    door = FakeHosts({"h1": Host()})
+    report = apply(profile, hosts(1), door, Options())  # type: ignore[arg-type]
+    (o,) = report.hosts
+    assert o.status != "applied" and "last healthy" in (o.message or "")
+    assert not any(c.startswith("remove") for c in router.calls)
+    assert door.log == [] or all(not line.startswith("play apply.yml") for line in door.log)
+    assert door.hosts["h1"].current == 3
+
+
+def test_a_stop_timeout_shorter_than_the_drain_is_refused_before_anything(router: MemRouter) -> None:
+    bad = hosts(1)[0].model_copy(update={"timeout_stop_s": 5, "drain_timeout_s": 30})
+    with pytest.raises(UsageError, match=r"^host h1: knob_serve_timeout_stop_s \(5\) must exceed knob_drain_timeout"):
+        router_slots([bad])
+    assert router.calls == []
+
+
+def test_hosts_without_a_router_get_no_slots() -> None:
+    assert router_slots([HostVars(host="h1")]) is None
