@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,55 @@ def history(
     return out
 
 
+def _restore_routed(
+    hosts: list[HostVars],
+    inventory: Path | Hosts,
+    targets: dict[str, RestoreTarget],
+    break_lock: bool,
+    on_event: Callable[[Event], None] | None,
+) -> list[RestoreOutcome]:
+    """``restore``; hosts a router fronts go one at a time: drained first (a host the router will not give up stays
+    in service on its current generation, refused with one line), restored, then put back whatever the restore
+    did, so no host is left out of its router."""
+    from knobfleet.ops.routing import router_slots
+    from knobfleet.ops.steps import run_slot
+
+    slots = router_slots(hosts)
+    if slots is None:
+        return restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
+    routed = {h for s in slots.before for h in getattr(s, "steps", {})}
+    plain = [hv for hv in hosts if hv.host not in routed]
+    outcomes = (
+        restore(plain, inventory, {h.host: targets[h.host] for h in plain}, break_lock=break_lock, on_event=on_event)
+        if plain
+        else []
+    )
+    for hv in hosts:
+        if hv.host not in routed:
+            continue
+        drained: list[Any] = []
+        results = run_slot(slots.before, hv.host, "slot-before", drained)
+        if not all(r.ok for r in results):
+            why = next(r.message for r in results if not r.ok)
+            outcomes.append(
+                RestoreOutcome(hv.host, False, message=f"{why}; it stays in service on its current generation")
+            )
+            continue
+        try:
+            got = restore([hv], inventory, {hv.host: targets[hv.host]}, break_lock=break_lock, on_event=on_event)
+        finally:
+            back = run_slot(slots.after, hv.host, "slot-after", [])
+        problems = [r.message for r in back if not r.ok]
+        outcomes += [
+            o
+            if not problems
+            else dataclasses.replace(o, ok=False, message="; ".join([o.message, *problems]).strip("; "))
+            for o in got
+        ]
+    order = {hv.host: i for i, hv in enumerate(hosts)}
+    return sorted(outcomes, key=lambda o: order.get(o.host, len(order)))
+
+
 def rollback(
     hosts: list[HostVars],
     inventory: Path | Hosts,
@@ -122,7 +172,7 @@ def rollback(
     A host whose target generation is missing or damaged is refused with nothing changed."""
     reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
     targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
-    outcomes = restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
+    outcomes = _restore_routed(hosts, inventory, targets, break_lock, on_event)
     broken = [o for o in outcomes if not o.ok and o.generation is not None]
     if broken:
         by_name = {hv.host: hv for hv in hosts}

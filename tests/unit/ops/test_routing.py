@@ -124,3 +124,33 @@ def test_a_stop_timeout_shorter_than_the_drain_is_refused_before_anything(router
 
 def test_hosts_without_a_router_get_no_slots() -> None:
     assert router_slots([HostVars(host="h1")]) is None
+
+
+def test_rollback_drains_restores_and_readmits_one_host_at_a_time(router: MemRouter) -> None:
+    from knobfleet.ops.history import rollback
+
+    hv = hosts(2)
+    door = FakeHosts({h.host: Host() for h in hv})
+    seen: list[str] = []
+    door.during_play = lambda: seen.append(",".join(sorted(router.workers)))
+    outcomes = rollback(hv, door, 2)  # type: ignore[arg-type]
+    assert [o.host for o in outcomes] == ["h1", "h2"]
+    assert [c for c in router.calls if c != "list"] == [
+        "remove http://127.0.1.1:30000",
+        "add http://127.0.1.1:30000",
+        "remove http://127.0.1.2:30000",
+        "add http://127.0.1.2:30000",
+    ]
+    assert seen == ["http://127.0.1.2:30000,http://127.0.1.3:30000", "http://127.0.1.1:30000,http://127.0.1.3:30000"]
+
+
+def test_rollback_leaves_a_host_the_router_will_not_give_up_in_service(router: MemRouter) -> None:
+    from knobfleet.ops.history import rollback
+
+    router.workers = {"http://127.0.1.1:30000": True}  # the only worker: the capacity guard keeps it
+    router.healthy_after = 10**6
+    door = FakeHosts({"h1": Host()})
+    (o,) = rollback(hosts(1), door, 2)  # type: ignore[arg-type]
+    assert not o.ok and o.generation is None
+    assert o.message.endswith("it stays in service on its current generation") and "last healthy" in o.message
+    assert door.log == [] and "http://127.0.1.1:30000" in router.workers
