@@ -3,6 +3,7 @@ host drained through the router, restarted by systemd and put back loses no requ
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
 from tests.integration.conftest import Fleet, restart_sh, wait_engines
 
-N = 3
+N = 4  # four stand-ins behind the router: the rolling apply keeps three serving while one restarts
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +100,41 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
     gone = SGLangRouter("http://127.0.0.1:9")  # the discard port: nothing listens there
     out = DrainStep("lab1", gone, "http://127.0.1.1:30000", lambda: 0, clock).do()
     assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
+
+
+def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet) -> None:
+    """The issue's bar: constant load through the real router (long streams in flight at every restart), a
+    rolling apply-profile of a changed knob to every host (--serial 1), then a rollback of every host, both with
+    router integration: 0 failed and 0 truncated requests out of every request sent; every host on its new
+    generation and verified after the apply; every worker healthy in the router at the end."""
+    lr = LabRouter(rfleet.lab.dir)
+    model = rfleet.lab.router_model_dir()
+    assert model
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=1400, max_seconds=175.0, max_tokens=256)
+    records: list[loadgen.Record] = []
+    started = threading.Event()
+    load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set())))
+    load.start()
+    try:
+        assert started.wait(10)
+        threading.Event().wait(4)  # long streams are in flight everywhere before the first drain
+        applied = rfleet.knobfleet("apply", "ctas768", "--serial", "1", "--yes", timeout=400)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        verified = rfleet.knobfleet("verify", "--json")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"ctas768"}
+        rolled = rfleet.knobfleet("rollback", "--yes", timeout=400)
+        assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    finally:
+        load.join(timeout=260)
+    summary = loadgen.summarize(records)
+    bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
+    print(f"rolling apply + rollback under load: {summary}")
+    assert bad == []
+    assert summary["sent"] == len(records) >= 1000
+    assert sum(r.stream for r in records) >= 400
+    router = SGLangRouter(lr.url)
+    assert sorted(w.url for w in router.list_workers() if w.healthy) == sorted(
+        rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
+    )
+    assert download_attempts(router_log(rfleet)) == []
