@@ -1,4 +1,5 @@
-"""``load-profile``: A/B weights measured from the live load in Prometheus."""
+"""``load-profile`` (A/B weights measured from the live load in Prometheus) and ``canary`` (a profile judged on
+live traffic through the router, then promoted or rolled back)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 import os
 import re
 
-from knobfleet.cli.common import Sub
+from knobfleet.cli import common, types
+from knobfleet.cli.common import Sub, inventory_opts, via_opt, yes_opt
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, UsageError
 
@@ -79,6 +81,53 @@ def cmd_load_profile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_canary(args: argparse.Namespace) -> int:
+    import sys
+
+    from knobfleet import report
+    from knobfleet.experiment.canary import Settings
+    from knobfleet.ops import fleet
+    from knobfleet.ops import profiles as app
+    from knobfleet.experiment.canary_run import CanaryOptions, canary, split
+    from knobfleet.telemetry.prom import Prometheus
+
+    inventory = common.inventory(args)
+    door = fleet.door(inventory, args.via)
+    profile = app.store().resolve(args.profile)
+    hosts = fleet.hosts(inventory, args.limit)
+    settings = Settings(max_regression=args.max_regression, max_windows=args.max_windows, min_windows=args.min_windows)
+    opts = CanaryOptions(hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings)
+    canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
+    common.confirm(
+        "canary",
+        f"Apply {profile.ref} to {len(canaries)} canary host(s) and restart {len(baseline)} baseline host(s)?",
+        len(canaries) + len(baseline),
+        args,
+    )
+
+    def progress(k: int, verdict: object, row: dict[str, object]) -> None:
+        if args.json:
+            return
+        v = verdict  # experiment.canary.Verdict
+        eta = (settings.max_windows - k) * args.window
+        sys.stderr.write(
+            f"canary {profile.name}: window {k} of at most {settings.max_windows} · {getattr(v, 'reason', '')} "
+            f"· next: {getattr(v, 'verdict', '')} · last possible window in ~{eta:.0f}s\n"
+        )
+
+    result = canary(profile, hosts, door, Prometheus(args.prometheus), opts, on_window=progress)
+    if args.json:
+        _out(report.to_json(result.as_json()))
+    else:
+        _out(f"canary {profile.ref}: {', '.join(result.canaries)} against {', '.join(result.baseline)}")
+        for note in result.notes:
+            _out(f"note: {note}")
+        _out(f"verdict: {result.verdict.verdict} — {result.verdict.reason}")
+        if result.followup:
+            _out(result.followup)
+    return result.exit_code
+
+
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "load-profile",
@@ -98,3 +147,30 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--limit", "-l", default=None, metavar="REGEX", help="only engines whose host label matches")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_load_profile)
+
+    p = sub.add_parser(
+        "canary", help="apply a profile to a canary subset, judge it on live traffic, promote or roll back"
+    )
+    p.add_argument("profile", help="profile name")
+    inventory_opts(p)
+    via_opt(p, "the applies and restarts")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
+        "--hosts", type=types.POSITIVE, default=None, metavar="N", help="canary hosts (and as many baseline)"
+    )
+    size.add_argument("--fraction", type=types.FRACTION, default=None, help="share of the hosts as canaries (0.25)")
+    p.add_argument("--window", type=duration, default=60.0, help="length of one judged window (default 60s)")
+    p.add_argument("--max-windows", type=types.POSITIVE, default=12, help="windows at most before inconclusive (12)")
+    p.add_argument("--min-windows", type=types.POSITIVE, default=3, help="windows before any verdict but rollback (3)")
+    p.add_argument(
+        "--max-regression", type=types.FRACTION, default=0.03, help="promotion needs every metric within this (0.03)"
+    )
+    p.add_argument(
+        "--prometheus",
+        default=os.environ.get("KNOBFLEET_PROMETHEUS") or DEFAULT_PROMETHEUS,
+        metavar="URL",
+        help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the lab's {DEFAULT_PROMETHEUS})",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    yes_opt(p)
+    p.set_defaults(func=cmd_canary)
