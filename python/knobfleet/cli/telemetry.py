@@ -86,9 +86,9 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
     from knobfleet import report
     from knobfleet.experiment.canary import Settings
+    from knobfleet.experiment.canary_run import CanaryOptions, canary, split
     from knobfleet.ops import fleet
     from knobfleet.ops import profiles as app
-    from knobfleet.experiment.canary_run import CanaryOptions, canary, split
     from knobfleet.telemetry.prom import Prometheus
 
     inventory = common.inventory(args)
