@@ -70,7 +70,7 @@ class Fleet:
 
     def knobfleet(self, *args: str, check: bool = False, timeout: int = 300) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "knobfleet", *args]
-        if args and args[0] in ("apply", "plan", "render", "verify", "drift", "rollback", "history", "bench"):
+        if args and args[0] in ("apply", "plan", "render", "verify", "drift", "rollback", "history", "bench", "canary"):
             argv += ["-i", str(self.inventory)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:

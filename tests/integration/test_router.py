@@ -138,3 +138,44 @@ def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet
         rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
     )
     assert download_attempts(router_log(rfleet)) == []
+
+
+def test_canary_on_live_traffic_rolls_back_a_worse_profile_and_keeps_an_equal_one(rfleet: Fleet) -> None:
+    """Router, Prometheus and constant load: `canary nosplit` (split-K off: far slower at the lab's small batches)
+    is rolled back on live traffic; `canary default` against hosts already running the same knobs is not; no
+    request fails through either."""
+    from knobfleet.lab import monitoring
+    from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
+    from knobfleet.telemetry.promconfig import Target
+
+    monitoring.start_for_lab(rfleet.lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+    lr = LabRouter(rfleet.lab.dir)
+    model = rfleet.lab.router_model_dir()
+    assert model
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=4000, max_seconds=420.0, max_tokens=256)
+    records: list[loadgen.Record] = []
+    started = threading.Event()
+    load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set())))
+    load.start()
+    common = ["--hosts", "1", "--window", "15s", "--max-windows", "8", "--yes", "--json"]
+    try:
+        assert started.wait(10)
+        rfleet.knobfleet("apply", "default", "--serial", "1", "--yes", check=True, timeout=400)
+        threading.Event().wait(10)  # a few scrapes of every engine before the first canary
+        worse = rfleet.knobfleet("canary", "nosplit", *common, timeout=600)
+        doc = json.loads(worse.stdout)
+        assert worse.returncode == 1 and doc["verdict"] == "rollback", worse.stdout + worse.stderr
+        assert doc["intervals"]["tput"]["high"] < 0
+        assert doc["followup"].startswith("canaries rolled back")
+        same = rfleet.knobfleet("canary", "default", *common, timeout=600)
+        doc = json.loads(same.stdout)
+        assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
+        verified = rfleet.knobfleet("verify", "--json")
+        assert verified.returncode == 0, verified.stdout
+        assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"default"}
+    finally:
+        load.join(timeout=480)
+        monitoring.stop(rfleet.lab.dir)
+    bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
+    assert bad == []
+    assert all(w.healthy for w in SGLangRouter(lr.url).list_workers())
