@@ -37,7 +37,8 @@ def hv(host: Any, request: pytest.FixtureRequest) -> HostVars:
 
 @pytest.fixture
 def probe(host: Any, hv: HostVars) -> dict[str, Any]:
-    out = host.ansible("knob_probe", " ".join(f"{k}={json.dumps(v)}" for k, v in probe_args(hv).items()), check=False)
+    # JSON arguments: a list value with spaces (the secret names) would split into stray words as key=value
+    out = host.ansible("knob_probe", json.dumps(probe_args(hv)), check=False)
     doc: dict[str, Any] = out["probe"]
     return doc
 

@@ -149,13 +149,14 @@ def canary(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> CanaryReport:
-    from knobfleet.ops.history import _restore_routed, history, rollback
+    from knobfleet.ops.history import _restore_routed, history
     from knobfleet.ops.transaction import RestoreTarget
 
     canaries, baseline, rest = split(hosts, opts)
     if not prom.ready():
         prom.query("up")  # the one-line "Prometheus unreachable" error, before anything changes
-    current = {h.host: h.current for h in history(baseline, door)}
+    before = {h.host: h.current for h in history(canaries + baseline, door)}
+    current = {h.host: before[h.host] for h in baseline}
     missing = [h for h, gen in current.items() if gen is None]
     if missing:
         raise UsageError(f"canary: baseline host {missing[0]} has no current generation to restart on")
@@ -218,9 +219,14 @@ def canary(
         done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
         report.exit_code = done.exit_code if done else 0
     else:
-        back = rollback(canaries, door, None)
-        report.followup = "canaries rolled back to their previous generation: " + ", ".join(
-            f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back
+        # back to the generation each canary ran before (a canary the apply found in sync changed nothing)
+        changed = [o.host for o in applied.hosts if o.generation is not None and o.generation != before.get(o.host)]
+        why = f"canary {profile.name}: {verdict.verdict}"
+        targets = {h: RestoreTarget(before[h], why) for h in changed if before.get(h) is not None}
+        back = _restore_routed([h for h in canaries if h.host in targets], door, targets, False, None)
+        report.followup = "canaries rolled back to their previous generation: " + (
+            ", ".join(f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back)
+            or "none had changed"
         )
         report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
     return report
