@@ -124,7 +124,7 @@ class HostVars(BaseModel):
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", value):
-            raise ValueError("must be the router's base URL such as http://10.0.0.5:30080")
+            raise ValueError("must be the router's base URL such as http://router.example:30080")
         return value
 
     @field_validator("router_max_unavailable")
