@@ -28,9 +28,17 @@ def _state(pid: int) -> str:
 
 
 def test_a_stopped_process_reads_T_and_a_zombie_Z() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # The child says when it is about to sleep: while the interpreter is still starting it may read "D" (paging
+    # its own files in from a busy disk) or "R"; once it sleeps it reads "S".
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"], stdout=subprocess.PIPE
+    )
     try:
-        assert _state(child.pid) in ("S", "R")
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
+        deadline = time.monotonic() + 10
+        while _state(child.pid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(child.pid) == "S"
         os.kill(child.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 10
         while _state(child.pid) != "T" and time.monotonic() < deadline:
@@ -44,6 +52,8 @@ def test_a_stopped_process_reads_T_and_a_zombie_Z() -> None:
     finally:
         child.kill()
         child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 def free_port() -> int:
