@@ -111,6 +111,9 @@ class HostVars(BaseModel):
     router_kind: str = Field(default="sglang", description="how to talk to it (knob_router_kind; fleet.router_kinds)")
     drain_timeout_s: int = Field(default=120, ge=1, description="wait at most this for in-flight requests to end")
     router_max_unavailable: str = Field(default="1", description="workers of one router out at once: N or N%")
+    version_file: str = Field(
+        default="", description="a file whose first line is the engine's version (the probe reports it; empty: not read)"
+    )
 
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod

@@ -41,6 +41,7 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
         # verify only (ops/drift.stream blanks it for drift): where /health does not generate
         "liveness_url": hv.base_url + engine.liveness_path if engine.liveness_path else "",
         "liveness_timeout_s": LIVENESS_TIMEOUT_S,
+        **({"version_file": hv.version_file} if hv.version_file else {}),
     }
 
 

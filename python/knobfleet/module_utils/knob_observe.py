@@ -450,6 +450,18 @@ def redact(doc: dict[str, Any], secret: Any, key: str = "") -> dict[str, Any]:
     return doc
 
 
+def engine_version(path: str) -> str | None:
+    """The engine's version from its package's version file (first line, 128 bytes at most), read like every
+    host file (no symlink, no FIFO or device); None when it cannot be read. The ranks of one engine group must
+    run the same version (live/groups.py)."""
+    try:
+        data, _, _ = read_bounded(path, 128)
+    except OSError:
+        return None
+    line = data.decode("utf-8", "replace").splitlines()[0].strip() if data.strip() else ""
+    return line or None
+
+
 def observe(p: dict[str, Any]) -> dict[str, Any]:
     """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
     info_url, http_timeout_s, secret, secret_key). Read-only and bounded in time; secret values are hashed."""
@@ -480,6 +492,8 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "health_url": p.get("health_url") or "",
         "server_info": server_info,
     }
+    if p.get("version_file"):  # only when asked: a probe without it keeps its document as it was
+        doc["engine_version"] = engine_version(p["version_file"])
     if p.get("liveness_url") and props.get("ActiveState") == "active" and health == 200:
         doc["liveness"] = liveness(p["liveness_url"], float(p.get("liveness_timeout_s") or 10.0))
     doc["probe_s"] = round(time.time() - started, 3)

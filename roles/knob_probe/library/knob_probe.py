@@ -63,6 +63,12 @@ options:
     description: Bound of the liveness completion.
     type: float
     default: 10.0
+  version_file:
+    description:
+      - A file whose first line is the engine's version (its package's version file); empty skips it. The ranks of
+        one engine group must run the same version.
+    type: str
+    default: ""
 notes:
   - Supports check mode (it changes nothing either way).
 """
@@ -112,7 +118,8 @@ def main():
                            secret=dict(type="list", elements="str", default=[]),
                            secret_key=dict(type="str", default="", no_log=True),
                            liveness_url=dict(type="str", default=""),
-                           liveness_timeout_s=dict(type="float", default=10.0)),
+                           liveness_timeout_s=dict(type="float", default=10.0),
+                           version_file=dict(type="str", default="")),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

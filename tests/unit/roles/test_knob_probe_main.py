@@ -77,6 +77,7 @@ def test_the_defaults_reach_the_observation(capsys: pytest.CaptureFixture[str], 
             "secret_key": "",
             "liveness_url": "",
             "liveness_timeout_s": 10.0,
+            "version_file": "",
         },
     ]
     assert isinstance(observed[0]["http_timeout_s"], float)
