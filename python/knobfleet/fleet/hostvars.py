@@ -112,7 +112,7 @@ class HostVars(BaseModel):
     drain_timeout_s: int = Field(default=120, ge=1, description="wait at most this for in-flight requests to end")
     router_max_unavailable: str = Field(default="1", description="workers of one router out at once: N or N%")
     version_file: str = Field(
-        default="", description="a file whose first line is the engine's version (the probe reports it; empty: not read)"
+        default="", description="a file whose first line is the engine version (the probe reports it; empty: none)"
     )
 
     @field_validator("script_path", "unit_dir", "state_root", "model_path")

@@ -24,7 +24,8 @@ def test_probe_args_are_the_roles_task_options(repo: Path) -> None:
     # every option but the fleet's marker key, which travels apart (ModuleCall.private: never in an argv or cache)
     assert set(task["knob_probe"]) == set(args) | set(probe.call().private) | {"version_file"}
     assert "version_file" not in args  # asked for only where the inventory names one
-    assert probe.probe_args(hv.model_copy(update={"version_file": "/opt/e/VERSION"}))["version_file"] == "/opt/e/VERSION"
+    versioned = hv.model_copy(update={"version_file": "/opt/e/VERSION"})
+    assert probe.probe_args(versioned)["version_file"] == "/opt/e/VERSION"
     assert args["unit_path"] == "/etc/systemd/system/eng.service"
     assert args["state_dir"] == "/var/lib/knobfleet/eng"
     assert args["health_url"] == "http://127.0.1.4:30001/health_generate"
