@@ -74,6 +74,12 @@ class EngineGroup:
         return next(m for m in self.members if m.host == host)
 
 
+def from_json(data: Mapping[str, Any]) -> EngineGroup:
+    """An ``EngineGroup`` back from ``dataclasses.asdict`` (the read path's cache keeps groups as plain JSON)."""
+    members = tuple(Member(str(m["host"]), str(m["address"]), int(m["rank"]), str(m["role"])) for m in data["members"])
+    return EngineGroup(str(data["name"]), str(data["kind"]), members, int(data["dist_port"]), tuple(data["may_differ"]))
+
+
 def _where(name: str) -> str:
     return f"knob_engine_groups.{name}"
 

@@ -20,6 +20,7 @@ import jinja2
 
 from knobfleet import paths
 from knobfleet.errors import RenderError
+from knobfleet.groups import rank_flags
 from knobfleet.module_utils import knob_argv
 from knobfleet.profiles.model import Profile, arg_tokens
 
@@ -179,6 +180,16 @@ def check_conflicts(profile: Profile, hv: HostVars, engine: Engine | None = None
                 f"flag --{flag} is set by the profile {profile.name} and by host {hv.host}'s "
                 f"{source}{also}; remove it from one of them"
             )
+    if hv.group is not None:  # the per-rank flags are knobfleet's to render (groups.rank_flags)
+        ranked = {flag_of(f) for f in rank_flags(hv.group, hv.host, adapter.name)}
+        for source, flags in ((f"the profile {profile.name}", profile.args), ("knob_serve_host_args", hv.host_args)):
+            for flag in sorted(flags):
+                if flag_of(flag) in ranked:
+                    problems.append(
+                        f"flag --{flag} is set by {source} on host {hv.host}, a rank of engine group "
+                        f"{hv.group.name}: knobfleet renders each rank's --{flag_of(flag)} from knob_engine_groups; "
+                        "remove it"
+                    )
     if problems:
         raise RenderError("\n".join(problems))
 
@@ -203,11 +214,17 @@ def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) 
         "knob_serve_port": hv.port,
         "knob_serve_host_env": dict(hv.host_env),
         "knob_serve_host_args": dict(hv.host_args),
+        "knob_serve_rank_args": rank_args(hv, engine or _engine(profile)),
         "knob_serve_restart": hv.restart,
         "knob_serve_restart_sec": hv.restart_sec,
         "knob_serve_timeout_start_s": hv.timeout_start_s,
         "knob_serve_timeout_stop_s": hv.timeout_stop_s,
     }
+
+
+def rank_args(hv: HostVars, engine: Engine) -> dict[str, str | bool]:
+    """The flags of ``hv``'s rank in its engine group (none for a host alone)."""
+    return rank_flags(hv.group, hv.host, engine.name) if hv.group is not None else {}
 
 
 def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
@@ -216,8 +233,9 @@ def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
 
 
 def expected_argv(profile: Profile, hv: HostVars, engine: Engine | None = None) -> list[str]:
-    argv = (engine or _engine(profile)).head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
-    merged: dict[str, Any] = {**hv.host_args, **profile.args}
+    engine = engine or _engine(profile)
+    argv = engine.head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
+    merged: dict[str, Any] = {**hv.host_args, **rank_args(hv, engine), **profile.args}
     for flag in sorted(merged):
         argv.extend(arg_tokens(flag, merged[flag]))
     return argv

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from knobfleet import rules
 from knobfleet.errors import InventoryError
+from knobfleet.groups import EngineGroup, GroupError
+from knobfleet.groups import parse as parse_groups
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
@@ -111,6 +113,9 @@ class HostVars(BaseModel):
     router_kind: str = Field(default="sglang", description="how to talk to it (knob_router_kind; fleet.router_kinds)")
     drain_timeout_s: int = Field(default=120, ge=1, description="wait at most this for in-flight requests to end")
     router_max_unavailable: str = Field(default="1", description="workers of one router out at once: N or N%")
+    group: EngineGroup | None = Field(
+        default=None, description="the engine group this host is a rank of (knob_engine_groups; groups.py)"
+    )
     version_file: str = Field(
         default="", description="a file whose first line is the engine version (the probe reports it; empty: none)"
     )
@@ -338,3 +343,34 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
         names = {"engine": "knob_engine", "profile": "knob_profile", **{v: k for k, v in ROUTER_VARS.items()}}
         var = names.get(field, f"{PREFIX}{field}")
         raise InventoryError(f"{where}: host {host}: {var}: {err['msg']}; fix it in host_vars or group_vars") from None
+
+
+def attach_groups(
+    hosts: list[HostVars], declared: dict[str, Any], addresses: dict[str, str], where: str
+) -> list[HostVars]:
+    """``hosts`` with the engine group each one is a rank of. ``declared``: each host's ``knob_engine_groups``
+    (one declaration for the whole inventory: group_vars/all); ``addresses``: every inventory host's address
+    (a ``--limit`` may leave some ranks out of ``hosts``)."""
+    seen = {h: d for h, d in declared.items() if d not in (None, {}, "")}
+    if not seen:
+        return hosts
+    first_host, decl = next(iter(seen.items()))
+    for host, other in seen.items():
+        if other != decl:
+            raise GroupError(
+                f"{where}: knob_engine_groups differs between hosts {first_host} and {host}; declare it once, "
+                "in group_vars/all"
+            )
+    try:
+        groups = parse_groups(decl, addresses)
+    except GroupError as exc:
+        raise GroupError(f"{where}: {exc}") from None
+    of = {m.host: g for g in groups for m in g.members}
+    for g in groups:
+        blind = [m.host for m in g.members if m.host in declared and m.host not in seen]
+        if blind:
+            raise GroupError(
+                f"{where}: knob_engine_groups.{g.name}: {blind[0]} is a member but its vars do not declare the "
+                "groups; declare knob_engine_groups in group_vars/all"
+            )
+    return [hv.model_copy(update={"group": of[hv.host]}) if hv.host in of else hv for hv in hosts]

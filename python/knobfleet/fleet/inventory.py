@@ -286,7 +286,7 @@ def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[st
 def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
     import warnings
 
-    from knobfleet.fleet.hostvars import CONNECTION_VARS, SECRET_VARS, from_inventory_vars
+    from knobfleet.fleet.hostvars import CONNECTION_VARS, SECRET_VARS, attach_groups, from_inventory_vars
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -309,6 +309,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
             line = re.search(r"line (\d+)", str(exc))
             at = f" near line {line.group(1)}" if line else ""
             raise InventoryError(f"{where}: cannot parse inventory{at}; {check}") from None
+    everyone = manager.get_hosts()
     if limit:
         manager.subset(limit)
     hosts = manager.get_hosts()
@@ -319,6 +320,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
     varman = VariableManager(loader=loader, inventory=manager)
     out: list[HostVars] = []
+    declared: dict[str, Any] = {}
     deterministic = True
     for host in hosts:
         raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
@@ -335,6 +337,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 declared = plain.get("knob_serve_secret_env")
                 plain["knob_serve_secret_env"] = [*(declared if isinstance(declared, list) else []), *sourced]
             out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
+            declared[host.name] = plain.get("knob_engine_groups")
         except AnsibleError as exc:
             text = str(exc).splitlines()[0]
             if "vault" in text.lower():
@@ -343,6 +346,15 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                     "ANSIBLE_VAULT_PASSWORD_FILE (or vault_password_file in ansible.cfg) to its password file"
                 ) from None
             raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
+    if any(d not in (None, {}, "") for d in declared.values()):
+        addresses = {hv.host: hv.address for hv in out}
+        for host in everyone:  # ranks a --limit left out still name rank 0's address
+            if host.name not in addresses:
+                raw = varman.get_vars(host=host, include_hostvars=False)
+                addresses[host.name] = str(
+                    Templar(loader=loader, variables=raw).template(raw.get("ansible_host", host.name))
+                )
+        out = attach_groups(out, declared, addresses, where)
     return out, deterministic
 
 

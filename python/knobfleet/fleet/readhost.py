@@ -36,6 +36,7 @@ _SOURCES = (
     "fleet/readhost.py",
     "fleet/probe.py",
     "fleet/hostvars.py",
+    "groups.py",
     "engines/adapter.py",
     "profiles/catalog.py",
     "profiles/merge.py",
@@ -53,6 +54,7 @@ class ReadHost:
     probe: dict[str, Any]
     engine: str | None = None
     profile: str | None = None
+    group: dict[str, Any] | None = None  # the engine group this host is a rank of (groups.EngineGroup as JSON)
 
 
 class LazyRules(Mapping[str, dict[str, Any]]):
@@ -113,7 +115,8 @@ def recorded_engine(doc: ProbeDoc | dict[str, Any]) -> str | None:
 def from_hostvars(hv: HostVars) -> ReadHost:
     from knobfleet.fleet.probe import probe_args
 
-    return ReadHost(hv.host, hv.address, dict(hv.connection), probe_args(hv), hv.engine, hv.profile)
+    group = asdict(hv.group) if hv.group is not None else None
+    return ReadHost(hv.host, hv.address, dict(hv.connection), probe_args(hv), hv.engine, hv.profile, group)
 
 
 def plan_from_hostvars(hosts: Sequence[HostVars]) -> ReadPlan:
@@ -178,6 +181,7 @@ def from_json(text: str) -> ReadPlan:
             dict(h["probe"]),
             h.get("engine"),
             h.get("profile"),
+            h.get("group"),
         )
         for h in data["hosts"]
     ]

@@ -44,6 +44,9 @@ class Kind(str, Enum):
     NOT_READY = "not_ready"
     INTERRUPTED_APPLY = "interrupted_apply"
     PROCESS_STOPPED = "process_stopped"
+    # The ranks of one engine group (knob_engine_groups; live/groups.py): found across hosts, never on one alone.
+    GROUP_MISMATCH = "group_mismatch"
+    GROUP_RANK_DOWN = "group_rank_down"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -93,6 +96,19 @@ RULES: dict[Kind, Rule] = {
     Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
     Kind.PROCESS_STOPPED: Rule(
         "error", Action.RESTART, False, "a process of the engine is stopped or a zombie: the engine hangs"
+    ),
+    Kind.GROUP_MISMATCH: Rule(
+        "error",
+        Action.NONE,
+        False,
+        "a knob, flag, model or engine version differs between the ranks of one engine group (a collective hangs or "
+        "computes differently); the rank's own findings, or its host vars, say what to fix",
+    ),
+    Kind.GROUP_RANK_DOWN: Rule(
+        "error",
+        Action.RESTART,
+        False,
+        "a rank of an engine group is not running or not joined (its health proves nothing)",
     ),
 }
 # /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from knobfleet.fleet.hosts import Outcome
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadHost, ReadPlan
+    from knobfleet.groups import EngineGroup
 
 
 def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared | str | None:
@@ -87,12 +88,55 @@ def stream(
     if save_probes is not None:
         save_probes.mkdir(parents=True, exist_ok=True)
     gate = door(inventory, via, forks)
+    ranks = _Ranks(plan, hosts)
     for o in gate.stream(hosts, on_event) if hosts else ():
         if save_probes is not None and o.doc is not None:
             import json
 
             write_atomic(save_probes / f"{o.host}.json", json.dumps(o.doc, indent=1, sort_keys=True) + "\n")
-        yield _verdict(plan, by_name[o.host], o, cache)
+        yield from ranks.add(by_name[o.host], o, _verdict(plan, by_name[o.host], o, cache))
+
+
+class _Ranks:
+    """The ranks of engine groups: a rank's verdict waits (keeping only what it runs, never its document) until
+    every rank of its group read here has answered; then the cross-rank rule (live/groups.py) adds its findings
+    to the ranks concerned and they are yielded together."""
+
+    def __init__(self, plan: ReadPlan, hosts: list[ReadHost]) -> None:
+        from knobfleet.groups import from_json
+
+        self.plan = plan
+        self.groups: dict[str, EngineGroup] = {}
+        for h in hosts:
+            if h.group is not None and h.group["name"] not in self.groups:
+                self.groups[h.group["name"]] = from_json(h.group)
+        here = {h.host for h in hosts}
+        self.waiting = {name: [m for m in g.hosts if m in here] for name, g in self.groups.items()}
+        self.held: dict[str, HostVerdict] = {}
+        self.states: dict[str, dict[str, Any]] = {name: {} for name in self.groups}
+
+    def add(self, host: ReadHost, o: Outcome, verdict: HostVerdict) -> Iterator[HostVerdict]:
+        if host.group is None:
+            yield verdict
+            return
+        from knobfleet.live import groups as rule
+        from knobfleet.live.verify import findings_of
+
+        name = host.group["name"]
+        if o.doc is not None:
+            self.states[name][host.host] = rule.from_probe(o.doc, self.plan.rules_for(host, o.doc))
+        self.held[host.host] = verdict
+        if not all(m in self.held for m in self.waiting[name]):
+            return
+        group = self.groups[name]
+        found = rule.check(group, rule.with_reports(group, self.states[name]))
+        for m in self.waiting[name]:
+            v = self.held.pop(m)
+            mine = findings_of([f for f in found if f["host"] == m])
+            if mine and v.status in ("in_sync", "drift"):
+                v.findings = [*v.findings, *mine]
+                v.status = "drift"
+            yield v
 
 
 def check(
