@@ -201,6 +201,17 @@ def apply_summary(result: Any) -> str:
             for d in h.diffs:
                 if d.get("diff"):
                     out.append(d["diff"].rstrip("\n"))
+    groups: dict[str, list[Any]] = {}
+    for h in result.hosts:
+        if getattr(h, "group", ""):
+            groups.setdefault(h.group.rsplit(" ", 2)[0], []).append(h)
+    for name, ranks in groups.items():
+        states = sorted({h.status for h in ranks})
+        out.append(
+            f"engine group {name}: "
+            + ", ".join(f"{h.host} ({h.group.split(' ', 1)[1]})" for h in ranks)
+            + f" — one unit, restarted together: {'/'.join(states)}"
+        )
     failed = [h for h in result.hosts if h.status == "failed"]
     counts = {
         s: sum(h.status == s for h in result.hosts)

@@ -20,7 +20,7 @@ from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared, Finding, check_rendered
-from knobfleet.ops import interrupts, plan
+from knobfleet.ops import interrupts, plan, ranks
 from knobfleet.ops.steps import (
     Journal,
     PreCheckResult,
@@ -61,6 +61,7 @@ class HostOutcome:
     changed_tasks: int = 0
     committed: bool = False  # the run changed files or restarted the engine: a failure must be restored
     restored: Any = None  # RestoreOutcome when a failure was rolled back
+    group: str = ""  # the engine group this host is a rank of ("dsv4-a rank 0"): restarts with its group
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -79,6 +80,8 @@ class HostOutcome:
         }
         if self.restored is not None:
             out["restored"] = self.restored.as_json()
+        if self.group:
+            out["group"] = self.group
         out["live"] = {"ok": not self.findings, "findings": [f.as_json() for f in self.findings], "seen": self.seen}
         if self.knob_changes or self.diffs:
             out["knob_changes"] = self.knob_changes
@@ -220,13 +223,16 @@ def _outcome(
     commit = hr.results.get("commit", {})
     ready = hr.results.get("ready", {})
     out.generation, out.previous = commit.get("generation"), commit.get("previous")
-    out.restarted = out.committed = bool(commit.get("changed"))
+    # an engine group's rank restarts with its group even when its own generation did not change
+    out.restarted = out.committed = bool(commit.get("changed")) or "restart" in (ready.get("done") or [])
     out.status = "applied" if commit.get("changed") else "unchanged"
     out.actions = list(commit.get("actions") or (["install", "restart"] if out.generation != out.previous else []))
     out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
     out.restart_s = (ready.get("systemctl_s") or {}).get("restart")
     if "start" in (ready.get("done") or []):
         out.message = "the engine was not running: started it"
+    elif out.restarted and not commit.get("changed") and hv.group is not None:
+        out.message = f"restarted with its engine group {hv.group.name} (its own generation did not change)"
     doc = ready.get("probe")
     if isinstance(doc, dict):
         from knobfleet.engines.adapter import engine as adapter
@@ -240,7 +246,12 @@ def _outcome(
 
 
 def pre_check(
-    profile: Profile, hosts: list[HostVars], rendered: dict[str, Rendered], inventory: Path | Hosts, opts: Options
+    profile: Profile,
+    hosts: list[HostVars],
+    rendered: dict[str, Rendered],
+    inventory: Path | Hosts,
+    opts: Options,
+    versions: dict[str, str | None] | None = None,
 ) -> dict[str, HostOutcome]:
     """Hosts decided by one quick probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
     no transport ``--via`` allows answers without a playbook for every host: then the role decides on every
@@ -258,6 +269,8 @@ def pre_check(
         o = outcomes[hv.host]
         if o.doc is None:
             continue  # unreachable or erroring now: the playbook run reports it
+        if versions is not None and hv.version_file:
+            versions[hv.host] = o.doc.get("engine_version")
         policy = opts.foreign_dropins or hv.foreign_dropins
         p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
         if p.in_sync or p.refused or opts.check:
@@ -310,11 +323,27 @@ class _Rollout:
 
     def __post_init__(self) -> None:
         self.by_name = {hv.host: hv for hv in self.hosts}
+        self.groups = ranks.of(self.hosts)
+        self.versions: dict[str, str | None] = {}  # engine versions the pre-check read (engine groups)
         self.declared = Declared(self.profile.name, self.profile.version, self.profile.content_hash)
         self.rendered: dict[str, Rendered] = {}
         self.trusted: dict[str, Any] = {"knob_serve_break_lock": self.opts.break_lock, **self.opts.overrides}
         if self.opts.foreign_dropins:
             self.trusted["knob_serve_foreign_dropins"] = self.opts.foreign_dropins
+
+    def units(self, hosts: list[str]) -> list[tuple[str, ...]] | None:
+        """Restart units: an engine group's ranks are one (``--serial`` and the canary count units)."""
+        return ranks.restart_units(hosts, self.groups) if self.groups else None
+
+    def group_decisions(self, decided: dict[str, HostOutcome]) -> dict[str, HostOutcome]:
+        """The pre-check's decisions per engine group, and the groups that would come up mismatched refused."""
+        assert self.engine is not None
+        refused = {}
+        for name, g in self.groups.items():
+            found = ranks.rendered_mismatch(g, self.rendered, self.engine.rules(), self.versions)
+            if found:
+                refused[name] = ranks.refusal_text(g, found)
+        return ranks.merge_decided(decided, self.groups, refused)
 
     def checkpoint(self, step: StepName) -> None:
         if self.checkpoint_hook is not None:
@@ -346,6 +375,11 @@ class _Rollout:
                         "knob_serve_operator": operator(),
                         # names the controller knows are secret beyond the inventory's own (vault-sourced values)
                         "knob_serve_secret_vaulted": {h: list(self.by_name[h].secret_env) for h in group},
+                        **(
+                            {"knob_serve_groups": ranks.role_vars(self.groups, self.rendered, self.engine.name)}
+                            if self.groups
+                            else {}
+                        ),
                     },
                     check=self.opts.check,
                     diff=self.opts.check,
@@ -364,10 +398,13 @@ class _Rollout:
 
         key = fleet_key()  # the same markers the hosts make (fleet/fleetkey.py)
         self.rendered = {hv.host: render_host(profile, hv, engine=self.engine, secret_key=key) for hv in hosts}
-        plan.batches([hv.host for hv in hosts], opts.serial, opts.canary)  # a bad --serial fails before anything runs
+        # a bad --serial, or a --limit holding only some ranks of an engine group, fails before anything runs
+        plan.batches([hv.host for hv in hosts], opts.serial, opts.canary, self.units([hv.host for hv in hosts]))
         ahead: RunResult | None = None
         last = _last_applied(self.door.inventory)
-        if speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
+        if self.groups:
+            decided = self.group_decisions(pre_check(profile, hosts, self.rendered, self.door, opts, self.versions))
+        elif speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
             # One batch, a real change, hosts a quick transport reaches: ansible-playbook starts (~1 s of its own
             # start-up) while the pre-check probes; the role waits at its gate for the decision, and hosts decided
             # here end there. (A slot before the restart must run between the two: then the pre-check goes first.)
@@ -382,7 +419,8 @@ class _Rollout:
             decided = pre_check(profile, hosts, self.rendered, self.door, opts)
         for host, o in decided.items():
             self.journal.add(PreCheckResult("pre-check", host, o.status != "refused", o.message, decided=o.status))
-        groups = plan.batches([hv.host for hv in hosts if hv.host not in decided], opts.serial, opts.canary)
+        todo = [hv.host for hv in hosts if hv.host not in decided]
+        groups = plan.batches(todo, opts.serial, opts.canary, self.units(todo))
         self.outcomes = list(decided.values())
         failed_total, stopped = 0, False
         for n, group in enumerate(groups, start=1):
@@ -407,6 +445,11 @@ class _Rollout:
                     )
         order = {hv.host: i for i, hv in enumerate(hosts)}
         self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
+        for o in self.outcomes:
+            g = self.by_name[o.host].group if o.host in self.by_name else None
+            if g is not None:
+                m = g.member(o.host)
+                o.group = f"{g.name} {'rank' if m.role == 'rank' else m.role} {m.rank}"
         report = ApplyReport(
             profile, opts.check, self.run_ids, self.outcomes, time.monotonic() - self.started, self.ansible_s
         )
@@ -462,9 +505,14 @@ class _Rollout:
                         n,
                         self.opts.check,
                     )
+                    batch_out[h] = out
+                if self.groups and not self.opts.check:  # the ranks of a group agree, and fail or pass together
+                    docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in live}
+                    ranks.after_play({h: batch_out[h] for h in live}, docs, self.groups, self.engine.rules())
+                for h in live:
+                    out = batch_out[h]
                     if self.journal.reached(h, "ready") and not self.opts.check:
                         self.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
-                    batch_out[h] = out
             self.outcomes += [batch_out[h] for h in group]
             self.checkpoint("slot-after")
             for h in group:

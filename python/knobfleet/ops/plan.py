@@ -17,12 +17,23 @@ if TYPE_CHECKING:
     from knobfleet.render import Rendered
 
 
-def batches(hosts: list[str], serial: str | None, canary: bool) -> list[list[str]]:
-    """Split hosts into rollout batches: ``--canary`` = one host first; ``--serial N`` or ``N%``."""
+def batches(
+    hosts: list[str], serial: str | None, canary: bool, units: list[tuple[str, ...]] | None = None
+) -> list[list[str]]:
+    """Split hosts into rollout batches: ``--canary`` = one host first; ``--serial N`` or ``N%``. ``units``: the
+    hosts in restart units (an engine group's ranks are one unit: ``groups.units``); the canary and ``--serial``
+    count units, and a unit is never split."""
+    return [
+        [h for unit in batch for h in unit] for batch in _unit_batches(units or [(h,) for h in hosts], serial, canary)
+    ]
+
+
+def _unit_batches(units: list[tuple[str, ...]], serial: str | None, canary: bool) -> list[list[tuple[str, ...]]]:
+    hosts = units
     if not hosts:
         return []
     rest = list(hosts)
-    out: list[list[str]] = []
+    out: list[list[tuple[str, ...]]] = []
     if canary:
         out.append([rest.pop(0)])
     if not rest:
