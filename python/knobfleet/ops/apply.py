@@ -693,10 +693,11 @@ def _ahead(
         except BaseException as exc:  # raised below, in the caller's thread
             box["error"] = exc
             doc = {"abort": "knobfleet's pre-check failed; nothing was changed"}
+        # decided before the gate appears: whoever reads the gate sees the cancel that goes with it
+        box["cancel"] = "error" in box or "interrupted" in box or len(box.get("decided") or ()) == n_hosts
         tmp = gate.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(gate)  # whole or absent: the role reads it once it is non-empty
-        box["cancel"] = "error" in box or "interrupted" in box or len(box.get("decided") or ()) == n_hosts
 
     thread = threading.Thread(target=work, name="pre-check", daemon=True)
     thread.start()
