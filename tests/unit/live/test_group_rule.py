@@ -3,13 +3,25 @@ whose process is down is reported though its health endpoint answers 200."""
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from knobfleet.engines.adapter import engine as adapter
 from knobfleet.groups import parse
-from knobfleet.live.groups import GROUP_MISMATCH, GROUP_RANK_DOWN, RankState, check
+from knobfleet.live.groups import (
+    GROUP_MISMATCH,
+    GROUP_RANK_DOWN,
+    RankState,
+    check,
+    from_probe,
+    from_rendered,
+    with_reports,
+)
 
 ADDR = {f"lab{i}": f"127.0.1.{i}" for i in range(1, 5)}
 TP = parse({"a": {"members": {"lab1": 0, "lab2": 1}}}, ADDR)[0]
@@ -120,3 +132,75 @@ def test_prefill_and_decode_share_only_what_the_pair_needs() -> None:
     assert check(PD, {"lab3": prefill, "lab4": decode}) == []
     (f,) = check(PD, {"lab3": prefill, "lab4": replace(decode, flags={**decode.flags, "tp-size": "4"})})
     assert f["message"] == "group p: decode 0 (lab4) flag --tp-size: prefill 0 (lab3) has '8', decode 0 (lab4) has '4'"
+
+
+# --- what a rank runs, from its probe document, its render, and rank 0's report ------------------------------
+
+
+CLEAN = json.loads((Path(__file__).parent / "verify_cases" / "clean" / "probe.json").read_text())
+SGLANG = adapter("sglang").rules()
+
+
+def rank_doc(rank: int, host: str, **env: str) -> dict[str, Any]:
+    doc = copy.deepcopy(CLEAN)
+    main = doc["processes"][0]
+    main["cmdline"] = [
+        *[a for a in main["cmdline"] if not a.startswith("--host=")],
+        f"--host={host}",
+        "--nnodes=2",
+        f"--node-rank={rank}",
+        "--dist-init-addr=127.0.1.1:5000",
+    ]
+    main["env"] = {**main["env"], "INVOCATION_ID": f"inv{rank}", "SYSTEMD_EXEC_PID": str(100 + rank), **env}
+    doc["engine_version"] = "0.5.0-sim"
+    return doc
+
+
+def test_a_probe_reads_as_the_ranks_env_flags_model_and_version() -> None:
+    s = from_probe(rank_doc(1, "127.0.1.2"), SGLANG)
+    assert s.alive and s.model_path == "/models/DeepSeek-V4-sim" and s.engine_version == "0.5.0-sim"
+    assert s.flags["node-rank"] == "1" and "model-path" not in s.flags
+    assert "INVOCATION_ID" not in s.env and s.env["SGLANG_SM120_MMA_TARGET_CTAS"]
+
+
+def test_two_clean_ranks_agree_despite_systemd_and_per_rank_differences() -> None:
+    states = {
+        "lab1": from_probe(rank_doc(0, "127.0.1.1"), SGLANG),
+        "lab2": from_probe(rank_doc(1, "127.0.1.2"), SGLANG),
+    }
+    assert check(TP, states) == []
+
+
+def test_a_hand_edit_on_one_rank_is_a_group_mismatch() -> None:
+    states = {
+        "lab1": from_probe(rank_doc(0, "127.0.1.1"), SGLANG),
+        "lab2": from_probe(rank_doc(1, "127.0.1.2", SGLANG_SM120_MMA_TARGET_CTAS="768"), SGLANG),
+    }
+    (f,) = check(TP, states)
+    assert f["kind"] == GROUP_MISMATCH and f["host"] == "lab2" and f["name"] == "SGLANG_SM120_MMA_TARGET_CTAS"
+    assert f["severity"] == "error" and "rank 1 (lab2)" in f["message"]
+
+
+@pytest.mark.parametrize(("state", "alive"), [("S", True), ("T", False), ("Z", False)])
+def test_a_stopped_or_zombie_rank_is_down(state: str, alive: bool) -> None:
+    doc = rank_doc(1, "127.0.1.2")
+    doc["processes"][0]["state"] = state
+    assert from_probe(doc, SGLANG).alive is alive
+
+
+def test_rank_0s_report_decides_whether_a_follower_joined() -> None:
+    head = rank_doc(0, "127.0.1.1")
+    head["server_info"] = {"ranks": [{"rank": 1, "joined": False, "address": None, "fingerprint": None}]}
+    states = {"lab1": from_probe(head, SGLANG), "lab2": from_probe(rank_doc(1, "127.0.1.2"), SGLANG)}
+    got = check(TP, with_reports(TP, states))
+    assert [f["kind"] for f in got] == [GROUP_RANK_DOWN]
+    assert "reports it absent" in got[0]["message"]
+    head["server_info"]["ranks"][0]["joined"] = True
+    states["lab1"] = from_probe(head, SGLANG)
+    assert check(TP, with_reports(TP, states)) == []
+
+
+def test_a_render_reads_like_a_probe() -> None:
+    argv = ["python3", "-m", "sglang_sim.launch_server", "--model-path=/m", "--host=127.0.1.2", "--node-rank=1"]
+    s = from_rendered({"A": "1"}, argv, SGLANG, "1.0")
+    assert s.model_path == "/m" and s.flags["node-rank"] == "1" and s.engine_version == "1.0"
