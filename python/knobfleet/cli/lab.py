@@ -37,10 +37,11 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
     try:
-        hosts = lab.up(args.n, vllm, router=args.router)
+        hosts = lab.up(args.n, vllm, router=args.router, group_size=args.groups)
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
+    default_inventory = args.n == 3 and not (vllm or args.router or args.groups)
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
     if args.monitoring:
         from knobfleet.lab import monitoring
@@ -58,7 +59,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
         )
     _out(
         f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
-        f"inventory: {'inventories/lab' if args.n == 3 and not vllm and not args.router else lab.dir / 'inventory'}"
+        f"inventory: {'inventories/lab' if default_inventory else lab.dir / 'inventory'}"
     )
     if args.router:
         from knobfleet.lab.router_lab import LabRouter
@@ -150,6 +151,14 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="start SGLang's router (sglang-router, installed once into /var/cache/knobfleet) in front of every "
         "host's engine, on 127.0.0.1 only",
+    )
+    p.add_argument(
+        "--groups",
+        type=types.integer(2, 64),
+        default=0,
+        metavar="N",
+        help="run the stand-in as multi-node engines of N consecutive hosts each (lab1+lab2 = lab-g1, ...), declared "
+        "in the lab inventory's knob_engine_groups",
     )
     p.add_argument(
         "--monitoring",

@@ -17,6 +17,8 @@ from typing import Any
 SERVICE = "sglang-dsv4-decode"
 SCRIPT_PATH = "/root/serve_dsv4_decode.sh"
 SIM_SITE = "/usr/local/lib/python3.11/dist-packages/sglang_sim"
+SIM_VERSION_FILE = SIM_SITE + "/VERSION"  # the stand-in's package version (the ranks of a group must agree)
+GROUP_DIST_PORT = 5000  # rank 0's rendezvous port in lab groups (groups.DEFAULT_DIST_PORT)
 SIM_FLAGS_FILE = "flags.json"  # in the sim package; a committed copy is checked against sim_flags()
 SIM_FLAG_FIELDS = ("type", "aliases", "negation", "nargs", "choices", "default", "deprecated")
 
@@ -137,9 +139,28 @@ def sshd_config(host: LabHost) -> str:
 SIM_MODEL_PATH = "/models/DeepSeek-V4-sim"
 
 
-def serve_script(host: LabHost, model_path: str = SIM_MODEL_PATH) -> str:
+def lab_groups(count: int, size: int) -> dict[str, dict[str, Any]]:
+    """``knob_engine_groups`` of a lab of ``count`` hosts in groups of ``size`` consecutive hosts (lab1+lab2 are
+    lab-g1, ...): each group one multi-node engine, rank 0 its first host."""
+    return {
+        f"lab-g{g + 1}": {"members": {f"lab{g * size + r + 1}": r for r in range(size)}} for g in range(count // size)
+    }
+
+
+def rank_of(host: LabHost, size: int) -> tuple[int, LabHost]:
+    """``host``'s rank in its lab group and the group's rank 0."""
+    rank = (host.index - 1) % size
+    return rank, LabHost(host.index - rank)
+
+
+def serve_script(host: LabHost, model_path: str = SIM_MODEL_PATH, group_size: int = 0) -> str:
     """The hand-written serve script an operator left before knobfleet arrived (``model_path``: a local model
-    directory when a router must load the model's tokenizer, see ``router_lab``)."""
+    directory when a router must load the model's tokenizer, see ``router_lab``). ``group_size``: the host is a
+    rank of a multi-node engine of that many hosts (``lab_groups``), started with SGLang's multi-node flags."""
+    ranked = ""
+    if group_size > 1:
+        rank, head = rank_of(host, group_size)
+        ranked = f" \\\n    --nnodes {group_size} --node-rank {rank} --dist-init-addr {head.address}:{GROUP_DIST_PORT}"
     return (
         "#!/bin/bash\n"
         "# DSv4 decode server -- edit TARGET_CTAS here and restart sglang-dsv4-decode\n"
@@ -149,7 +170,7 @@ def serve_script(host: LabHost, model_path: str = SIM_MODEL_PATH) -> str:
         "export SGLANG_SM120_MMA_TARGET_CTAS=256\n"
         "export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0\n"
         f"exec /usr/bin/python3 -m sglang_sim.launch_server --model-path {model_path} \\\n"
-        f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule\n"
+        f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule{ranked}\n"
     )
 
 

@@ -123,12 +123,20 @@ class Lab:
         if not self.key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
 
-    def up(self, count: int, vllm: tuple[str, ...] = (), router: bool = False) -> list[HostStatus]:
+    def up(self, count: int, vllm: tuple[str, ...] = (), router: bool = False, group_size: int = 0) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
         in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in.
-        ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only."""
+        ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only.
+        ``group_size``: the hosts form engine groups of that many consecutive hosts (one multi-node engine each,
+        ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"lab up: -n {count}: choose 1..{MAX_HOSTS} hosts")
+        if group_size and (group_size < 2 or count % group_size):
+            raise LabError(f"lab up: --groups {group_size}: a group size of 2 or more that divides -n {count}")
+        if group_size and (vllm or router):
+            raise LabError(
+                "lab up: --groups runs the stand-in as multi-node engines; it does not combine with --vllm or --router"
+            )
         hosts = [LabHost(i) for i in range(1, count + 1)]
         unknown = sorted(set(vllm) - {h.name for h in hosts})
         if unknown:
@@ -153,7 +161,11 @@ class Lab:
                 "path; `knobfleet lab down` first"
             )
         self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
+        if running and self.group_size() != group_size:
+            now = f"groups of {self.group_size()}" if self.group_size() else "no groups"
+            raise LabError(f"lab up: {', '.join(sorted(running))} already run with {now}; `knobfleet lab down` first")
         self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "group-size").write_text(f"{group_size}\n")
         (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
         new = [h for h in hosts if h.name not in running]
         try:
@@ -233,7 +245,8 @@ class Lab:
             _write(root / hostfiles.VLLM_SCRIPT_PATH.lstrip("/"), script, 0o755)
         else:
             service, unit = hostfiles.SERVICE, hostfiles.serve_unit()
-            script = hostfiles.serve_script(host, *([self.router_model] if self.router_model else []))
+            model = self.router_model or hostfiles.SIM_MODEL_PATH
+            script = hostfiles.serve_script(host, model, self.group_size())
             _write(root / hostfiles.SCRIPT_PATH.lstrip("/"), script, 0o755)
         _write(unit_dir / f"{service}.service", unit)
         _link(unit_dir / "multi-user.target.wants" / f"{service}.service", f"/etc/systemd/system/{service}.service")
@@ -395,6 +408,11 @@ class Lab:
         shutil.copy2(default / "main.yml", inv / "group_vars" / "all" / "main.yml")
         if vllm_hosts:
             _write(inv / "group_vars" / "vllm.yml", self.vllm_group_vars())
+        groups_yml = inv / "group_vars" / "all" / "groups.yml"
+        if self.group_size():
+            _write(groups_yml, self.groups_vars(len(hosts)))
+        else:
+            groups_yml.unlink(missing_ok=True)
         router_yml = inv / "group_vars" / "all" / "router.yml"
         model = self.router_model_dir()
         if model:
@@ -408,11 +426,32 @@ class Lab:
             _write(default / "lab_ssh.yml", self.ssh_vars())
         return inv
 
+    def group_size(self) -> int:
+        """The size of the lab's engine groups (0: every host runs its own engine)."""
+        try:
+            return int((self.dir / "group-size").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def vllm_host_names(self) -> set[str]:
         try:
             return {ln.strip() for ln in (self.dir / "vllm-hosts").read_text().splitlines() if ln.strip()}
         except OSError:
             return set()
+
+    def groups_vars(self, count: int) -> str:
+        """The lab's engine groups (``knob_engine_groups``) and the stand-in's version file, as group vars."""
+        import yaml
+
+        doc = {
+            "knob_engine_groups": hostfiles.lab_groups(count, self.group_size()),
+            "knob_serve_version_file": hostfiles.SIM_VERSION_FILE,
+        }
+        return (
+            "# Written by `knobfleet lab up --groups N`: each group of N hosts runs one multi-node engine (rank 0\n"
+            "# serves the API, the others join it); knobfleet renders each rank's --nnodes/--node-rank/\n"
+            "# --dist-init-addr.\n" + yaml.safe_dump(doc, sort_keys=False)
+        )
 
     def vllm_group_vars(self) -> str:
         """Host vars of the lab's vLLM hosts (group ``vllm``): the engine, its service, launcher and model."""
