@@ -170,6 +170,11 @@ def rollback(
 ) -> list[RestoreOutcome]:
     """Switch hosts to generation ``to`` (default: each host's previous good one), restart, wait, verify.
     A host whose target generation is missing or damaged is refused with nothing changed."""
+    from knobfleet.ops import ranks
+
+    groups = ranks.of(hosts)
+    if groups:  # an engine group goes back as a unit: a --limit with only some of its ranks changes nothing
+        ranks.restart_units([hv.host for hv in hosts], groups)
     reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
     targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
     outcomes = _restore_routed(hosts, inventory, targets, break_lock, on_event)
