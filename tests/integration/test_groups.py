@@ -93,6 +93,16 @@ def test_plan_shows_each_group_as_one_unit(gfleet: Fleet) -> None:
     assert "engine group lab-g2: lab3 (rank 0), lab4 (rank 1) — one unit" in proc.stdout
 
 
+@pytest.mark.parametrize("command", ["apply", "rollback"])
+def test_a_limit_with_one_rank_of_a_group_is_refused_changing_nothing(gfleet: Fleet, command: str) -> None:
+    pids = {h: main_pid(gfleet, h) for h in HOSTS}
+    args = ("apply", "ctas512") if command == "apply" else ("rollback",)
+    proc = gfleet.knobfleet(*args, "--yes", "--limit", "lab2")
+    assert proc.returncode not in (0, 2), proc.stdout + proc.stderr
+    assert "group lab-g1: --limit leaves out lab1; a group restarts as a unit" in proc.stderr
+    assert {h: main_pid(gfleet, h) for h in HOSTS} == pids
+
+
 def test_apply_restarts_each_group_as_a_unit_with_each_ranks_flags(gfleet: Fleet) -> None:
     before = {h: main_pid(gfleet, h) for h in HOSTS}
     proc = gfleet.knobfleet("apply", "ctas512", "--yes", "--serial", "1", "--json", timeout=400)
