@@ -5,17 +5,16 @@ the unit's cgroup, generations, lock, ledger, health and the engine's info endpo
 from __future__ import annotations
 
 import errno
-import glob
 import grp
 import hashlib
 import json
 import os
 import pwd
+import select
+import socket
 import stat
-import subprocess
+import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
@@ -155,12 +154,51 @@ def parse_props(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
+def run_output(argv: list[str], timeout: float) -> str:
+    """The stdout of ``argv`` (found on PATH; stdin /dev/null, stderr dropped), bounded by ``timeout`` seconds
+    (then killed: OSError). One fork, without importing subprocess (the probe's hot path: issue 29)."""
+    rfd, wfd = os.pipe()
+    try:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            actions = [
+                (os.POSIX_SPAWN_DUP2, null, 0),
+                (os.POSIX_SPAWN_DUP2, wfd, 1),
+                (os.POSIX_SPAWN_DUP2, null, 2),
+                (os.POSIX_SPAWN_CLOSE, rfd),
+            ]
+            pid = os.posix_spawnp(argv[0], argv, dict(os.environ), file_actions=actions)
+        finally:
+            os.close(null)
+    except BaseException:
+        os.close(rfd)
+        os.close(wfd)
+        raise
+    os.close(wfd)
+    chunks, deadline, killed = [], time.monotonic() + timeout, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([rfd], [], [], left)[0]:
+                os.kill(pid, 9)
+                killed = True
+                break
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+        os.waitpid(pid, 0)
+    if killed:
+        raise OSError(errno.ETIMEDOUT, "Command '%s' timed out after %g seconds" % (argv, timeout))
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def unit_props(unit: str) -> dict[str, str]:
     try:
-        out = subprocess.run(
-            ["systemctl", "show", unit, "--property=" + ",".join(PROPS)], capture_output=True, text=True, timeout=10
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        out = run_output(["systemctl", "show", unit, "--property=" + ",".join(PROPS)], 10)
+    except OSError as exc:
         return {"error": str(exc)}
     return parse_props(out)
 
@@ -372,15 +410,113 @@ def ledger_tail_at(dfd: int, name: str, max_bytes: int = 128 * 1024) -> list[dic
     return out
 
 
+MAX_BODY = 1 << 20
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
 def http_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
+    """The status of a GET of ``url`` and, for a 2xx, its body (1 MiB at most); (None, None) when it got no answer.
+    A loopback ``http://`` URL is read over a plain socket (``loopback_get``: no urllib import on the probe's hot
+    path); everything else, and any answer that one does not handle exactly as urllib would, goes through urllib
+    (redirects, proxies)."""
     if not url:
         return None, None
+    fast = loopback_get(url, timeout)
+    return fast if fast is not None else urllib_get(url, timeout)
+
+
+def urllib_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status), resp.read(1 << 20)
+            return int(resp.status), resp.read(MAX_BODY)
     except urllib.error.HTTPError as exc:
         return int(exc.code), None
     except (urllib.error.URLError, OSError, ValueError):
+        return None, None
+
+
+def loopback_target(url: str) -> tuple[str, int, str, str] | None:
+    """(address, port, Host header, request target) of a plain ``http://`` URL to a loopback address that urllib
+    would fetch directly (no ``*_proxy`` variable set); None for anything else."""
+    if not url.startswith("http://") or not url.isascii() or any(c in url for c in " \t\r\n@"):
+        return None
+    if any(k.lower().endswith("_proxy") and v for k, v in os.environ.items()):
+        return None  # urllib would consult the proxy settings
+    netloc, slash, rest = url[len("http://") :].partition("/")
+    target = (slash + rest).split("#", 1)[0] or "/"
+    if not target.startswith("/"):
+        target = "/" + target
+    host, colon, port_s = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
+    if not colon:
+        host, port_s = netloc, "80"
+    if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        return None
+    parts = host.split(".")
+    if host == "localhost":
+        address = host  # resolved as urllib would
+    elif len(parts) == 4 and parts[0] == "127" and all(p.isdigit() and int(p) < 256 for p in parts):
+        address = host
+    else:
+        return None
+    return address, int(port_s), netloc, target
+
+
+def loopback_get(url: str, timeout: float) -> tuple[int | None, bytes | None] | None:
+    """``http_get`` of a loopback URL over a socket with the request urllib sends (HTTP/1.1, ``Connection:
+    close``); None where urllib would do more or differently (a redirect, a status line or framing it would treat
+    otherwise, a URL it parses itself)."""
+    where = loopback_target(url)
+    if where is None:
+        return None
+    address, port, host, target = where
+    request = (
+        "GET %s HTTP/1.1\r\nAccept-Encoding: identity\r\nHost: %s\r\nUser-Agent: Python-urllib/%d.%d\r\n"
+        "Connection: close\r\n\r\n" % (target, host, sys.version_info[0], sys.version_info[1])
+    ).encode("ascii")
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.sendall(request)
+            raw = b""
+            while b"\r\n\r\n" not in raw:
+                chunk = sock.recv(65536)
+                if not chunk or len(raw) > 65536:
+                    return None  # no complete head: let urllib say what that is
+                raw += chunk
+            head, _, body = raw.partition(b"\r\n\r\n")
+            lines = head.decode("iso-8859-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            code = rest[:3]
+            if version not in ("HTTP/1.0", "HTTP/1.1") or not code.isdigit() or rest[3:4] not in ("", " "):
+                return None
+            status = int(code)
+            if status < 200 or status in REDIRECTS:
+                return None
+            if status >= 300:
+                return status, None
+            headers = {}
+            for line in lines[1:]:
+                name, colon, value = line.partition(":")
+                if not colon:
+                    return None
+                headers[name.strip().lower()] = value.strip()
+            if headers.get("transfer-encoding", "identity").lower() != "identity":
+                return None  # chunked (or anything else): urllib decodes it
+            length = headers.get("content-length")
+            if length is not None and not length.isdigit():
+                return None
+            want = min(int(length), MAX_BODY) if length is not None else MAX_BODY
+            while len(body) < want:
+                chunk = sock.recv(min(65536, want - len(body)))
+                if not chunk:
+                    if length is not None:
+                        return None  # cut short: urllib raises IncompleteRead there
+                    break
+                body += chunk
+            return status, body[:want]
+    except OSError:
         return None, None
 
 
@@ -398,6 +534,9 @@ def liveness(url: str, timeout: float) -> dict[str, Any]:
         except (ValueError, KeyError, IndexError, TypeError):
             model = None
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    import urllib.error
+    import urllib.request
+
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -412,9 +551,14 @@ def liveness(url: str, timeout: float) -> dict[str, Any]:
 
 def dropins(unit: str) -> list[dict[str, Any]]:
     out = []
-    for base in DROPIN_DIRS:
-        for path in sorted(glob.glob("%s/%s.d/*.conf" % (base, unit))):
-            out.append(file_info(path))
+    for base in DROPIN_DIRS:  # what glob("BASE/UNIT.d/*.conf") lists (hidden names excluded), without importing it
+        where = "%s/%s.d" % (base, unit)
+        try:
+            names = os.listdir(where)
+        except OSError:
+            continue
+        for name in sorted(n for n in names if n.endswith(".conf") and not n.startswith(".")):
+            out.append(file_info("%s/%s" % (where, name)))
     return out
 
 

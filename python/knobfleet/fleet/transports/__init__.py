@@ -127,7 +127,7 @@ def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str, fork
     if key:
         from knobfleet import paths
 
-        payload = bundle(call.source(), paths.module_utils_dir())
+        payload = bundle(call.source(), paths.module_utils_dir(), call.private)  # byte-equal to what the run sends
         for t in warm:
             t.warm_up(f"{call.module}:{key}", payload, forks)
 

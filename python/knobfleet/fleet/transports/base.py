@@ -86,6 +86,7 @@ class Outcome:
     doc: Any = None
     error: HostFailure | None = None
     missing_python: bool = False
+    cache: str = ""  # what the host's probe cache did (ssh fast path): hit, stored, replaced <why>, nocache <why>
 
 
 @dataclass(frozen=True)

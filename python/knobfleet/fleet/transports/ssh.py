@@ -31,17 +31,20 @@ processes.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import json
 import os
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
+from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports.base import (
     BOOT,
     DEFAULT_FORKS,
@@ -202,22 +205,23 @@ def start_planned(plan_key: str, source: bytes, limit: int | None = None) -> Sta
 
     try:
         plan = json.loads(_plan_file(plan_key, source, paths.control_dir()).read_text(encoding="utf-8"))
-        pairs = [(str(p["host"]), [str(a) for a in p["argv"]]) for p in plan]
-    except (OSError, ValueError, KeyError, TypeError):
+        pairs = [(str(p["host"]), [str(a) for a in p["argv"]], p.get("full", True) is not False) for p in plan]
+        short = probecache.short_payload(source)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
     if limit is not None:
         pairs = pairs[: max(limit, 0)]
     started: Started = {}
-    for host, argv in pairs:
+    for host, argv, full in pairs:
         try:
-            started[host] = (argv, _launch(argv, source))
+            started[host] = (argv, _launch(argv, source if full else short))
         except OSError:
             continue  # run_function starts it again and reports why it cannot
     return started
 
 
-def _save_plan(path: Path, argvs: dict[str, list[str]]) -> None:
-    body = json.dumps([{"host": h, "argv": a} for h, a in argvs.items()])
+def _save_plan(path: Path, argvs: dict[str, tuple[list[str], bool]]) -> None:
+    body = json.dumps([{"host": h, "argv": a, "full": full} for h, (a, full) in argvs.items()])
     try:
         if path.exists() and path.read_text(encoding="utf-8") == body:
             return
@@ -241,11 +245,14 @@ def iter_function(
     started: Started | None = None,
     defaults: Mapping[str, str] | None = None,
     forks: int | None = None,
+    cache_roots: Mapping[str, str] | None = None,
+    known: probecache.Known | None = None,
 ) -> Iterator[Outcome]:
     """Run ``func(args[host])`` from the module ``source`` on every host, at most ``forks`` at once, each bounded
     by ``timeout_s`` from its own start; yield each host's outcome as it arrives. Processes in ``started`` whose
     argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
-    early stops what is still running."""
+    early stops what is still running. A host in ``cache_roots`` (its probe cache directory) runs the code cached
+    there when ``known`` says it holds this bundle's, else gets the bundle and caches it (probecache)."""
     control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     limit = max(1, forks if forks is not None else default_forks())
     early = dict(started or {})
@@ -255,11 +262,25 @@ def iter_function(
     if not hosts:
         return
 
-    def argv_of(hv: Target) -> list[str]:
-        return [*ssh_argv(hv, control_dir, defaults), remote_command(hv, module_name, func, args[hv.host], defaults)]
+    roots = dict(cache_roots or {}) if known is not None else {}
+    bundle_id = probecache.bundle_digest(source) if roots else ""
+    short = probecache.short_payload(source) if roots else b""
+
+    def argv_of(hv: Target, fresh: bool = False) -> tuple[list[str], bool, str | None]:
+        """The host's argv, whether the bundle goes on stdin, and its key in ``known`` (None: not cached)."""
+        reach = ssh_argv(hv, control_dir, defaults)
+        root = roots.get(hv.host)
+        if root is None or known is None:
+            return [*reach, remote_command(hv, module_name, func, args[hv.host], defaults)], True, None
+        python = _python(hv, defaults)
+        key = probecache.Known.key(reach, python, root)
+        code = None if fresh else known.get(key, bundle_id)
+        cmd = probecache.command(python, root, code, module_name, func, args[hv.host])
+        return [*reach, cmd], code is None, key
 
     if plan_key is not None:  # what the next run starts first thing: the hosts it will work on first
-        _save_plan(_plan_file(plan_key, source, control_dir), {hv.host: argv_of(hv) for hv in hosts[:limit]})
+        plan = {hv.host: argv_of(hv)[:2] for hv in hosts[:limit]}
+        _save_plan(_plan_file(plan_key, source, control_dir), plan)
 
     lock = threading.Lock()
     todo = iter(hosts)
@@ -268,24 +289,20 @@ def iter_function(
     running: set[subprocess.Popen[bytes]] = set()
     stopping = threading.Event()
 
-    def one(hv: Target) -> Outcome:
-        argv = argv_of(hv)
-        with lock:
-            mine = early.pop(hv.host, None)
-        if mine is not None and mine[0] != argv:
-            _stop(mine[1])
-            mine = None
+    def attempt(
+        hv: Target, argv: list[str], full: bool, deadline: float, mine: subprocess.Popen[bytes] | None
+    ) -> Outcome | tuple[int, bytes, bytes]:
         if mine is not None:
-            proc = mine[1]
+            proc = mine
         else:
             try:
-                proc = _launch(argv, source)
+                proc = _launch(argv, source if full else short)
             except OSError as exc:
                 return Outcome(hv.host, error=HostFailure("error", f"cannot run {argv[0]}: {exc.strerror}"))
         with lock:
             running.add(proc)
         try:
-            out, err = proc.communicate(timeout=timeout_s)
+            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _stop(proc)
             return Outcome(
@@ -294,7 +311,37 @@ def iter_function(
         finally:
             with lock:
                 running.discard(proc)
-        return interpret(hv.host, proc.returncode, out, err, _python(hv, defaults))
+        return proc.returncode, out, err
+
+    def one(hv: Target) -> Outcome:
+        deadline = time.monotonic() + timeout_s
+        argv, full, key = argv_of(hv)
+        with lock:
+            mine = early.pop(hv.host, None)
+        if mine is not None and mine[0] != argv:
+            _stop(mine[1])
+            mine = None
+        got = attempt(hv, argv, full, deadline, mine[1] if mine is not None else None)
+        if isinstance(got, Outcome):
+            return got
+        if key is None or known is None:
+            return interpret(hv.host, *got, _python(hv, defaults))
+        ev = probecache.event(got[2])
+        if probecache.is_miss(got[0], ev) and not full:  # the host lost or refused its entry: send the bundle
+            known.drop(key)
+            missed = ev
+            argv, full, key = argv_of(hv, fresh=True)
+            got = attempt(hv, argv, full, deadline, None)
+            if isinstance(got, Outcome):
+                return got
+            ev = probecache.event(got[2])
+            if ev is not None and ev.kind == "stored" and missed is not None and missed.why.startswith("tampered:"):
+                ev = probecache.Event("replaced", ev.digest, missed.why.removeprefix("tampered:").strip())
+        if ev is not None and ev.kind in ("stored", "replaced") and key is not None:
+            known.put(key, bundle_id, ev.digest)
+        elif ev is not None and key is not None and ev.kind == "nocache":
+            known.drop(key)
+        return dataclasses.replace(interpret(hv.host, *got, _python(hv, defaults)), cache=str(ev) if ev else "")
 
     def worker() -> None:
         try:
@@ -351,12 +398,26 @@ def run_function(
     started: Started | None = None,
     defaults: Mapping[str, str] | None = None,
     forks: int | None = None,
+    cache_roots: Mapping[str, str] | None = None,
+    known: probecache.Known | None = None,
 ) -> dict[str, Outcome]:
     """``iter_function``, collected: every host's outcome, in the order of ``hosts``."""
     got = {
         o.host: o
         for o in iter_function(
-            hosts, control_dir, source, module_name, func, args, timeout_s, plan_key, started, defaults, forks
+            hosts,
+            control_dir,
+            source,
+            module_name,
+            func,
+            args,
+            timeout_s,
+            plan_key,
+            started,
+            defaults,
+            forks,
+            cache_roots,
+            known,
         )
     }
     return {hv.host: got[hv.host] for hv in hosts}
@@ -411,6 +472,7 @@ class SshTransport:
 
         started = dict(_EARLY)
         _EARLY.clear()
+        roots = {h: r for h, a in call.args.items() if (r := probecache.root_of(a)) is not None}
         return iter_function(
             hosts,
             paths.control_dir(),
@@ -423,6 +485,8 @@ class SshTransport:
             started=started,
             defaults=config_defaults(),
             forks=forks,
+            cache_roots=roots,
+            known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
         )
 
     def run(

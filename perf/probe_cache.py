@@ -1,0 +1,197 @@
+"""The cached probe (issue 29): drift vs the multiplexed parallel-ssh baseline, and what one probe costs a host.
+
+One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from a tree of the code before
+the cache (`--before DIR`, a checkout's python/ folder; optional) and the parallel ssh script of
+perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the host
+CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
+shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
+`--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first
+probe of a host (no entry on the host, the controller knowing none: the bundle is sent, compiled and stored).
+Usage (root; boots its own lab):
+  flock /tmp/knobfleet-lab.lock python perf/probe_cache.py --sizes 3,32 --repeats 5 --before /tmp/before/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
+from drift_vs_ssh import REMOTE, ssh_script
+
+from knobfleet.lab.cgroups import CGROUP_PARENT
+
+HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "target", "drift before s", "ratio before"]
+TARGETS = {3: 1.2, 32: 1.15}
+
+
+def cpu_usec(host: str) -> int:
+    """CPU microseconds the lab host's cgroup has used (cgroup v2, hierarchical)."""
+    for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        stat = Path(base) / CGROUP_PARENT / host / "cpu.stat"
+        if stat.exists():
+            for line in stat.read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1])
+    raise SystemExit(f"no cgroup v2 cpu.stat for {host}")
+
+
+def env_for(pythonpath: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": pythonpath}
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env or os.environ.copy())
+    if proc.returncode not in ok:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def host_cpu(host: str, runs: int, one: object) -> tuple[float, float]:
+    """(ms of the host's CPU per call, wall s per call) of ``one()`` run ``runs`` times, minus the host's idle use
+    over as long a pause."""
+    assert callable(one)
+    one()  # warm
+    before, started = cpu_usec(host), time.perf_counter()
+    for _ in range(runs):
+        one()
+    took = time.perf_counter() - started
+    used = cpu_usec(host) - before
+    idle0 = cpu_usec(host)
+    time.sleep(min(took, 5.0))
+    idle = (cpu_usec(host) - idle0) * took / min(took, 5.0)
+    return (used - idle) / runs / 1000.0, took / runs
+
+
+def ssh_argv(lab: object, i: int, control_dir: str, remote: str) -> list[str]:
+    return [
+        "ssh",
+        "-i",
+        str(lab.key),  # type: ignore[attr-defined]
+        "-o",
+        f"UserKnownHostsFile={lab.known_hosts}",  # type: ignore[attr-defined]
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_dir}/%h",
+        "-o",
+        "ControlPersist=300",
+        f"root@127.0.1.{i}",
+        remote,
+    ]
+
+
+def state_dir() -> Path:
+    from knobfleet import paths
+
+    return paths.state_dir()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="3,32")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cpu-runs", type=int, default=10)
+    ap.add_argument("--before", default="", help="a python/ folder of the code before the cache (optional)")
+    ap.add_argument("--out", default="", help="write the raw numbers here as JSON")
+    args = ap.parse_args()
+    now = env_for(str(REPO / "python"))
+    before = env_for(args.before) if args.before else None
+    rows, raw, cpu_rows = [], {"sizes": {}, "cpu": {}}, []
+    for idx, n in enumerate(int(x) for x in args.sizes.split(",")):
+        lab, inv = boot(n)
+        run([*KNOBFLEET, "apply", "ctas512", "-i", str(inv), "--yes"])
+        cdir = tempfile.mkdtemp(prefix="kf-ssh-")
+        drift = [*KNOBFLEET, "drift", "--json", "-i", str(inv)]
+        if idx == 0:
+            one = [*drift, "--limit", "lab1"]
+            # the first probe of a host: no entry there, none known here
+            firsts = []
+            for _ in range(3):
+                subprocess.run(ssh_argv(lab, 1, cdir, "rm -rf /var/lib/knobfleet/.probe"), check=True)
+                shutil.rmtree(state_dir() / "cache" / "probecode", ignore_errors=True)
+                t0, c0 = time.perf_counter(), cpu_usec("lab1")
+                timed(one, now, (0, 2))
+                firsts.append(((cpu_usec("lab1") - c0) / 1000.0, time.perf_counter() - t0))
+            timed(one, now, (0, 2))  # the entry is stored: what follows are hits
+            true_argv = ssh_argv(lab, 1, cdir, "true")
+            script_argv = ssh_argv(lab, 1, cdir, REMOTE.replace("$(hostname | tr -dc 0-9)", "1"))
+            paths_cpu = {
+                "drift, cached probe": lambda c=one: timed(c, now, (0, 2)),
+                "ssh true": lambda a=true_argv: timed(a),
+                "ssh script": lambda a=script_argv: timed(a),
+            }
+            if before is not None:
+                paths_cpu["drift before (uncached)"] = lambda c=one, e=before: timed(c, e, (0, 2))
+            for name, fn in paths_cpu.items():
+                ms, wall = host_cpu("lab1", args.cpu_runs, fn)
+                raw["cpu"][name] = {"host_cpu_ms": ms, "wall_s": wall}
+                cpu_rows.append([name, args.cpu_runs, f"{ms:.1f}", f"{wall:.3f}"])
+            base = raw["cpu"]["ssh true"]["host_cpu_ms"]
+            cpu_rows.append(
+                ["first probe (miss)", 3, f"{med([c for c, _ in firsts]):.1f}", f"{med([w for _, w in firsts]):.3f}"]
+            )
+            raw["cpu"]["first probe (miss)"] = {
+                "host_cpu_ms": med([c for c, _ in firsts]),
+                "wall_s": med([w for _, w in firsts]),
+            }
+            raw["cpu"]["ssh true baseline"] = base
+            print(
+                table(["lab1, one after another", "runs", "host CPU ms / call", "wall s / call"], cpu_rows), flush=True
+            )
+            ls = ssh_argv(
+                lab, 1, cdir, "ls -ln /var/lib/knobfleet/.probe; stat -c '%a %U %n' /var/lib/knobfleet/.probe"
+            )
+            listing = subprocess.run(ls, capture_output=True, text=True).stdout
+            raw["lab1_cache_dir"] = listing
+            print(listing, flush=True)
+        timed(drift, now, (0, 2))  # warm connections and the hosts' entries
+        ssh_script(lab, n, cdir)
+        modes = {
+            "drift": lambda c=drift: timed(c, now, (0, 2)),
+            "ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir),
+        }
+        if before is not None:
+            timed(drift, before, (0, 2))
+            modes["drift before"] = lambda c=drift, e=before: timed(c, e, (0, 2))
+        times = interleave(modes, args.repeats)
+        raw["sizes"][str(n)] = times
+        kd, ps = med(times["drift"]), med(times["ssh"])
+        kb = med(times["drift before"]) if before is not None else float("nan")
+        target = TARGETS.get(n)
+        rows.append(
+            [
+                n,
+                args.repeats,
+                f"{kd:.3f}",
+                f"{ps:.3f}",
+                f"{kd / ps:.2f}x",
+                f"≤ {target}x" if target else "—",
+                f"{kb:.3f}",
+                f"{kb / ps:.2f}x",
+            ]
+        )
+        print(table(HEADERS, rows[-1:]), flush=True)
+    print()
+    print("knobfleet drift (cached probe) vs parallel ssh (warm connections, interleaved)")
+    print(table(HEADERS, rows))
+    print()
+    print("one probe's cost to the host (lab1, cgroup CPU minus idle; 'ssh true' is the session alone)")
+    print(table(["what", "runs", "host CPU ms / call", "wall s / call"], cpu_rows))
+    if args.out:
+        Path(args.out).write_text(json.dumps(raw, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
