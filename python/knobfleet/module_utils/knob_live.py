@@ -790,13 +790,6 @@ def _by_default(words: list[str]) -> bool:
     return False
 
 
-def _matches(name: str, entry: str) -> bool:
-    import fnmatch
-
-    pattern = secret_name(entry)
-    return fnmatch.fnmatchcase(name, pattern) if any(c in entry for c in _GLOB) else name == pattern
-
-
 def is_secret(name: str, secret: Any = ()) -> bool:
     """Whether a value given under ``name`` (env var, flag, report key) is secret. ``secret``: names or fnmatch
     patterns marked secret (the catalog's ``secret: true`` knobs, knob_serve_secret_env, vault-sourced host
@@ -805,14 +798,35 @@ def is_secret(name: str, secret: Any = ()) -> bool:
     return _is_secret(str(name), tuple(str(e) for e in (secret or ())))
 
 
+@functools.lru_cache(maxsize=64)
+def _entries(extra: tuple[str, ...]) -> tuple[frozenset[str], tuple[Any, ...], frozenset[str], tuple[Any, ...]]:
+    """``extra`` read once (a probe asks about hundreds of names against the same list): the names marked secret,
+    the compiled patterns marked secret, and the same two for the ``!`` entries, in ``secret_name`` spelling."""
+    import fnmatch
+    import re
+
+    plain: tuple[set[str], set[str]] = (set(), set())
+    globs: tuple[list[Any], list[Any]] = ([], [])
+    for entry in extra:
+        neg = entry.startswith("!")
+        body = entry[1:] if neg else entry
+        pattern = secret_name(body)
+        if any(c in body for c in _GLOB):
+            globs[neg].append(re.compile(fnmatch.translate(pattern)).match)  # what fnmatchcase runs
+        else:
+            plain[neg].add(pattern)
+    return frozenset(plain[0]), tuple(globs[0]), frozenset(plain[1]), tuple(globs[1])
+
+
 @functools.lru_cache(maxsize=8192)
 def _is_secret(name: str, extra: tuple[str, ...]) -> bool:
     norm = secret_name(name)
     if not norm:
         return False
-    if any(_matches(norm, e) for e in extra if not e.startswith("!")):
+    listed, listed_globs, unlisted, unlisted_globs = _entries(extra)
+    if norm in listed or any(m(norm) for m in listed_globs):
         return True
-    if any(_matches(norm, e[1:]) for e in extra if e.startswith("!")):
+    if norm in unlisted or any(m(norm) for m in unlisted_globs):
         return False
     return _by_default(norm.split("_"))
 
