@@ -86,7 +86,8 @@ def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
     top = sys.modules[str(__package__).split(".")[0]]
     root = os.path.dirname(os.path.dirname(os.path.abspath(str(top.__file__))))
     code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.worker import main; sys.exit(main())"
-    return [subprocess.Popen([sys.executable, "-c", code, name], stdin=subprocess.DEVNULL) for name in names]
+    parent = str(os.getpid())  # a worker whose launcher is already gone exits instead of waiting for it
+    return [subprocess.Popen([sys.executable, "-c", code, parent, name], stdin=subprocess.DEVNULL) for name in names]
 
 
 def main(argv: list[str] | None = None) -> int:
