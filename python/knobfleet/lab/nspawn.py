@@ -25,7 +25,7 @@ from typing import Any
 
 from knobfleet import paths
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles, limits
+from knobfleet.lab import hostfiles, limits, sim
 from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 
@@ -293,6 +293,7 @@ class Lab:
         shutil.copy2(pkg / "waves.py", dest / "_waves.py")
         shutil.copy2(pkg / "gpus.json", dest / "gpus.json")
         shutil.copy2(pkg / "calibrations.json", dest / "calibrations.json")  # waves.calibration_for reads it
+        (dest / "VERSION").write_text(sim.__version__ + "\n", encoding="utf-8")  # the engine version ranks compare
 
     def _boot(self, host: LabHost) -> None:
         (self.dir / "run").mkdir(parents=True, exist_ok=True)

@@ -33,15 +33,17 @@ class ConsensusError(RuntimeError):
     """The ranks' settings disagree and the consensus checker was asked to stop the engine."""
 
 
-def fingerprint(env: Mapping[str, str], server_args: Mapping[str, Any]) -> dict[str, str]:
-    """What must agree across ranks: every engine env var and server arg but the per-rank ones (name -> value),
-    kept whole so a mismatch can be named."""
+def fingerprint(env: Mapping[str, str], server_args: Mapping[str, Any], version: str | None = None) -> dict[str, str]:
+    """What must agree across ranks: every engine env var and server arg but the per-rank ones, and the engine
+    version when given (name -> value), kept whole so a mismatch can be named."""
     out = {
         f"env:{k}": v
         for k, v in env.items()
         if k.startswith(("SGLANG_", "SGL_", "QUANT", "NCCL_", "TORCH_")) and k not in PER_RANK_ENV
     }
     out.update({f"arg:{k}": json.dumps(v, sort_keys=True) for k, v in server_args.items() if k not in PER_RANK_ARGS})
+    if version is not None:
+        out["meta:engine_version"] = version
     return dict(sorted(out.items()))
 
 
@@ -100,16 +102,17 @@ class Rendezvous:
         diff = difference(self.own, fp)
         with self._lock:
             if not 0 < rank < self.nnodes or (rank in self.peers and self.peers[rank].connected):
-                conn.sendall(b'{"ok": false, "error": "rank taken or out of range"}\n')
+                with contextlib.suppress(OSError):
+                    conn.sendall(b'{"ok": false, "error": "rank taken or out of range"}\n')
                 conn.close()
                 return
             self.peers[rank] = Peer(rank, address, fp, conn)
             if diff and self.mismatch is None:
                 self.mismatch = f"rank {rank} ({address}) {diff}"
             self._lock.notify_all()
-        conn.sendall(json.dumps({"ok": not diff}).encode() + b"\n")
-        conn.settimeout(None)
         try:
+            conn.sendall(json.dumps({"ok": not diff}).encode() + b"\n")
+            conn.settimeout(None)
             while conn.recv(1):  # a follower never sends more; an empty read is its end
                 pass
         except OSError:
@@ -149,9 +152,15 @@ class Rendezvous:
                 for r in range(1, self.nnodes)
             ]
 
-    def close(self) -> None:
+    def stop_accepting(self) -> None:
+        """Close the listening socket (a rank that starts now finds no one there); joined ranks stay connected."""
         self._closed.set()
+        with contextlib.suppress(OSError):  # stops listening at once, even while the accept thread polls it
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+
+    def close(self) -> None:
+        self.stop_accepting()
         with self._lock:
             for p in self.peers.values():
                 with contextlib.suppress(OSError):

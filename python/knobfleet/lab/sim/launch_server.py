@@ -15,6 +15,18 @@ seconds after becoming ready).
 On SIGTERM it drains like SGLang: ``/health`` turns 503 and new requests get 503 at once, the requests in
 flight run to their end, then the process exits; a watchdog (SGLANG_SIM_DRAIN_TIMEOUT_S, default 30) bounds
 the wait, and SGLANG_FORCE_SHUTDOWN=1 skips it (SGLang's own switch).
+
+Multi-node (``--nnodes N --node-rank r --dist-init-addr A:P``, see ``cluster``): rank 0 listens on A:P and its
+API answers as usual, but ``/health`` and ``/health_generate`` stay 503 until every rank joined with the same
+fingerprint (engine env and server args but the per-rank ones, and the engine version: the first line of
+``VERSION`` next to the package, else ``__version__``). On a mismatch it hangs in init and logs the difference once,
+or with SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1 exits 1 naming it. Its server info lists the ``ranks`` and whether
+each joined. Once the group formed, a rank that leaves ends rank 0 (exit 3, an NCCL-watchdog-like line) unless it
+is stopping; on SIGTERM rank 0 stops accepting ranks at once, then drains. A follower (r > 0) starts its workers,
+joins rank 0 (retrying for ``--dist-timeout`` s, default 600), then serves only a dummy health endpoint
+(``/health`` and ``/health_generate`` 200 whatever the engine does, 404 elsewhere, as SGLang's non-zero ranks);
+when rank 0 goes away it exits 3, so systemd restarts it and it joins again; on SIGTERM it exits 0. A rank outside
+0..N-1, or N > 1 without ``--dist-init-addr``, is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -28,11 +40,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
-from . import flags, model
+from . import __version__, flags, model
+from .cluster import ConsensusError, Follower, Rendezvous, fingerprint
 from .engine import Engine, EngineConfig
-from .server import State, make_server
+from .server import State, make_dummy_health_server, make_server
 
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
@@ -48,12 +61,45 @@ def build_parser() -> argparse.ArgumentParser:
     return flags.build_parser()
 
 
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, tuple[str, int] | None]:
+    """The flags, and the rendezvous address of a multi-node engine (None on one node). A rank outside
+    0..nnodes-1, or several nodes without ``--dist-init-addr HOST:PORT``, is a usage error (exit 2)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    nnodes = 1 if args.nnodes is None else args.nnodes
+    rank = 0 if args.node_rank is None else args.node_rank
+    if nnodes < 1:
+        parser.error(f"argument --nnodes: must be at least 1, got {nnodes}")
+    if not 0 <= rank < nnodes:
+        parser.error(f"argument --node-rank: {rank} is not in 0..{nnodes - 1} (--nnodes {nnodes})")
+    if nnodes == 1:
+        return args, None
+    if not args.dist_init_addr:
+        parser.error(f"--nnodes {nnodes} needs --dist-init-addr HOST:PORT (rank 0's rendezvous address)")
+    host, sep, port = str(args.dist_init_addr).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        parser.error(f"argument --dist-init-addr: expected HOST:PORT, got {args.dist_init_addr!r}")
+    return args, (host, int(port))
+
+
+def engine_version() -> str:
+    """This engine's version: the first line of ``VERSION`` next to the package (the lab install writes it),
+    else the package's ``__version__``. Ranks that run different versions disagree (``cluster.fingerprint``)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "VERSION"), encoding="utf-8") as fh:
+            line = fh.readline(128).strip()
+    except (OSError, UnicodeDecodeError):
+        line = ""
+    return line or __version__
+
+
 def log(msg: str) -> None:
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     print(f"[{stamp}] {msg}", flush=True)
 
 
-def die(exc_type: str, message: str, where: str = "load_env_knobs") -> None:
+def die(exc_type: str, message: str, where: str = "load_env_knobs") -> NoReturn:
     print("Traceback (most recent call last):", file=sys.stderr)
     print('  File "/sgl-workspace/sglang/python/sglang/launch_server.py", line 14, in <module>', file=sys.stderr)
     print(f'  File "/sgl-workspace/sglang/python/sglang/srt/server_args.py", line 812, in {where}', file=sys.stderr)
@@ -86,11 +132,81 @@ def spawn_workers(tp: int) -> list[subprocess.Popen[bytes]]:
     top = sys.modules[str(__package__).split(".")[0]]
     root = os.path.dirname(os.path.dirname(os.path.abspath(str(top.__file__))))
     code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.worker import main; sys.exit(main())"
-    return [subprocess.Popen([sys.executable, "-c", code, name], stdin=subprocess.DEVNULL) for name in names]
+    parent = str(os.getpid())  # a worker whose launcher is already gone exits instead of waiting for it
+    return [subprocess.Popen([sys.executable, "-c", code, parent, name], stdin=subprocess.DEVNULL) for name in names]
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for w in workers:
+        if w.poll() is None:
+            w.terminate()
+    for w in workers:
+        try:
+            w.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def run_follower(
+    args: argparse.Namespace, host: str, port: int, tp: int, rendezvous: tuple[str, int], fp: dict[str, str]
+) -> int:
+    """A non-zero rank: join rank 0, serve only the dummy health endpoint, exit non-zero when rank 0 goes away
+    (systemd restarts it and it joins again), exit 0 on SIGTERM."""
+    rank, nnodes = args.node_rank, args.nnodes
+    where = f"{rendezvous[0]}:{rendezvous[1]}"
+    stopping = threading.Event()
+
+    def shutdown(signum: int, _frame: Any) -> None:
+        if not stopping.is_set():
+            log(f"Received signal {signum}; shutting down.")
+            stopping.set()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    workers = spawn_workers(tp)
+    follower = Follower(rendezvous[0], rendezvous[1], rank, fp)
+    timeout_s = float(args.dist_timeout or 600)
+    log(f"Init torch distributed begin. node_rank={rank} nnodes={nnodes} dist_init_addr={where}")
+    if not follower.join(stopping, timeout_s):
+        stop_workers(workers)
+        if stopping.is_set():
+            return 0
+        log(f"torch.distributed.DistStoreError: timed out after {timeout_s:g}s waiting for rank 0 at {where}")
+        return 1
+    if follower.accepted:
+        log(f"Init torch distributed ends. Joined rank 0 at {where}.")
+    else:  # settings differ (rank 0 logs which) or the rank is taken: hang in init, as the collective would
+        log(f"init: rank 0 at {where} did not accept node_rank={rank}; waiting in the first collective.")
+    try:
+        httpd = make_dummy_health_server(host, port)
+    except OSError as exc:
+        follower.close()
+        stop_workers(workers)
+        die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_dummy_health_check_server")
+    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
+    log(f"Dummy health check server running on http://{host}:{port} (node_rank={rank})")
+    code = 0
+    while not stopping.wait(0.2):
+        if follower.lost.is_set() and not stopping.wait(0.3):
+            log(
+                f"[Rank {rank}] NCCL error: remote process exited or there was a network error "
+                f"(rank 0 at {where} is gone); exiting."
+            )
+            code = 3
+            break
+        if any(w.poll() is not None for w in workers) and not stopping.wait(0.3):
+            log("A scheduler process exited unexpectedly; shutting down.")
+            code = 4
+            break
+    follower.close()
+    httpd.shutdown()
+    httpd.server_close()
+    stop_workers(workers)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, rendezvous = parse_args(argv)
     env = dict(os.environ)
     knobs, overlap, expose = read_knobs(env)
     gpus = model.load_gpus()
@@ -104,12 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     fail = env.get("SGLANG_SIM_FAIL", "")
     host, port = args.host or "127.0.0.1", args.port or 30000
     tp = args.tp_size or 1
+    version = engine_version()
     server_args: dict[str, Any] = {k: v for k, v in vars(args).items()}
     server_args.update(host=host, port=port, tp_size=tp)
     for name in SECRET_ARGS:  # like SGLang: its server info and log show a digest of a key, never the key
         if server_args.get(name):
             server_args[name] = "sha256:" + hashlib.sha256(str(server_args[name]).encode()).hexdigest()[:12]
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
+    fp = fingerprint(env, server_args, version)
+    if rendezvous is not None and args.node_rank > 0:
+        return run_follower(args, host, port, tp, rendezvous, fp)
 
     workers = spawn_workers(tp)
     calibration = model.engine_calibration(env)
@@ -122,12 +242,24 @@ def main(argv: list[str] | None = None) -> int:
     state.never_ready = fail == "never-ready"
     state.worker_pids = [w.pid for w in workers]
     state.health_timeout_s = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+    state.version = version
     try:
         httpd = make_server(host, port, state)
     except OSError as exc:
         for w in workers:
             w.terminate()
         die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_server")
+    group: Rendezvous | None = None
+    if rendezvous is not None:
+        consensus = env.get("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "0") not in ("", "0", "false")
+        try:
+            group = Rendezvous(rendezvous[0], rendezvous[1], args.nnodes, fp, consensus)
+        except OSError as exc:
+            httpd.server_close()
+            for w in workers:
+                w.terminate()
+            die("OSError", f"[Errno {exc.errno}] {exc.strerror}: {rendezvous!r}", "init_distributed_environment")
+        state.ranks = group.report
     exit_code = {"value": 0}
     stopping = threading.Event()
     drain_s = float(env.get("SGLANG_SIM_DRAIN_TIMEOUT_S", "30"))
@@ -148,19 +280,50 @@ def main(argv: list[str] | None = None) -> int:
         if stopping.is_set():
             return
         stopping.set()
+        if group is not None:  # a rank restarted now must not join this process
+            group.stop_accepting()
         state.draining.set()
         log(f"Received signal {signum}; draining {state.active} request(s) in flight, then shutting down.")
         threading.Thread(target=drain_then_stop, daemon=True).start()
 
+    def watch_group(group: Rendezvous) -> None:
+        # Once the group formed, a rank that leaves breaks every collective: NCCL's watchdog ends rank 0.
+        while not stopping.wait(0.1):
+            gone = [p for p in group.report() if not p["joined"]]
+            if gone and not stopping.wait(0.3):
+                who = ", ".join(f"rank {p['rank']} ({p['address']})" for p in gone)
+                log(
+                    "[PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: "
+                    f"NCCL error: remote process exited or there was a network error ({who} is gone)"
+                )
+                exit_code["value"] = 3
+                httpd.shutdown()
+                return
+
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
-    log(f"Load weight begin. gpu={gpu} sms={gpus[gpu]} tp={tp}")
-    log(
-        f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
-        f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}"
-    )
-    stopped = stopping.wait(startup / 2)  # a SIGTERM during start-up ends the process at once
+    stopped = False
+    if group is not None:
+        log(f"Init torch distributed begin. node_rank=0 nnodes={args.nnodes} dist_init_addr={args.dist_init_addr}")
+        try:
+            stopped = not group.wait_ready(stopping, log)
+        except ConsensusError as exc:
+            group.close()
+            httpd.server_close()
+            for w in workers:
+                w.terminate()
+            die("RuntimeError", str(exc), "check_rank_consensus")
+        if not stopped:
+            log(f"Init torch distributed ends. All {args.nnodes} ranks joined.")
+            threading.Thread(target=watch_group, args=(group,), name="group-watchdog", daemon=True).start()
+    if not stopped:
+        log(f"Load weight begin. gpu={gpu} sms={gpus[gpu]} tp={tp}")
+        log(
+            f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
+            f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}"
+        )
+        stopped = stopping.wait(startup / 2)  # a SIGTERM during start-up ends the process at once
     if fail == "start" and not stopped:
         for w in workers:
             w.terminate()
@@ -172,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if not stopped:
         log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs_decode}")
         stopped = stopping.wait(startup / 2)
-    if not stopped:
+    if not stopped and not exit_code["value"]:
         engine.start()
         state.ready.set()
         log(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
@@ -199,14 +362,9 @@ def main(argv: list[str] | None = None) -> int:
             break
     engine.stop()
     httpd.server_close()
-    for w in workers:
-        if w.poll() is None:
-            w.terminate()
-    for w in workers:
-        try:
-            w.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            w.kill()
+    if group is not None:  # the followers see rank 0 go and exit; systemd restarts them to join the next one
+        group.close()
+    stop_workers(workers)
     return exit_code["value"]
 
 

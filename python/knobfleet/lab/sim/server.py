@@ -11,9 +11,11 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from . import __version__
 from .engine import Engine
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -66,6 +68,8 @@ class State:
         self.worker_pids: list[int] = []  # the scheduler/detokenizer processes a generation goes through
         self.health_timeout_s = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT
         self.draining = threading.Event()  # set on SIGTERM: health 503, new requests refused, in-flight ones finish
+        self.version = __version__  # the engine version server info reports (the launcher reads sglang_sim/VERSION)
+        self.ranks: Callable[[], list[dict[str, Any]]] | None = None  # rank 0 of a multi-node engine: who joined
         self._active = 0
         self._lock = threading.Lock()
 
@@ -170,7 +174,10 @@ class Handler(BaseHTTPRequestHandler):
         internal: dict[str, Any] = {"last_gen_throughput": round(st.engine.last_gen_throughput, 3)}
         if st.expose_env:
             internal["env_vars"] = dict(st.env_vars)
-        return {**st.server_args, "version": "0.5.0-sim", "internal_states": [internal]}
+        info = {**st.server_args, "version": st.version, "internal_states": [internal]}
+        if st.ranks is not None:
+            info["ranks"] = st.ranks()
+        return info
 
     # -- routes ---------------------------------------------------------------------------------
     def do_GET(self) -> None:
@@ -375,5 +382,43 @@ def make_server(host: str, port: int, state: State) -> ThreadingHTTPServer:
     handler = type("BoundHandler", (Handler,), {"state": state})
     server_cls = type("SimServer", (ThreadingHTTPServer,), {"request_queue_size": 1024, "allow_reuse_address": True})
     server = server_cls((host, port), handler)
+    server.daemon_threads = True
+    return server  # type: ignore[no-any-return]
+
+
+class DummyHealthHandler(BaseHTTPRequestHandler):
+    """A non-zero rank's only endpoint, like SGLang's ``launch_dummy_health_check_server``: ``/health`` and
+    ``/health_generate`` answer 200 whatever the engine does (rank 0's report of who joined is what counts);
+    every other route is 404."""
+
+    server_version = "sglang-sim"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def _answer(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if self.command == "POST":  # the body is not read: close the connection after answering
+            self.close_connection = True
+        if self.command != "POST" and path in ("/health", "/health_generate"):
+            code, body, ctype = 200, b"", "text/plain"
+        else:
+            code, body, ctype = 404, json.dumps({"detail": "Not Found"}).encode(), "application/json"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = do_POST = _answer
+
+
+def make_dummy_health_server(host: str, port: int) -> ThreadingHTTPServer:
+    server_cls = type("DummyHealthServer", (ThreadingHTTPServer,), {"allow_reuse_address": True})
+    server = server_cls((host, port), DummyHealthHandler)
     server.daemon_threads = True
     return server  # type: ignore[no-any-return]

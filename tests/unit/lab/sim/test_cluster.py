@@ -112,3 +112,27 @@ def test_a_rank_out_of_range_or_taken_is_refused(stop: threading.Event) -> None:
         assert third.join(stop, timeout_s=10) and third.accepted is False
     finally:
         r0.close()
+
+
+def test_the_engine_version_is_part_of_the_fingerprint() -> None:
+    assert fingerprint(ENV, ARGS) == fingerprint(ENV, ARGS, None)  # without a version: as before
+    a, b = fingerprint(ENV, ARGS, "0.5.0-sim"), fingerprint(ENV, ARGS, "0.5.1-sim")
+    assert difference(a, b) == "engine_version: 0.5.0-sim != 0.5.1-sim"
+    assert difference(a, fingerprint(ENV, ARGS)) == "engine_version: 0.5.0-sim != <unset>"
+
+
+def test_stop_accepting_refuses_new_ranks_and_keeps_the_joined_ones(stop: threading.Event) -> None:
+    port = _port()
+    fp = fingerprint(ENV, ARGS)
+    r0 = Rendezvous("127.0.0.1", port, 3, fp)
+    try:
+        f1 = Follower("127.0.0.1", port, 1, fp)
+        assert f1.join(stop, timeout_s=10) and f1.accepted
+        r0.stop_accepting()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert not f1.lost.is_set() and r0.report()[0]["joined"] is True
+    finally:
+        r0.close()
+    assert f1.lost.wait(5)
+    f1.close()
