@@ -207,7 +207,9 @@ def vault_secrets(loader: Any) -> None:
     ids = [i for i in env_ids.split(",") if i] if env_ids else list(C.DEFAULT_VAULT_IDENTITY_LIST or [])
     password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE") or C.DEFAULT_VAULT_PASSWORD_FILE
     files = [password_file] if password_file else []
-    _check_vault_sources([*files, *(i.split("@", 1)[-1] for i in ids)])
+    # Ansible's setup_vault_secrets also reads its configured default (as this process first loaded its config):
+    # every file it will open is checked, not only the one named now
+    _check_vault_sources([*files, C.DEFAULT_VAULT_PASSWORD_FILE or "", *(i.split("@", 1)[-1] for i in ids)])
     try:  # ansible-core >= 2.19 decrypts through an ambient context, initialized once per process
         from ansible.parsing.vault import VaultSecretsContext as context
     except ImportError:
@@ -320,7 +322,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
     varman = VariableManager(loader=loader, inventory=manager)
     out: list[HostVars] = []
-    declared: dict[str, Any] = {}
+    group_decls: dict[str, Any] = {}  # each host's knob_engine_groups
     deterministic = True
     for host in hosts:
         raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
@@ -337,7 +339,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 declared = plain.get("knob_serve_secret_env")
                 plain["knob_serve_secret_env"] = [*(declared if isinstance(declared, list) else []), *sourced]
             out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
-            declared[host.name] = plain.get("knob_engine_groups")
+            group_decls[host.name] = plain.get("knob_engine_groups")
         except AnsibleError as exc:
             text = str(exc).splitlines()[0]
             if "vault" in text.lower():
@@ -346,7 +348,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                     "ANSIBLE_VAULT_PASSWORD_FILE (or vault_password_file in ansible.cfg) to its password file"
                 ) from None
             raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
-    if any(d not in (None, {}, "") for d in declared.values()):
+    if any(d not in (None, {}, "") for d in group_decls.values()):
         addresses = {hv.host: hv.address for hv in out}
         for host in everyone:  # ranks a --limit left out still name rank 0's address
             if host.name not in addresses:
@@ -354,7 +356,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 addresses[host.name] = str(
                     Templar(loader=loader, variables=raw).template(raw.get("ansible_host", host.name))
                 )
-        out = attach_groups(out, declared, addresses, where)
+        out = attach_groups(out, group_decls, addresses, where)
     return out, deterministic
 
 

@@ -252,6 +252,8 @@ def test_a_non_utf8_inventory_or_host_vars_file_is_one_line(
 def test_a_vault_password_file_from_the_environment_is_checked_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ansible.constants  # noqa: F401 - loaded before the variable is set: Ansible keeps what it first read
+
     from knobfleet.fleet.inventory import read_hosts
 
     monkeypatch.chdir(tmp_path)
