@@ -72,9 +72,13 @@ def rendered_mismatch(
 
 def refusal_text(group: EngineGroup, found: list[dict[str, Any]]) -> str:
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    fix = (
+        "install the same engine version on every rank"
+        if found[0].get("name") == "engine version"
+        else "make the ranks' host vars agree (only the per-rank allow-list, may_differ, may differ)"
+    )
     return (
-        f"engine group {group.name} would come up mismatched: {found[0]['message']}{more}; make the ranks' host vars "
-        "agree (only the per-rank allow-list may differ); no rank was touched"
+        f"engine group {group.name} would come up mismatched: {found[0]['message']}{more}; {fix}; no rank was touched"
     )
 
 
