@@ -237,6 +237,11 @@ class Lab:
             old.unlink(missing_ok=True)
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
         _write(root / "root/.ssh/authorized_keys", self.key.with_suffix(".pub").read_text(), 0o600)
+        # A stock root shell: the overlay would otherwise give each host this machine's own ~/.bashrc, which bash
+        # sources for every ssh command (a developer's pyenv init there costs ~0.1 s of CPU per command).
+        for rc in (".bashrc", ".profile"):
+            skel = Path("/etc/skel") / rc
+            _write(root / "root" / rc, skel.read_text() if skel.is_file() else "", 0o644)
         os.chmod(root / "root/.ssh", 0o700)
         unit_dir = root / "etc/systemd/system"
         if host.name in self.vllm_hosts and self.vllm is not None:
