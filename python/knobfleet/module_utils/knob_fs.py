@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from typing import Any
 
@@ -257,7 +256,7 @@ def sha256(path: str) -> str | None:
 def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
     """Create ``name`` in ``dfd`` atomically: a random O_EXCL temp file, owner and mode set on its descriptor,
     fsync, rename over ``name`` (a symlink there is replaced, never followed), fsync of the directory."""
-    tmp = ".%s.%s.knobfleet-tmp" % (name, secrets.token_hex(8))
+    tmp = ".%s.%s.knobfleet-tmp" % (name, os.urandom(8).hex())  # secrets.token_hex, without its import
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         try:

@@ -15,7 +15,6 @@ the controller rendered (plan/apply). Engine rules (``engine``), from the engine
 
 from __future__ import annotations
 
-import difflib
 import functools
 from enum import Enum
 from typing import Any, NamedTuple
@@ -284,6 +283,8 @@ def finding(kind: Kind, message: str, **fields: Any) -> dict[str, Any]:
 
 
 def _diff(expected: str, actual: str, path: str) -> str:
+    import difflib  # here, not at the top: the probe's hot path never diffs
+
     return "".join(
         difflib.unified_diff(
             expected.splitlines(True), actual.splitlines(True), "%s (expected)" % path, "%s (on host)" % path
@@ -460,6 +461,8 @@ def _env(
                 if name in known:
                     hint = "; a known knob the profile does not set"
                 else:
+                    import difflib
+
                     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
                     hint = "; did you mean %s?" % close[0] if close else "; not a knob the engine's catalog knows"
                 out.append(
@@ -767,11 +770,16 @@ MARKER_PREFIX = "<secret"
 _GLOB = "*?["
 
 
-def _words(name: str) -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _word_patterns() -> tuple[Any, Any]:
     import re
 
-    spaced = re.sub(r"([a-z])([A-Z])", r"\1_\2", name)
-    return [w for w in re.split(r"[^A-Za-z0-9*?\[\]!]+", spaced.upper()) if w]
+    return re.compile(r"([a-z])([A-Z])"), re.compile(r"[^A-Za-z0-9*?\[\]!]+")
+
+
+def _words(name: str) -> list[str]:
+    camel, sep = _word_patterns()
+    return [w for w in sep.split(camel.sub(r"\1_\2", name).upper()) if w]
 
 
 def secret_name(name: str) -> str:
@@ -783,6 +791,8 @@ def _by_default(words: list[str]) -> bool:
     joined = "_".join(words)
     if any(part in joined for part in SECRET_PARTS):
         return True
+    if "TOKEN" not in joined and "KEY" not in joined:  # every word sequence below has one of them
+        return False
     for seq in SECRET_WORDS:
         for k in range(len(words) - len(seq) + 1):
             if tuple(words[k : k + len(seq)]) == seq:
