@@ -92,6 +92,46 @@ def ssh_argv(lab: object, i: int, control_dir: str, remote: str) -> list[str]:
     ]
 
 
+WRAPPER = "/root/kf-timed-python3"
+
+
+def _children_ms(times_output: str) -> list[float]:
+    """The children's user + sys of each `times` output (its second line of every pair), in ms."""
+    import re
+
+    out = []
+    lines = [ln for ln in times_output.splitlines() if ln.strip()]
+    for ln in lines[1::2]:
+        (um, us), (sm, ss) = re.findall(r"(\d+)m([\d.]+)s", ln)
+        out.append((int(um) * 60 + float(us) + int(sm) * 60 + float(ss)) * 1000.0)
+    return out
+
+
+def process_cpu(lab: object, cdir: str, inv: Path, one: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
+    """ms of CPU of the probe's own process (python and its children: systemctl) per cached probe, and of the ssh
+    script's commands, measured on lab1 by bash's `times`."""
+    import shlex
+
+    wrapper = '#!/bin/bash\n/usr/bin/python3 "$@"\nrc=$?\ntimes >> /tmp/kf-probe.times\nexit $rc\n'
+    setup = f"printf %s {shlex.quote(wrapper)} > {WRAPPER}; chmod 755 {WRAPPER}; rm -f /tmp/kf-probe.times"
+    subprocess.run(ssh_argv(lab, 1, cdir, setup), check=True)
+    hv = inv / "host_vars" / "lab1.yml"
+    hv.parent.mkdir(exist_ok=True)
+    hv.write_text(f"ansible_python_interpreter: {WRAPPER}\n")
+    try:
+        for _ in range(runs + 1):
+            timed(one, env, (0, 2))
+        got = subprocess.run(ssh_argv(lab, 1, cdir, "cat /tmp/kf-probe.times"), capture_output=True, text=True)
+        probe = _children_ms(got.stdout)[1:]  # the first run stores the entry for this interpreter
+    finally:
+        hv.unlink()
+    script = REMOTE.replace("$(hostname | tr -dc 0-9)", "1")
+    loop = f"for i in $(seq {runs}); do ( {script} ) >/dev/null 2>&1; done; times"
+    got = subprocess.run(ssh_argv(lab, 1, cdir, f"bash -c {shlex.quote(loop)}"), capture_output=True, text=True)
+    script_ms = _children_ms(got.stdout)[0] / runs
+    return {"probe process alone (python + systemctl)": med(probe), "script's commands alone": script_ms}
+
+
 def state_dir() -> Path:
     from knobfleet import paths
 
@@ -147,6 +187,12 @@ def main() -> None:
                 "wall_s": med([w for _, w in firsts]),
             }
             raw["cpu"]["ssh true baseline"] = base
+            # The processes alone, as bash's `times` reports its children: the probe's python (through a wrapper
+            # named as lab1's interpreter) against the script's commands; no sshd, no engine answering requests.
+            alone = process_cpu(lab, cdir, inv, one, now, args.cpu_runs)
+            for name, ms in alone.items():
+                raw["cpu"][name] = {"process_cpu_ms": ms}
+                cpu_rows.append([name, args.cpu_runs, f"{ms:.1f}", "-"])
             print(
                 table(["lab1, one after another", "runs", "host CPU ms / call", "wall s / call"], cpu_rows), flush=True
             )

@@ -805,7 +805,15 @@ def is_secret(name: str, secret: Any = ()) -> bool:
     patterns marked secret (the catalog's ``secret: true`` knobs, knob_serve_secret_env, vault-sourced host
     vars); an entry ``!NAME`` marks a name that matches knobfleet's patterns but is not one (the catalog's
     ``secret: false``: SGLANG_INIT_NEW_TOKEN_RATIO is a ratio). A name listed secret stays secret."""
-    return _is_secret(str(name), tuple(str(e) for e in (secret or ())))
+    return _is_secret(str(name), _entries_of(secret))
+
+
+def _entries_of(secret: Any) -> tuple[str, ...]:
+    """``secret`` as the hashable tuple of strings the cached checks take (no copy when it already is one: a probe
+    asks hundreds of times with the same list)."""
+    if type(secret) is tuple and all(type(e) is str for e in secret):
+        return secret
+    return tuple(str(e) for e in (secret or ()))
 
 
 @functools.lru_cache(maxsize=64)
@@ -889,6 +897,7 @@ def is_marker(value: Any) -> bool:
 
 
 def redact_env(env: dict[str, str], secret: Any = (), key: str = "") -> dict[str, str]:
+    secret = _entries_of(secret)
     return {k: redact_value(v, key) if is_secret(k, secret) else v for k, v in env.items()}
 
 
@@ -919,6 +928,7 @@ def redact_tree(data: Any, secret: Any = (), key: str = "") -> Any:
     """An engine's JSON report (server args, env) with the values of secret keys replaced at any depth (SGLang's
     server info carries ``api_key``, vLLM's ``/server_info`` its env), and every list of strings read as a
     command line (``redact_argv``)."""
+    secret = _entries_of(secret)  # once, not at every key
     if isinstance(data, dict):
         out = {}
         for k, v in data.items():
