@@ -170,18 +170,26 @@ def gate_rollout(
     from knobfleet.progress import Rounds
 
     by_name = {hv.host: hv for hv in hosts}
+    outcome = {o.host: o for o in result.hosts}
     gates, targets = [], {}
     for o in result.hosts:
         if o.status not in ("applied", "unchanged"):
             continue
+        group = by_name[o.host].group
+        if group is not None and o.host != group.head.host:
+            continue  # an engine group serves its API from its head: one bench judges the group
         status = Rounds(f"gate {o.host} vs {baseline.name}", repeats, "run", at_most=False) if progress else None
         g = gate_host(new, baseline, by_name[o.host], inventory, spec, repeats, on_event, status)
         if status is not None:
             status.close()
         gates.append(g)
-        if not g.passed:
-            new_gen = o.generation is not None and o.generation != o.previous
-            targets[o.host] = RestoreTarget(o.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
+        if not g.passed:  # a rejected group goes back whole, every rank to its previous generation
+            for h in group.hosts if group is not None else [o.host]:
+                r = outcome.get(h)
+                if r is None or r.status not in ("applied", "unchanged"):
+                    continue
+                new_gen = r.generation is not None and r.generation != r.previous
+                targets[h] = RestoreTarget(r.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
     if targets:
         outcomes = restore(hosts, inventory, targets, on_event=on_event)
         broken = [r for r in outcomes if not r.ok]
@@ -194,5 +202,9 @@ def gate_rollout(
         for o in result.hosts:
             if o.host in restored:
                 o.status, o.restored = "failed", restored[o.host]
-                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == o.host)
+                group = by_name[o.host].group
+                judged = group.head.host if group is not None else o.host
+                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == judged)
+                if group is not None and judged != o.host:
+                    o.message += f" (on {judged}, the head of engine group {group.name})"
     return gates
