@@ -4,8 +4,9 @@ A canary subset runs the new profile and an equal baseline subset runs the curre
 same time so both are equally fresh (Kayenta's practice). Prometheus gives, per host and window (within one
 process lifetime, so counters never reset inside a window):
 
-- ``tput``: output tokens/s per running request, ``rate(generation_tokens_total) / avg(num_running_reqs)``
-  (higher is better; per running request so an uneven router split does not look like a faster engine);
+- ``tput``: output tokens per request-second, ``rate(generation_tokens_total) / rate(e2e_request_latency_seconds_sum)``
+  (the mean number of running requests by Little's law: higher is better; per running request so an uneven router
+  split does not look like a faster engine, and exact where a sampled running gauge aliases with regular traffic);
 - ``itl``: mean inter-token latency, ``rate(_sum) / rate(_count)`` (exact, unlike quantiles from buckets);
 - ``ttft``: mean time to first token, the same way;
 - ``errors`` and ``requests`` from the router.

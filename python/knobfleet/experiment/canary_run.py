@@ -3,8 +3,10 @@
 1. Every host must be behind a router and Prometheus must answer, before anything changes.
 2. The canary subset gets the profile (through the drain path, one host at a time); an equal baseline subset is
    restarted on its current generation the same way, so both sides are equally fresh (Kayenta's practice).
-3. Window by window, Prometheus gives each side's output tokens/s per running request and mean inter-token latency
-   (``rate(_sum)/rate(_count)``: exact means), and requests served; ``experiment.canary.judge`` decides. A window
+3. Window by window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
+   time requests spent in flight, ``rate(e2e_sum)``: Little's law, exact over the window, where a sampled running
+   gauge aliases with regular traffic) and mean inter-token latency (``rate(_sum)/rate(_count)``: exact means), and
+   requests served; ``experiment.canary.judge`` decides. A window
    in which a host of either side restarted (``process_start_time_seconds`` moved) does not count: counters reset
    there.
 4. Promote: the rest of the fleet gets the profile. Roll back (or inconclusive): the canaries go back to their
@@ -27,17 +29,20 @@ from knobfleet.ops.apply import ApplyReport, Options, apply
 from knobfleet.profiles.model import Profile
 from knobfleet.telemetry.prom import PromError, Prometheus
 
-# Per engine: (output tokens counter, running gauge, ITL histogram prefix, finished-requests counter)
+# Per engine: (output tokens counter, end-to-end latency histogram prefix, ITL histogram prefix, finished-requests
+# counter). The time requests spent in flight per second, rate(e2e _sum), is the mean number running over the window
+# (Little's law): a running-requests gauge sampled every scrape aliases with regular arrivals (in the lab, 8 requests/s
+# and a 2 s scrape read one host 20% "slower" than an identical one, window after window).
 SERIES = {
     "sglang": (
         "sglang:generation_tokens_total",
-        "sglang:num_running_reqs",
+        "sglang:e2e_request_latency_seconds",
         "sglang:inter_token_latency_seconds",
         "sglang:num_requests_total",
     ),
     "vllm": (
         "vllm:generation_tokens_total",
-        "vllm:num_requests_running",
+        "vllm:e2e_request_latency_seconds",
         "vllm:inter_token_latency_seconds",
         "vllm:request_success_total",
     ),
@@ -116,11 +121,11 @@ def window_values(
     requests: dict[str, float] = {}
     started: dict[str, float] = {}
     for engine in sorted({_engine(hv) for hv in hosts}):
-        tokens, running, itl, done = SERIES[engine]
+        tokens, e2e, itl, done = SERIES[engine]
         names = "|".join(hv.host for hv in hosts if _engine(hv) == engine)
         sel = f'{{host=~"{names}"}}'
         queries = {
-            "tput": f"sum by (host) (rate({tokens}{sel}[{w}])) / sum by (host) (avg_over_time({running}{sel}[{w}]))",
+            "tput": f"sum by (host) (rate({tokens}{sel}[{w}])) / sum by (host) (rate({e2e}_sum{sel}[{w}]))",
             "itl": f"sum by (host) (rate({itl}_sum{sel}[{w}])) / sum by (host) (rate({itl}_count{sel}[{w}]))",
             "requests": f"sum by (host) (increase({done}{sel}[{w}]))",
             "started": f'max by (host) (process_start_time_seconds{{job="engine",host=~"{names}"}})',
