@@ -13,6 +13,7 @@ import argparse
 import concurrent.futures
 import subprocess
 import time
+from typing import Any
 
 from _lab import KNOBFLEET, boot, interleave, med, run, table
 
@@ -30,27 +31,32 @@ REMOTE = (
 )
 
 
+def ssh_argv(lab: Any, i: int, control_dir: str, remote: str) -> list[str]:
+    """ssh to lab host i over a warm ControlMaster of this script's own (the baseline's connection)."""
+    return [
+        "ssh",
+        "-i",
+        str(lab.key),
+        "-o",
+        f"UserKnownHostsFile={lab.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_dir}/%h",
+        "-o",
+        "ControlPersist=300",
+        f"root@127.0.1.{i}",
+        remote,
+    ]
+
+
 def ssh_script(lab, n: int, control_dir: str) -> float:
     def one(i: int) -> bytes:
-        argv = [
-            "ssh",
-            "-i",
-            str(lab.key),
-            "-o",
-            f"UserKnownHostsFile={lab.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ControlMaster=auto",
-            "-o",
-            f"ControlPath={control_dir}/%h",
-            "-o",
-            "ControlPersist=300",
-            f"root@127.0.1.{i}",
-            REMOTE,
-        ]
+        argv = ssh_argv(lab, i, control_dir, REMOTE)
         return subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout
 
     started = time.perf_counter()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
-from drift_vs_ssh import REMOTE, ssh_script
+from drift_vs_ssh import REMOTE, ssh_argv, ssh_script
 
 from knobfleet.lab.cgroups import CGROUP_PARENT
 
@@ -68,28 +68,6 @@ def host_cpu(host: str, runs: int, one: object) -> tuple[float, float]:
     time.sleep(min(took, 5.0))
     idle = (cpu_usec(host) - idle0) * took / min(took, 5.0)
     return (used - idle) / runs / 1000.0, took / runs
-
-
-def ssh_argv(lab: object, i: int, control_dir: str, remote: str) -> list[str]:
-    return [
-        "ssh",
-        "-i",
-        str(lab.key),  # type: ignore[attr-defined]
-        "-o",
-        f"UserKnownHostsFile={lab.known_hosts}",  # type: ignore[attr-defined]
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "ControlMaster=auto",
-        "-o",
-        f"ControlPath={control_dir}/%h",
-        "-o",
-        "ControlPersist=300",
-        f"root@127.0.1.{i}",
-        remote,
-    ]
 
 
 WRAPPER = "/root/kf-timed-python3"

@@ -13,7 +13,7 @@ from knobfleet.profiles.model import Profile
 from knobfleet.render import render_host
 
 DECL = {"g": {"members": {"a": 0, "b": 1}, "dist_port": 5100}}
-ADDR = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}
+ADDR = {"a": "127.0.2.1", "b": "127.0.2.2", "c": "127.0.2.3"}
 
 
 def hosts(decl: object = DECL, **extra: object) -> list[HostVars]:
@@ -27,14 +27,14 @@ def profile(engine: str = "sglang", args: dict[str, str | bool] | None = None) -
 
 def test_each_rank_gets_its_flags_in_the_script_and_the_expected_argv() -> None:
     a, b = (render_host(profile(), hv) for hv in hosts())
-    assert "--nnodes=2" in a.argv and "--node-rank=0" in a.argv and "--dist-init-addr=10.0.0.1:5100" in a.argv
-    assert "--node-rank=1" in b.argv and "--dist-init-addr=10.0.0.1:5100" in b.argv
+    assert "--nnodes=2" in a.argv and "--node-rank=0" in a.argv and "--dist-init-addr=127.0.2.1:5100" in a.argv
+    assert "--node-rank=1" in b.argv and "--dist-init-addr=127.0.2.1:5100" in b.argv
     assert "'--node-rank=1'" in b.script or "--node-rank=1" in b.script
 
 
 def test_vllm_ranks_get_master_addr_and_headless_followers() -> None:
     a, b = (render_host(profile("vllm"), hv.model_copy(update={"port": 8000})) for hv in hosts())
-    assert "--master-addr=10.0.0.1" in a.argv and "--headless" not in a.argv
+    assert "--master-addr=127.0.2.1" in a.argv and "--headless" not in a.argv
     assert "--headless" in b.argv and "--node-rank=1" in b.argv and "--master-port=5100" in b.argv
 
 
@@ -51,7 +51,7 @@ def test_a_host_arg_setting_a_rank_flag_is_refused() -> None:
 
 
 def test_a_host_alone_renders_no_rank_flag() -> None:
-    r = render_host(profile(), HostVars(host="c", listen_host="10.0.0.3"))
+    r = render_host(profile(), HostVars(host="c", listen_host="127.0.2.3"))
     assert not any(t.startswith(("--nnodes", "--node-rank")) for t in r.argv)
 
 
@@ -69,8 +69,8 @@ def test_declarations_that_differ_between_hosts_are_refused() -> None:
         ({"g": {"members": {"a": 0, "b": 2}}}, "inv: knob_engine_groups.g: rank 1 is missing"),
         ({"g": {"members": {"a": 0, "zz": 1}}}, "inv: knob_engine_groups.g.members.zz: not a host of this inventory"),
         (
-            {"g": {"members": {"a": 0, "b": 1}, "dist_init_addr": "10.9.9.9"}},
-            "inv: knob_engine_groups.g.dist_init_addr: '10.9.9.9' is not the address of one of the group's hosts",
+            {"g": {"members": {"a": 0, "b": 1}, "dist_init_addr": "127.0.9.9"}},
+            "inv: knob_engine_groups.g.dist_init_addr: '127.0.9.9' is not the address of one of the group's hosts",
         ),
         (
             {"g": {"members": {"a": 0}}, "h": {"members": {"a": 0, "b": 1}}},

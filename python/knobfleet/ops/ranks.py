@@ -92,7 +92,7 @@ def merge_decided(
 
     out = dict(decided)
     for g in groups.values():
-        ranks = [h for h in g.hosts]
+        ranks = g.hosts
         why = refused.get(g.name)
         first = next((out[h] for h in ranks if h in out and out[h].status == "refused"), None)
         if why is None and first is not None:

@@ -15,7 +15,7 @@ def inventory(tmp_path: Path, groups: str) -> Path:
     inv = tmp_path / "inv"
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "hosts.yml").write_text(
-        "all:\n  hosts:\n" + "".join(f"    gpu{i}:\n      ansible_host: 10.0.0.{i}\n" for i in range(1, 4))
+        "all:\n  hosts:\n" + "".join(f"    gpu{i}:\n      ansible_host: 127.0.2.{i}\n" for i in range(1, 4))
     )
     (inv / "group_vars" / "all" / "groups.yml").write_text(groups)
     return inv / "hosts.yml"
@@ -32,7 +32,7 @@ def test_each_rank_gets_its_group_and_a_limit_still_knows_rank_0(tmp_path: Path)
     assert hosts["gpu3"].group is None
     assert hosts["gpu1"].group is not None and hosts["gpu1"].group.hosts == ["gpu1", "gpu2"]
     (only,) = load_hosts(inv, "gpu2")
-    assert only.group is not None and only.group.head.address == "10.0.0.1"
+    assert only.group is not None and only.group.head.address == "127.0.2.1"
 
 
 @pytest.mark.parametrize(
@@ -52,8 +52,8 @@ def test_each_rank_gets_its_group_and_a_limit_still_knows_rank_0(tmp_path: Path)
             "gpu2: in two engine groups (a, b); a host runs one engine",
         ),
         (
-            "knob_engine_groups:\n  g:\n    members: {gpu1: 0, gpu2: 1}\n    dist_init_addr: 10.0.0.3\n",
-            "knob_engine_groups.g.dist_init_addr: '10.0.0.3' is not the address of one of the group's hosts",
+            "knob_engine_groups:\n  g:\n    members: {gpu1: 0, gpu2: 1}\n    dist_init_addr: 127.0.2.3\n",
+            "knob_engine_groups.g.dist_init_addr: '127.0.2.3' is not the address of one of the group's hosts",
         ),
     ],
 )
