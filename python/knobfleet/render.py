@@ -41,32 +41,32 @@ class Rendered:
     argv: list[str]
     script_path: str = ""
     unit_path: str = ""
-    secret: tuple[str, ...] = ()  # names/patterns of secret env vars and flags (knob_live.is_secret)
+    secret: tuple[str, ...] = ()  # names/patterns of secret env vars and flags (knob_redact.is_secret)
     secret_key: str = field(default="", repr=False)  # the fleet's marker key (fleet/fleetkey.py)
 
     # What anything but the engine ever sees: every secret value (env, flag, wherever in the script) replaced
     # by its marker, once, here, before any text, diff, report or JSON is made of it.
     @cached_property
     def script_shown(self) -> str:
-        from knobfleet.module_utils.knob_live import redact_script
+        from knobfleet.module_utils.knob_redact import redact_script
 
         return redact_script(self.script, self.secret, self.secret_key)
 
     @cached_property
     def unit_shown(self) -> str:
-        from knobfleet.module_utils.knob_live import redact_unit
+        from knobfleet.module_utils.knob_redact import redact_unit
 
         return redact_unit(self.unit, self.secret, self.secret_key)
 
     @cached_property
     def env_shown(self) -> dict[str, str]:
-        from knobfleet.module_utils.knob_live import redact_env
+        from knobfleet.module_utils.knob_redact import redact_env
 
         return redact_env(self.env, self.secret, self.secret_key)
 
     @cached_property
     def argv_shown(self) -> list[str]:
-        from knobfleet.module_utils.knob_live import redact_argv
+        from knobfleet.module_utils.knob_redact import redact_argv
 
         return redact_argv(self.argv, self.secret, self.secret_key)
 

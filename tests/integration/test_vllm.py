@@ -54,6 +54,12 @@ def main_pid(fleet: Fleet) -> int:
     return int(fleet.ssh("lab1", f"systemctl show -p MainPID --value {VLLM_SERVICE}").stdout)
 
 
+def in_sync(fleet: Fleet) -> None:
+    """drift exits 0; otherwise the assertion shows its whole report (pytest cuts a long repr in the middle)."""
+    proc = kf(fleet, "drift")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def server_info() -> dict[str, Any]:
     url = f"http://{ADDR}:{VLLM_PORT}/server_info?config_format=json"
     with urllib.request.urlopen(url, timeout=10) as r:
@@ -81,7 +87,7 @@ def test_apply_to_a_real_vllm_and_verify_without_false_findings(vfleet: Fleet) -
     assert "VLLM::Worker" in comms or "VLLM::EngineCor" in comms, comms
     report = json.loads(kf(vfleet, "verify", "--json").stdout)
     assert report["hosts"][0]["findings"] == [] and report["hosts"][0]["status"] == "in_sync", report
-    assert kf(vfleet, "drift").returncode == 0
+    in_sync(vfleet)
 
 
 def test_a_knob_change_takes_effect_and_a_hand_edit_is_named(vfleet: Fleet) -> None:
@@ -99,7 +105,7 @@ def test_a_knob_change_takes_effect_and_a_hand_edit_is_named(vfleet: Fleet) -> N
     plan = json.loads(kf(vfleet, "plan", "vllm-seqs8", "--json").stdout)
     assert plan["hosts"][0]["actions"] == ["install", "daemon-reload", "restart"]
     kf(vfleet, "apply", "vllm-seqs8", "--yes", check=True)
-    assert kf(vfleet, "drift").returncode == 0
+    in_sync(vfleet)
 
 
 def test_a_crashing_profile_is_restored_and_rollback_works(vfleet: Fleet, tmp_path: Path) -> None:
@@ -112,13 +118,14 @@ def test_a_crashing_profile_is_restored_and_rollback_works(vfleet: Fleet, tmp_pa
     proc = kf(vfleet, "apply", str(bad), "--yes")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "restored: lab1 is back on generation" in proc.stdout and "verified" in proc.stdout
-    assert main_pid(vfleet) != before and kf(vfleet, "drift").returncode == 0
+    assert main_pid(vfleet) != before
+    in_sync(vfleet)
     history = json.loads(kf(vfleet, "history", "--json").stdout)
     statuses = [g["status"] for g in history["hosts"][0]["generations"]]
     assert "failed" in statuses
     proc = kf(vfleet, "rollback", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert kf(vfleet, "drift").returncode == 0
+    in_sync(vfleet)
 
 
 def test_bench_and_consistency_against_vllm(vfleet: Fleet) -> None:

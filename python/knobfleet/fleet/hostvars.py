@@ -231,7 +231,7 @@ class HostVars(BaseModel):
         return f"{self.state_root}/{self.service}"
 
     def secrets(self, engine: str | None = None) -> list[str]:
-        """This host's part of the one notion of a secret (module_utils/knob_live.is_secret): env and flag names
+        """This host's part of the one notion of a secret (module_utils/knob_redact.is_secret): env and flag names
         or patterns declared here (knob_serve_secret_env, and those whose values came from vault) and those the
         engine's catalog marks (``!NAME``: marked not secret). knobfleet's own patterns apply on top."""
         from knobfleet.profiles.catalog import catalog_for
@@ -244,7 +244,7 @@ class HostVars(BaseModel):
 
     def has_secrets(self) -> bool:
         """Whether a value of this host's vars is secret (such hosts are never cached)."""
-        from knobfleet.module_utils.knob_live import is_secret, is_secret_flag
+        from knobfleet.module_utils.knob_redact import is_secret, is_secret_flag
 
         names = self.secrets()
         return any(is_secret(k, names) for k in self.host_env) or any(

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import errno
 import grp
-import hashlib
-import json
 import os
 import pwd
 import select
-import socket
 import stat
 import sys
 import time
-from typing import Any
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
+    from typing import Any
+
+# No json, hashlib or socket here (knob_lean's twins), and the secret rules come from knob_redact, not knob_live:
+# the probe imports this file on every host for every drift, and those imports were a third of its host CPU.
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
     from ansible.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
-    from ansible.module_utils.knob_live import (
+    from ansible.module_utils.knob_lean import connect, dumps, loads, sha256
+    from ansible.module_utils.knob_redact import (
         redact_argv,
         redact_env,
         redact_script,
@@ -29,7 +32,8 @@ try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
     )
 except ImportError:  # on the controller
     from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
-    from knobfleet.module_utils.knob_live import (
+    from knobfleet.module_utils.knob_lean import connect, dumps, loads, sha256
+    from knobfleet.module_utils.knob_redact import (
         redact_argv,
         redact_env,
         redact_script,
@@ -134,7 +138,7 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
-        "sha256": hashlib.sha256(data).hexdigest() if not cut else None,
+        "sha256": sha256(data).hexdigest() if not cut else None,
         "mode": "%04o" % (st.st_mode & 0o7777),
         "owner": owner,
         "group": group,
@@ -270,7 +274,7 @@ def read_json(path: str, limit: int = MAX_READ) -> Any:
     data, cut, _st = read_bounded(path, limit)
     if cut:
         raise ValueError("larger than %d bytes" % limit)
-    return json.loads(data.decode("utf-8"))
+    return loads(data.decode("utf-8"))
 
 
 def _open_dir_at(dfd: int | None, name: str) -> int:
@@ -360,7 +364,7 @@ def _read_json_at(dfd: int, name: str, limit: int = MAX_READ) -> Any:
     data, cut, _st = read_bounded_at(dfd, name, limit)
     if cut:
         raise ValueError("larger than %d bytes" % limit)
-    return json.loads(data.decode("utf-8"))
+    return loads(data.decode("utf-8"))
 
 
 def ledger_tail(path: str, max_bytes: int = 128 * 1024) -> list[dict[str, Any]]:
@@ -403,7 +407,7 @@ def ledger_tail_at(dfd: int, name: str, max_bytes: int = 128 * 1024) -> list[dic
     for line in lines:
         if line.strip():
             try:
-                entry = json.loads(line)
+                entry = loads(line)
                 out.append(entry if isinstance(entry, dict) else {"event": "unreadable", "raw": str(entry)[:200]})
             except ValueError:
                 out.append({"event": "unreadable", "raw": line[:200].decode("utf-8", "replace")})
@@ -477,7 +481,8 @@ def loopback_get(url: str, timeout: float) -> tuple[int | None, bytes | None] | 
         "Connection: close\r\n\r\n" % (target, host, sys.version_info[0], sys.version_info[1])
     ).encode("ascii")
     try:
-        with socket.create_connection((address, port), timeout=timeout) as sock:
+        sock = connect(address, port, timeout)
+        try:
             sock.sendall(request)
             raw = b""
             while b"\r\n\r\n" not in raw:
@@ -516,6 +521,8 @@ def loopback_get(url: str, timeout: float) -> tuple[int | None, bytes | None] | 
                     break
                 body += chunk
             return status, body[:want]
+        finally:
+            sock.close()
     except OSError:
         return None, None
 
@@ -530,10 +537,10 @@ def liveness(url: str, timeout: float) -> dict[str, Any]:
     status, raw = http_get(base + "/v1/models", timeout)
     if status == 200 and raw:
         try:
-            model = json.loads(raw)["data"][0]["id"]
+            model = loads(raw)["data"][0]["id"]
         except (ValueError, KeyError, IndexError, TypeError):
             model = None
-    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    body = dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
     import urllib.error
     import urllib.request
 
@@ -567,7 +574,7 @@ def redact(doc: dict[str, Any], secret: Any, key: str = "") -> dict[str, Any]:
     secret env vars and secret flags of its command line, the engine's report, the serve script (installed and
     stored: every secret assignment and flag, whole), the unit and drop-ins (Environment=, Exec*=,
     SetCredential=) become markers, keyed with the fleet's ``key``; the digest of a file that holds one, and of
-    the current generation's record of it, becomes a keyed digest (knob_live.shown_digest)."""
+    the current generation's record of it, becomes a keyed digest (knob_redact.shown_digest)."""
     for proc in doc.get("processes") or []:
         proc["env"] = redact_env(proc.get("env") or {}, secret, key)
         proc["cmdline"] = redact_argv(proc.get("cmdline") or [], secret, key)
@@ -619,7 +626,7 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
     server_info = None
     if info_status == 200 and info_raw:
         try:
-            server_info = json.loads(info_raw)
+            server_info = loads(info_raw)
         except ValueError:
             server_info = None
     doc = {

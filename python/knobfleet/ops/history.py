@@ -54,9 +54,9 @@ class HostHistory:
 
 
 def scrub(value: Any, secret: Any = (), key: str = "") -> Any:
-    """Free text from a host's ledger and meta.json with secret assignments and flags hidden (knob_live.redact_text):
+    """Free text from a host's ledger and meta.json with secret assignments and flags hidden (knob_redact.redact_text):
     what knobfleet writes now is redacted where it is made; lines an older knobfleet wrote may not be."""
-    from knobfleet.module_utils.knob_live import redact_text
+    from knobfleet.module_utils.knob_redact import redact_text
 
     if isinstance(value, str):
         return redact_text(value, secret, key)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.errors import UsageError
 from knobfleet.live.verify import Declared, Finding, actions, check_rendered, refusal
-from knobfleet.module_utils import knob_argv, knob_live
+from knobfleet.module_utils import knob_argv, knob_live, knob_redact
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
@@ -58,8 +58,8 @@ def _unit_batches(units: list[tuple[str, ...]], serial: str | None, canary: bool
 
 def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
     """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one): the one reader,
-    shared with the on-host modules (module_utils/knob_live.py)."""
-    return knob_live.script_env_argv(text)
+    shared with the on-host modules (module_utils/knob_redact.py)."""
+    return knob_redact.script_env_argv(text)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def render_vars(profile_name: str) -> str:
 
 
 def rendered_json(r: Rendered) -> dict[str, Any]:
-    from knobfleet.module_utils.knob_live import shown_digest
+    from knobfleet.module_utils.knob_redact import shown_digest
 
     return {
         "host": r.host,

@@ -255,21 +255,21 @@ class Catalog(_Strict):
         return {n: k for n, k in self.knobs.items() if k.kind == "flag"}
 
     def secret_names(self) -> tuple[str, ...]:
-        """The catalog's part of the one notion of a secret (module_utils/knob_live.is_secret), on top of
+        """The catalog's part of the one notion of a secret (module_utils/knob_redact.is_secret), on top of
         knobfleet's patterns: env vars and flags it marks secret, and ``!NAME`` for those it marks not secret
         although their names match. Handed to the hosts as is (knob_serve_engine.secret_env)."""
         marked = sorted(n for n, k in self.knobs.items() if k.secret)
         return (*marked, *sorted(f"!{n}" for n, k in self.knobs.items() if k.secret is False))
 
     def is_secret(self, name: str) -> bool:
-        from knobfleet.module_utils.knob_live import is_secret
+        from knobfleet.module_utils.knob_redact import is_secret
 
         return is_secret(name, self.secret_names())
 
     def is_secret_flag(self, name: str) -> bool:
         """A launch flag whose value is secret: by name, as an abbreviation argparse accepts, or as an alias of a
         flag the catalog marks secret."""
-        from knobfleet.module_utils.knob_live import is_secret_flag
+        from knobfleet.module_utils.knob_redact import is_secret_flag
 
         alias = self.flag_alias(name)
         return is_secret_flag(name, self.secret_names()) or bool(alias is not None and alias.secret)

@@ -8,6 +8,8 @@ import hashlib
 import hmac
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from knobfleet.module_utils.knob_live import (
     is_marker,
@@ -263,3 +265,16 @@ def test_secret_values_are_what_redact_script_hides() -> None:
     assert secret_values(script, ["admin-api-key"]) == ["a\nb", "k\u2028k", "q"]
     hidden = redact_script(script, ["admin-api-key"], KEY)
     assert all(v not in hidden for v in secret_values(script, ["admin-api-key"]))
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=30) | st.from_regex(r"[a-zA-Z_\-.*?\[\]!ıſ]{0,20}"))
+@settings(max_examples=500)
+def test_a_names_words_are_the_regex_reading_of_them(name: str) -> None:
+    """knob_redact._words reads a name without ``re`` (the probe imports no ``re``): the very words the two
+    patterns it replaces give, camelCase split and upper-cased (``ı`` and ``ſ`` upper-case to ASCII) included."""
+    import re
+
+    from knobfleet.module_utils.knob_redact import _words
+
+    camel = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).upper()
+    assert _words(name) == [w for w in re.split(r"[^A-Za-z0-9*?\[\]!]+", camel) if w]

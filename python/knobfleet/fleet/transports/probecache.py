@@ -27,9 +27,18 @@ from knobfleet.fleet.transports.probeboot import EXIT_MISS, MARK
 CACHE_DIR = ".probe"  # under the hosts' state root
 
 
+FUTURE = "from __future__ import annotations\n"
+
+
 @cache
 def boot_text() -> str:
-    return (Path(__file__).with_name("probeboot.py")).read_text(encoding="utf-8")
+    """The program a host runs: module_utils/knob_lean.py (json's and hashlib's answers without their imports),
+    then the bootstrap, as one ``-c`` text under the one ``__future__`` line both files start with."""
+    here = Path(__file__)
+    parts = [here.parents[2] / "module_utils" / "knob_lean.py", here.with_name("probeboot.py")]
+    texts = [p.read_text(encoding="utf-8") for p in parts]
+    assert all(FUTURE in t for t in texts), "knob_lean.py and probeboot.py each start with the __future__ import"
+    return FUTURE + "\n".join(t.replace(FUTURE, "", 1) for t in texts)
 
 
 def root_of(args: dict[str, Any]) -> str | None:
