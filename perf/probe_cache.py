@@ -1,7 +1,7 @@
 """The cached probe (issue 29): drift vs the multiplexed parallel-ssh baseline, and what one probe costs a host.
 
-One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from a tree of the code before
-the cache (`--before DIR`, a checkout's python/ folder; optional) and the parallel ssh script of
+One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from an earlier tree
+(`--before DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the parallel ssh script of
 perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the host
 CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
 shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="3,32")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cpu-runs", type=int, default=10)
-    ap.add_argument("--before", default="", help="a python/ folder of the code before the cache (optional)")
+    ap.add_argument("--before", default="", help="a python/ folder of earlier code to time alongside (optional)")
     ap.add_argument("--out", default="", help="write the raw numbers here as JSON")
     args = ap.parse_args()
     now = env_for(str(REPO / "python"))
@@ -151,7 +151,7 @@ def main() -> None:
                 "ssh script": lambda a=script_argv: timed(a),
             }
             if before is not None:
-                paths_cpu["drift before (uncached)"] = lambda c=one, e=before: timed(c, e, (0, 2))
+                paths_cpu["drift, --before tree"] = lambda c=one, e=before: timed(c, e, (0, 2))
             for name, fn in paths_cpu.items():
                 ms, wall = host_cpu("lab1", args.cpu_runs, fn)
                 raw["cpu"][name] = {"host_cpu_ms": ms, "wall_s": wall}
@@ -168,6 +168,9 @@ def main() -> None:
             # The processes alone, as bash's `times` reports its children: the probe's python (through a wrapper
             # named as lab1's interpreter) against the script's commands; no sshd, no engine answering requests.
             alone = process_cpu(lab, cdir, inv, one, now, args.cpu_runs)
+            if before is not None:  # the same two processes, the probe from the --before tree
+                was = process_cpu(lab, cdir, inv, one, before, args.cpu_runs)
+                alone["probe process alone, --before tree"] = was["probe process alone (python + systemctl)"]
             for name, ms in alone.items():
                 raw["cpu"][name] = {"process_cpu_ms": ms}
                 cpu_rows.append([name, args.cpu_runs, f"{ms:.1f}", "-"])

@@ -77,3 +77,29 @@ def test_an_engine_without_a_bench_tool_says_so() -> None:
         bare.bench_runs(
             None, "m", "h", 1, conc=(1,), n_mult=1, input_len=1, output_len=1, seed=0, result_dir="d", run_id="r"
         )
+
+
+def test_vllm_variables_vllm_sets_in_its_own_children_are_no_drift() -> None:
+    """Measured on the lab's vLLM 0.32 (docs/VLLM.md): a random shm buffer name vLLM writes into its environ when
+    first read reached two children after a rollback in CI, an env_unexpected on an engine in sync."""
+    from knobfleet.module_utils.knob_live import evaluate
+
+    rules = engine("vllm").rules()
+    assert {"VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME", "VLLM_WORKER_MULTIPROC_METHOD"} <= set(rules["ignore_env"])
+    env = {
+        "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME": "vllm_mm_lcuwmmT8Tfe1bEVe_qRNTw",
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    }
+    doc = {
+        "unit_props": {"ActiveState": "active", "MainPID": "10"},
+        "health": 200,
+        "processes": [
+            {"pid": 10, "comm": "vllm", "env": {}, "cmdline": ["vllm", "serve", "m"], "start_epoch": 1e10},
+            {"pid": 11, "comm": "python3", "env": env, "cmdline": ["python3", "-c", "x"], "start_epoch": 1e10},
+        ],
+    }
+    expected = {"generation": 1, "files": {}, "script_known": True, "env": {}, "argv": ["vllm", "serve", "m"]}
+    assert evaluate(doc, expected, rules) == []
+    # the same variable set by hand in the main process's environment is still named
+    doc["processes"][1]["env"] = {**env, "VLLM_OTHER_KNOB": "1"}
+    assert [f["kind"] for f in evaluate(doc, expected, rules)] == ["env_unexpected"]
