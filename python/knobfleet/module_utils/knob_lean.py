@@ -118,7 +118,9 @@ def connect(address: str, port: int, timeout: float) -> Any:
     import _socket
 
     error: OSError | None = None
-    for family, kind, proto, _name, where in _socket.getaddrinfo(address, port, 0, _socket.SOCK_STREAM):
+    # an ASCII host as bytes: a str goes through the "idna" codec, whose import pulls in re and unicodedata
+    host: str | bytes = address.encode("ascii") if address.isascii() else address
+    for family, kind, proto, _name, where in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
         sock = _socket.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)

@@ -152,7 +152,9 @@ class _Blank(dict):  # type: ignore[type-arg]
         return " "
 
 
-_WORD_TABLE = _Blank({ord(c): c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789*?[]!"})
+_WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789*?[]!"
+_WORD_TABLE = _Blank({ord(c): c for c in _WORD_CHARS})
+_ASCII_TABLE = {i: chr(i) if chr(i) in _WORD_CHARS else " " for i in range(128)}  # no Python call per character
 
 
 def _words(name: str) -> list[str]:
@@ -160,7 +162,8 @@ def _words(name: str) -> list[str]:
     (camelCase), upper-cased, split at every run of characters other than ASCII letters, digits and the glob
     characters ``*?[]!``. Without ``re``: the same words as ``re.sub("([a-z])([A-Z])", ...)`` then
     ``re.split("[^A-Za-z0-9*?\\[\\]!]+", ...)`` (a property test holds the two equal)."""
-    if any(c in _LOWER for c in name) and any(c in _UPPER for c in name):
+    ascii_ = name.isascii()
+    if (not ascii_ or not (name.islower() or name.isupper())) and any(c in _LOWER for c in name):
         out, prev = [], ""
         for c in name:
             if c in _UPPER and prev in _LOWER:
@@ -168,7 +171,7 @@ def _words(name: str) -> list[str]:
             out.append(c)
             prev = c
         name = "".join(out)
-    return name.upper().translate(_WORD_TABLE).split()
+    return name.upper().translate(_ASCII_TABLE if ascii_ else _WORD_TABLE).split()
 
 
 def secret_name(name: str) -> str:
@@ -200,9 +203,15 @@ def is_secret(name: str, secret: Any = ()) -> bool:
 def _entries_of(secret: Any) -> tuple[str, ...]:
     """``secret`` as the hashable tuple of strings the cached checks take (no copy when it already is one: a probe
     asks hundreds of times with the same list)."""
+    if secret is _CHECKED[0]:
+        return secret  # type: ignore[no-any-return]
     if type(secret) is tuple and all(type(e) is str for e in secret):
+        _CHECKED[0] = secret  # a tuple of str stays one: checked once, not at each of the probe's ~550 names
         return secret
     return tuple(str(e) for e in (secret or ()))
+
+
+_CHECKED: list[Any] = [None]
 
 
 _ENTRIES: dict[tuple[str, ...], tuple[frozenset[str], tuple[Any, ...], frozenset[str], tuple[Any, ...]]] = {}

@@ -132,7 +132,10 @@ def test_connect_reaches_a_loopback_listener_and_says_why_it_could_not() -> None
         knob_lean.connect("127.0.0.1", port, 5.0)  # the listener is closed
 
 
-HEAVY = ("re", "json", "hashlib", "hmac", "socket", "typing", "enum", "functools", "collections", "urllib")
+HEAVY = (
+    *("re", "json", "hashlib", "hmac", "socket", "typing", "enum", "functools", "collections", "urllib"),
+    *("encodings.idna", "unicodedata"),  # getaddrinfo of a str host runs the idna codec
+)
 
 IMPORTS_OF = """
 import sys, types
@@ -141,6 +144,14 @@ for name in ("knob_lean", "knob_fs", "knob_redact", "knob_observe"):
     sys.modules[m.__name__] = m
     path = sys.argv[1] + "/" + name + ".py"
     exec(compile(open(path).read(), path, "exec"), m.__dict__)
+lean, redact = sys.modules["ansible.module_utils.knob_lean"], sys.modules["ansible.module_utils.knob_redact"]
+try:  # the hot path's calls: a loopback connection (refused or not), a secret check, a digest, JSON both ways
+    lean.connect("127.0.0.1", 9, 1.0).close()
+except OSError:
+    pass
+redact.redact_env({"apiKey": "x", "PATH": "/bin"}, ("VLLM_API_KEY",), "k")
+lean.loads(lean.dumps({"a": [1.5, None]}))
+lean.sha256(b"x").hexdigest()
 print(" ".join(sorted(n for n in sys.modules if n in {heavy})))
 """.replace("{heavy}", repr(set(HEAVY)))
 
