@@ -1,8 +1,8 @@
 """The cached probe (issue 29): drift vs the multiplexed parallel-ssh baseline, and what one probe costs a host.
 
 One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from an earlier tree
-(`--before DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the parallel ssh script of
-perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the host
+(`--before DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the
+parallel ssh script of perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the host
 CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
 shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
 `--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first
