@@ -1,12 +1,12 @@
 """The cached probe (issue 29): drift vs the multiplexed parallel-ssh baseline, and what one probe costs a host.
 
-One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from an earlier tree
-(`--before DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the
-parallel ssh script of perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the host
-CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
+One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from an earlier tree (`--before
+DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the parallel ssh script
+of perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the
+host CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
 shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
-`--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first
-probe of a host (no entry on the host, the controller knowing none: the bundle is sent, compiled and stored).
+`--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first probe
+of a host (no entry on the host, the controller knowing none: the bundle is sent, compiled and stored).
 Usage (root; boots its own lab):
   flock /tmp/knobfleet-lab.lock python perf/probe_cache.py --sizes 3,32 --repeats 5 --before /tmp/before/python
 """
