@@ -238,7 +238,8 @@ def gated(a):
 
 
 def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake_ssh: Path, tmp_path: Path) -> None:
-    """h1 waits until h4 has answered: with 2 forks, h2, h3 and h4 go through the other slot while h1 waits."""
+    """h1 waits until h4 has opened its gate: with 2 forks, h2, h3 and h4 go through the other slot while h1 waits.
+    h4 and h1 then end together (h4 opens the gate as it answers), so their order is the processes' race."""
     hosts = local_hosts(fake_ssh, 4)
     d = str(tmp_path)
     args = {h.host: {"dir": d, "name": h.host} for h in hosts}
@@ -246,7 +247,7 @@ def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake
     args["h4"]["open"] = True
     payload = transport.bundle(GATED, paths.module_utils_dir())
     order = [o.host for o in transport.iter_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=2)]
-    assert order == ["h2", "h3", "h4", "h1"]
+    assert order[:2] == ["h2", "h3"] and sorted(order[2:]) == ["h1", "h4"], order
     assert max(int(x) for x in (tmp_path / "seen").read_text().split()) <= 2  # never more than 2 at once
 
 
