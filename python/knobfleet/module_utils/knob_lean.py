@@ -61,7 +61,10 @@ def loads(s: str | bytes) -> Any:
         if end != n:
             raise ValueError("extra data")
         return obj
-    except (ValueError, StopIteration, ImportError, TypeError, AttributeError, RecursionError):
+    except (ValueError, StopIteration, ImportError, TypeError, AttributeError, RecursionError, SystemError):
+        # SystemError: CPython's scanner reports a syntax error through json.decoder's JSONDecodeError, which it
+        # looks up in sys.modules without importing it; with json not loaded yet it fails "without setting an
+        # exception". json.loads then gives the error json gives.
         import json
 
         return json.loads(s)  # json's own answer, or its own exception

@@ -167,3 +167,34 @@ def test_the_probe_imports_none_of_the_heavy_modules_on_a_host() -> None:
     boot = boot.replace('if __name__ == "__main__":\n    sys.exit(main(sys.argv[1:]))', "")
     got = subprocess.run([sys.executable, "-I", "-S", "-c", boot], capture_output=True, text=True, check=True)
     assert got.stdout.split() == [], f"the probe's bootstrap imports {got.stdout.strip()}"
+
+
+FRESH_ERRORS = """
+import sys, types
+m = types.ModuleType("knob_lean")
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), m.__dict__)
+for text in ("{bad", "[1, 2", '{"a": 1} x', "", "\\ufeff{}", '"\\\\x"', "nul"):
+    try:
+        print(repr(m.loads(text)))
+    except ValueError as exc:
+        print(type(exc).__name__, exc)
+"""
+
+
+def test_a_syntax_error_in_a_fresh_interpreter_is_jsons_own() -> None:
+    """On a host json is not loaded when the probe parses a damaged meta.json; CPython's scanner then cannot build
+    its JSONDecodeError (it looks json.decoder up in sys.modules only) and raised SystemError: a probe that failed
+    on a corrupt generation instead of reporting it (caught by the lab's transaction tests)."""
+    got = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", FRESH_ERRORS, str(UTILS / "knob_lean.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    want = []
+    for text in ("{bad", "[1, 2", '{"a": 1} x', "", "\ufeff{}", '"\\x"', "nul"):
+        try:
+            want.append(repr(json.loads(text)))
+        except ValueError as exc:
+            want.append(f"{type(exc).__name__} {exc}")
+    assert got.stdout.splitlines() == want
