@@ -30,6 +30,7 @@ try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
         redact_unit,
         shown_digest,
     )
+    from ansible.module_utils.knob_sdbus import PRIVATE, unit_properties
 except ImportError:  # on the controller
     from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
     from knobfleet.module_utils.knob_lean import connect, dumps, loads, sha256
@@ -41,26 +42,27 @@ except ImportError:  # on the controller
         redact_unit,
         shown_digest,
     )
+    from knobfleet.module_utils.knob_sdbus import PRIVATE, unit_properties
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
 MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
 MAX_PROC = 1024 * 1024
-PROPS = (
-    "ActiveState",
-    "SubState",
+PROPS = (  # in the order systemctl prints them (systemd's own: the Service interface's, then the Unit's)
+    "Restart",
     "MainPID",
+    "Result",
     "NRestarts",
     "ExecMainStartTimestamp",
     "ExecMainStartTimestampMonotonic",
-    "NeedDaemonReload",
+    "ExecMainStatus",
+    "ControlGroup",
+    "ActiveState",
+    "SubState",
     "FragmentPath",
     "DropInPaths",
-    "ControlGroup",
     "UnitFileState",
-    "Result",
-    "ExecMainStatus",
-    "Restart",
+    "NeedDaemonReload",
 )
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
 
@@ -199,7 +201,16 @@ def run_output(argv: list[str], timeout: float) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def unit_props(unit: str) -> dict[str, str]:
+def unit_props(unit: str, private: str = PRIVATE) -> dict[str, str]:
+    """The unit's ``PROPS`` as ``systemctl show`` prints them: asked of systemd over its private socket when this
+    is root (knob_sdbus: no fork, ~0.6 ms instead of ~7), else, or whenever that reader is unsure of an answer,
+    from ``systemctl show`` itself. Same dict either way."""
+    if os.geteuid() == 0 and os.path.exists(private):
+        try:
+            got: dict[str, str] = unit_properties(unit, PROPS, 5.0, private)
+            return got
+        except Exception:  # any doubt: systemctl answers, as before
+            pass
     try:
         out = run_output(["systemctl", "show", unit, "--property=" + ",".join(PROPS)], 10)
     except OSError as exc:

@@ -87,7 +87,7 @@ def test_parse_props() -> None:
 
 def test_unit_props_without_systemctl_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    props = ko.unit_props("x.service")
+    props = ko.unit_props("x.service", "/nonexistent/private")  # no systemd socket either
     assert list(props) == ["error"] and "systemctl" in props["error"]
 
 
