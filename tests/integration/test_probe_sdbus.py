@@ -1,0 +1,120 @@
+"""The probe's direct reader of unit properties (module_utils/knob_sdbus.py) against real systemd on a lab host:
+through a sequence of unit states, what it reads over systemd's private socket equals, key for key and in the
+same order, what ``systemctl show`` prints, or it says it is unsure (then the probe runs systemctl). Only a
+drop-in whose name has a space may make it unsure here; every other state must be read directly."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from knobfleet.module_utils import knob_observe
+from tests.integration.conftest import Fleet, boot_fleet
+
+SDBUS = Path(knob_observe.__file__).with_name("knob_sdbus.py")
+ENGINE = "sglang-dsv4-decode.service"
+UNIT = "kf-sdbus.service"
+FAILING = "kf-sdbus-fail.service"
+D = f"/etc/systemd/system/{UNIT}.d"
+
+COMPARE = """
+import json, subprocess, sys
+ns = {"__name__": "knob_sdbus"}
+exec(compile(SOURCE, "knob_sdbus", "exec"), ns)
+props = tuple(sys.argv[1].split(","))
+out = []
+for unit in sys.argv[2:]:
+    try:
+        direct = [list(kv) for kv in ns["unit_properties"](unit, props).items()]
+    except ns["Unsure"] as exc:
+        direct = "unsure: %s" % exc
+    shown = subprocess.run(["systemctl", "show", unit, "--property=" + sys.argv[1]], capture_output=True,
+                           text=True, check=True).stdout
+    out.append({"unit": unit, "direct": direct, "systemctl": [l.split("=", 1) for l in shown.splitlines() if "=" in l]})
+print(json.dumps(out))
+"""
+
+# (step, shell run on the host first, units compared after it, units allowed to be unsure, environment)
+STEPS: list[tuple[str, str, list[str], set[str], str]] = [
+    ("the engine, running", "true", [ENGINE, "nosuch.service"], set(), ""),
+    (
+        "a unit started",
+        f"printf '[Service]\\nExecStart=/bin/sleep 600\\n' > /etc/systemd/system/{UNIT} && systemctl daemon-reload"
+        f" && systemctl start {UNIT}",
+        [UNIT],
+        set(),
+        "",
+    ),
+    ("its start time in another zone", "true", [UNIT, ENGINE], set(), "TZ=KFT-5:30"),
+    (
+        "a drop-in and an edit, not reloaded",
+        f"mkdir -p {D} && printf '[Service]\\nEnvironment=A=1\\n' > {D}/10-a.conf"
+        f" && echo '# edited' >> /etc/systemd/system/{UNIT}",
+        [UNIT],
+        set(),
+        "",
+    ),
+    ("reloaded", "systemctl daemon-reload", [UNIT], set(), ""),
+    ("stopped", f"systemctl stop {UNIT}", [UNIT], set(), ""),
+    (
+        "failing until its start limit",
+        "printf '[Service]\\nExecStart=/bin/false\\nRestart=always\\nRestartSec=50ms\\n'"
+        f" > /etc/systemd/system/{FAILING}"
+        f" && systemctl daemon-reload && systemctl start {FAILING};"
+        f" for i in $(seq 100); do systemctl is-failed -q {FAILING} && break; sleep 0.1; done;"
+        f" systemctl is-failed -q {FAILING}",
+        [FAILING],
+        set(),
+        "",
+    ),
+    (
+        "a drop-in whose name has a space",
+        f"printf '[Service]\\nEnvironment=B=2\\n' > '{D}/20 b.conf' && systemctl daemon-reload",
+        [UNIT],
+        {UNIT},
+        "",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def one(lab_state: Path) -> Iterator[Fleet]:
+    f = boot_fleet(lab_state, 1)
+    yield f
+    f.lab.down()
+
+
+def test_direct_reads_equal_systemctl_show_through_unit_states(one: Fleet) -> None:
+    source = SDBUS.read_text(encoding="utf-8")
+    program = f"SOURCE = {source!r}\n{COMPARE}"
+    encoded = base64.b64encode(program.encode()).decode()
+    props = ",".join(knob_observe.PROPS)
+    seen: dict[tuple[str, str], dict[str, str]] = {}
+    for step, shell, units, may_be_unsure, env in STEPS:
+        one.ssh("lab1", shell)
+        got = one.ssh(
+            "lab1", f'{env} python3 -I -S -c "$(echo {encoded} | base64 -d)" {props} {" ".join(units)}'
+        ).stdout
+        for case in json.loads(got):
+            unit, direct, shown = case["unit"], case["direct"], case["systemctl"]
+            assert [k for k, _ in shown] == list(knob_observe.PROPS), f"{step}: systemctl printed {shown}"
+            if isinstance(direct, str):
+                assert unit in may_be_unsure, f"{step}: {unit}: the direct reader was {direct}"
+            else:
+                assert direct == shown, f"{step}: {unit}: direct {direct} != systemctl {shown}"
+            seen[(step, unit)] = dict(shown)
+    # the states really were the ones named (the comparison above is not between two empty answers)
+    assert seen[("the engine, running", ENGINE)]["ActiveState"] == "active"
+    assert seen[("the engine, running", "nosuch.service")]["FragmentPath"] == ""
+    assert seen[("its start time in another zone", UNIT)]["ExecMainStartTimestamp"].endswith(" KFT")
+    assert seen[("a drop-in and an edit, not reloaded", UNIT)]["NeedDaemonReload"] == "yes"
+    assert seen[("reloaded", UNIT)]["DropInPaths"] == f"{D}/10-a.conf"
+    assert seen[("stopped", UNIT)]["ActiveState"] == "inactive"
+    failed = seen[("failing until its start limit", FAILING)]
+    assert (failed["ActiveState"], failed["ExecMainStatus"]) == ("failed", "1") and failed["NRestarts"] != "0"
+    assert " " in seen[("a drop-in whose name has a space", UNIT)]["DropInPaths"]
+    one.ssh("lab1", f"systemctl stop {UNIT} {FAILING}; systemctl reset-failed {FAILING}", check=False)
