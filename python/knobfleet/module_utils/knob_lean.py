@@ -95,14 +95,20 @@ def _encode_str() -> Any:
 def sha256(data: bytes = b"") -> Any:
     """A sha256 object: the interpreter's built-in one where it has it (no ``hashlib``, which loads OpenSSL: ~5 ms
     of every probe), else hashlib's. Both give the same digest."""
-    try:
-        from _sha2 import sha256 as impl  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
-    except ImportError:
+    impl = _SHA256[0]
+    if impl is None:
         try:
-            from _sha256 import sha256 as impl  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.11
+            from _sha2 import sha256 as impl  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
         except ImportError:
-            from hashlib import sha256 as impl
+            try:
+                from _sha256 import sha256 as impl  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.11
+            except ImportError:
+                from hashlib import sha256 as impl
+        _SHA256[0] = impl  # found once: a failed import is not cached, and Python 3.11 has no _sha2
     return impl(data)
+
+
+_SHA256: list[Any] = [None]
 
 
 def hmac_sha256(key: bytes, data: bytes) -> str:

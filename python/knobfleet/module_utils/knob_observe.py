@@ -129,14 +129,7 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
             "error": "hard-linked: %d links, content not read" % st.st_nlink,
             "mode": "%04o" % (st.st_mode & 0o7777),
         }
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
+    owner, group = _user_name(st.st_uid), _group_name(st.st_gid)
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
@@ -154,6 +147,34 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
     else:
         info["content_omitted"] = True
     return info
+
+
+_USERS: dict[int, str] = {}
+_GROUPS: dict[int, str] = {}
+
+
+def _user_name(uid: int) -> str:
+    """The user's name (the uid as text when it has none); looked up once per probe (each lookup reads the
+    passwd database again)."""
+    got = _USERS.get(uid)
+    if got is None:
+        try:
+            got = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            got = str(uid)
+        _USERS[uid] = got
+    return got
+
+
+def _group_name(gid: int) -> str:
+    got = _GROUPS.get(gid)
+    if got is None:
+        try:
+            got = grp.getgrgid(gid).gr_name
+        except KeyError:
+            got = str(gid)
+        _GROUPS[gid] = got
+    return got
 
 
 def parse_props(text: str) -> dict[str, str]:

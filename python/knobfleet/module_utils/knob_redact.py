@@ -345,7 +345,7 @@ def redact_tree(data: Any, secret: Any = (), key: str = "") -> Any:
         out = {}
         for k, v in data.items():
             # every value but None and booleans, "" too: redact_env hides an empty value, and the two must agree
-            if isinstance(k, str) and is_secret(k, secret) and v is not None and not isinstance(v, bool):
+            if v is not None and not isinstance(v, bool) and isinstance(k, str) and is_secret(k, secret):
                 if isinstance(v, dict | list):
                     import json
 

@@ -26,7 +26,10 @@ UTILS = paths.module_utils_dir()
 # Under `make mutation` the module_utils carry mutmut's trampolines, which import mutmut: a fresh `python3 -I -S`
 # cannot load them. The tests that run them there say so instead of failing the mutation run's clean pass.
 fresh_interpreter = pytest.mark.skipif(
-    any("mutmut" in (UTILS / f"{n}.py").read_text() for n in ("knob_lean", "knob_fs", "knob_redact", "knob_observe")),
+    any(
+        "mutmut" in (UTILS / f"{n}.py").read_text()
+        for n in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_observe")
+    ),
     reason="module_utils are mutmut-instrumented (a mutation run): a fresh interpreter cannot load them",
 )
 
@@ -144,7 +147,7 @@ HEAVY = (
 
 IMPORTS_OF = """
 import sys, types
-for name in ("knob_lean", "knob_fs", "knob_redact", "knob_observe"):
+for name in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_observe"):
     m = types.ModuleType("ansible.module_utils." + name)
     sys.modules[m.__name__] = m
     path = sys.argv[1] + "/" + name + ".py"
