@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
 from drift_vs_ssh import REMOTE, ssh_argv, ssh_script
@@ -28,6 +30,7 @@ from drift_vs_ssh import REMOTE, ssh_argv, ssh_script
 from knobfleet.lab.cgroups import CGROUP_PARENT
 
 HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "target", "drift before s", "ratio before"]
+CPU_HEADERS = ["hosts", "runs", "drift: knobfleet CPU ms", "ssh script: clients CPU ms", "drift before: CPU ms"]
 TARGETS = {3: 1.2, 32: 1.15}
 
 
@@ -52,6 +55,25 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...]
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return time.perf_counter() - started
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children (each command with its own children: ssh clients)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def with_cpu(fn: object, into: list[float]) -> object:
+    """``fn`` (returns wall seconds), also appending the controller-side CPU of the call to ``into``."""
+    assert callable(fn)
+
+    def run_one() -> float:
+        before = children_cpu()
+        wall = fn()
+        into.append(children_cpu() - before)
+        return float(wall)
+
+    return run_one
 
 
 def host_cpu(host: str, runs: int, one: object) -> tuple[float, float]:
@@ -126,7 +148,9 @@ def main() -> None:
     args = ap.parse_args()
     now = env_for(str(REPO / "python"))
     before = env_for(args.before) if args.before else None
-    rows, raw, cpu_rows = [], {"sizes": {}, "cpu": {}}, []
+    rows, cpu_rows = [], []
+    raw: dict[str, Any] = {"sizes": {}, "cpu": {}, "controller_cpu_s": {}}
+    ctl_rows: list[list[object]] = []
     for idx, n in enumerate(int(x) for x in args.sizes.split(",")):
         lab, inv = boot(n)
         run([*KNOBFLEET, "apply", "ctas512", "-i", str(inv), "--yes"])
@@ -185,14 +209,25 @@ def main() -> None:
             print(listing, flush=True)
         timed(drift, now, (0, 2))  # warm connections and the hosts' entries
         ssh_script(lab, n, cdir)
+        ctl: dict[str, list[float]] = {"drift": [], "ssh": [], "drift before": []}
         modes = {
-            "drift": lambda c=drift: timed(c, now, (0, 2)),
-            "ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir),
+            "drift": with_cpu(lambda c=drift: timed(c, now, (0, 2)), ctl["drift"]),
+            "ssh": with_cpu(lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir), ctl["ssh"]),
         }
         if before is not None:
             timed(drift, before, (0, 2))
-            modes["drift before"] = lambda c=drift, e=before: timed(c, e, (0, 2))
-        times = interleave(modes, args.repeats)
+            modes["drift before"] = with_cpu(lambda c=drift, e=before: timed(c, e, (0, 2)), ctl["drift before"])
+        times = interleave(modes, args.repeats)  # type: ignore[arg-type]
+        raw["controller_cpu_s"][str(n)] = ctl
+        ctl_rows.append(
+            [
+                n,
+                args.repeats,
+                f"{med(ctl['drift']) * 1000:.0f}",
+                f"{med(ctl['ssh']) * 1000:.0f}",
+                f"{med(ctl['drift before']) * 1000:.0f}" if ctl["drift before"] else "-",
+            ]
+        )
         raw["sizes"][str(n)] = times
         kd, ps = med(times["drift"]), med(times["ssh"])
         kb = med(times["drift before"]) if before is not None else float("nan")
@@ -213,6 +248,9 @@ def main() -> None:
     print()
     print("knobfleet drift (cached probe) vs parallel ssh (warm connections, interleaved)")
     print(table(HEADERS, rows))
+    print()
+    print("the controller's side: CPU of the knobfleet process (with its ssh clients) vs the script's ssh clients")
+    print(table(CPU_HEADERS, ctl_rows))
     print()
     print("one probe's cost to the host (lab1, cgroup CPU minus idle; 'ssh true' is the session alone)")
     print(table(["what", "runs", "host CPU ms / call", "wall s / call"], cpu_rows))

@@ -5,7 +5,6 @@ thousand hosts a table cannot show. ``Rounds``: the progress of a measurement th
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import time
@@ -233,6 +232,8 @@ class Rounds:
         if self.table is not None:
             self.table.set_status(text)
             return
+        import shutil  # only for a status line on a terminal
+
         width = shutil.get_terminal_size((160, 24)).columns
         self.stream.write("\r\x1b[K" + (text if len(text) < width else text[: width - 2] + "…"))
         self.stream.flush()

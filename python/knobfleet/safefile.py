@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 KIB = 1024
@@ -158,6 +157,8 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     try:
         check_output(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # imported when a file is written: the read path never is
+
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

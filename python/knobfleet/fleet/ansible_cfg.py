@@ -12,7 +12,6 @@ one file; cached per (file, environment).
 
 from __future__ import annotations
 
-import configparser
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -64,6 +63,8 @@ def config_file(project_dir: Path | None = None) -> Path | None:
 def _read(path: str | None, mtime: float) -> dict[str, str]:
     if path is None:
         return {}
+    import configparser  # only where an ansible.cfg is found
+
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
     try:
         parser.read(path, encoding="utf-8")

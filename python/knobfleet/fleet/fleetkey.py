@@ -9,7 +9,6 @@ markers there; a lost key only changes how markers read, never what is compared 
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from functools import cache
 
@@ -30,6 +29,8 @@ def fleet_key() -> str:
         pass
     else:
         with os.fdopen(fd, "w", encoding="ascii") as fh:
+            import secrets  # only when a key is made
+
             fh.write(secrets.token_hex(KEY_BYTES) + "\n")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -13,7 +13,6 @@ any file changing. ``KNOBFLEET_INVENTORY_CACHE=0`` turns the cache off.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet import __version__, paths, safefile
 from knobfleet.errors import InventoryError
+from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
     from knobfleet.fleet.hostvars import HostVars
@@ -47,7 +47,7 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
     else:
         extra = [p for d in ("group_vars", "host_vars") for p in (root.parent / d).rglob("*") if p.is_file()]
         files = [root, *sorted(extra)]
-    h = hashlib.sha256()
+    h = sha256()
     h.update(json.dumps([CACHE_SCHEMA, __version__, str(root), limit]).encode())
     h.update(_HOSTVARS_SOURCE.read_bytes())
     for f in files:
@@ -60,7 +60,7 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
         if _PLUGIN_SOURCE.search(data):
             return None  # an inventory plugin (cloud, constructed…): same
         h.update(f"\0{f.relative_to(root.parent)}\0{len(data)}\0".encode() + data)
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 MAX_FILE = 16 * 1024 * 1024  # one inventory or vars file

@@ -14,7 +14,6 @@ This module is standard library only; ``build`` imports the validated models on 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knobfleet import paths
+from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
@@ -145,13 +145,13 @@ def key(inventory: Path, limit: str | None) -> str | None:
     inv = fingerprint(inventory, limit)
     if inv is None:
         return None
-    h = hashlib.sha256(f"readpath-{SCHEMA}\0{inv}\0{paths.catalogs_dir()}\0".encode())
+    h = sha256(f"readpath-{SCHEMA}\0{inv}\0{paths.catalogs_dir()}\0".encode())
     for rel in _SOURCES:
         with open(_PKG / rel, "rb") as fh:
             h.update(rel.encode() + b"\0" + fh.read())
     for f in [*_catalog_files(), *_role_defaults()]:
         h.update(f"\0{f}\0".encode() + f.read_bytes())
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 def _role_defaults() -> list[Path]:

@@ -7,11 +7,11 @@ post-check). Both call ``knob_live.evaluate``: one rule, so the commands cannot 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from knobfleet.module_utils import knob_live
+from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 from knobfleet.module_utils.knob_live import Action, Kind
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def verify_host(
 
 
 def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return str(sha256(data).hexdigest())
 
 
 def expected_rendered(probe: dict[str, Any], rendered: Rendered) -> dict[str, Any]:

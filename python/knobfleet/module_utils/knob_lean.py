@@ -98,7 +98,7 @@ def sha256(data: bytes = b"") -> Any:
     impl = _SHA256[0]
     if impl is None:
         try:
-            from _sha2 import sha256 as impl  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
+            from _sha2 import sha256 as impl  # type: ignore[import-not-found,no-redef,unused-ignore]  # Python 3.12+
         except ImportError:
             try:
                 from _sha256 import sha256 as impl  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.11

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import hashlib
 import json
 import os
 import shlex
@@ -58,6 +57,7 @@ from knobfleet.fleet.transports.base import (
     default_forks,
     interpret,
 )
+from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 __all__ = [
     "BOOT",
@@ -194,7 +194,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _plan_file(plan_key: str, source: bytes, control_dir: Path) -> Path:
     from knobfleet import paths
 
-    digest = hashlib.sha256(f"{plan_key}\0{control_dir}\0".encode() + source).hexdigest()
+    digest = sha256(f"{plan_key}\0{control_dir}\0".encode() + source).hexdigest()
     return paths.state_dir() / "cache" / "fastpath" / f"{digest}.json"
 
 
