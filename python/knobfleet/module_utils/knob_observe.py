@@ -649,6 +649,8 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
     """The probe document for the options ``p`` (service, script_path, unit_path, state_dir, health_url,
     info_url, http_timeout_s, secret, secret_key). Read-only and bounded in time; secret values are hashed."""
     started = time.time()
+    _USERS.clear()  # names are looked up once per document, never kept across a session's calls
+    _GROUPS.clear()
     unit = p["service"] + ".service"
     props = unit_props(unit)
     procs = unit_processes(props.get("ControlGroup", ""))

@@ -262,9 +262,51 @@ def obtain(root: str, digest: str, body: dict[str, Any], name: str) -> tuple[Any
     return code, ("replaced %s %s" % (stored, why)) if tampered else ("stored %s" % stored)
 
 
+def read_line(fd: int, pending: bytearray, idle_s: float) -> bytes | None:
+    """The next ``\n``-ended line of ``fd`` (without it), or None at end of input or after ``idle_s`` seconds
+    without one (the controller went away: the session ends)."""
+    import select
+
+    while b"\n" not in pending:
+        if not select.select([fd], [], [], idle_s)[0]:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line
+
+
+def serve(code: Any, name: str, func: str, args: dict[str, Any], idle_s: float, pending: bytearray) -> int:
+    """Session mode (``drift --watch``): the module is set up once, then every line on stdin is one call,
+    ``func(args)`` with that line's JSON object over ``args``, answered by one line on stdout (the same document
+    a one-shot call prints). Ends at end of input, or after ``idle_s`` seconds without a request."""
+    utils, module_code = code
+    for n, c in utils:
+        u = type(sys)("ansible.module_utils." + n)
+        sys.modules[u.__name__] = u
+        exec(c, u.__dict__)
+    m = type(sys)(name)
+    exec(module_code, m.__dict__)
+    fn = getattr(m, func)
+    while True:
+        line = read_line(0, pending, idle_s)
+        if line is None:
+            return 0
+        call_args = dict(args)
+        call_args.update(loads(line) if line.strip() else {})
+        sys.stdout.write(dumps(fn(call_args)) + "\n")
+        sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
-    root, digest, name, func, args_json = argv
-    raw = sys.stdin.buffer.read()
+    """``ROOT DIGEST NAME FUNC ARGS`` runs once (stdin: the options and maybe the bundle, to its end);
+    ``... serve IDLE_S`` keeps serving (stdin: that first document on one line, then one line per call)."""
+    root, digest, name, func, args_json = argv[:5]
+    session, pending = argv[5:6] == ["serve"], bytearray()
+    raw = (read_line(0, pending, float(argv[6])) or b"") if session else sys.stdin.buffer.read()
     body = loads(raw) if raw.strip() else {}
     try:
         code, event = obtain(root, digest, body, name)
@@ -275,6 +317,8 @@ def main(argv: list[str]) -> int:
     sys.stderr.flush()
     args = loads(args_json)
     args.update(body.get("args") or {})
+    if session:
+        return serve(code, name, func, args, float(argv[6]), pending)
     sys.stdout.write(dumps(run(code, name, func, args)))
     return 0
 

@@ -219,3 +219,49 @@ def test_a_cache_directory_symlink_planted_by_another_user_is_never_followed(
     rc, out, err = call(monkeypatch, state, "-", BODY)
     assert rc == 0 and json.loads(out)["twice"] == 42 and err.startswith(f"{pb.MARK} nocache ")
     assert os.listdir(target) == [] and (state / ".probe").is_symlink()
+
+
+# --- session mode (drift --watch): one interpreter, one line per call ------------------------------------------------
+
+
+def boot_process(state: Path, digest: str, idle_s: float) -> subprocess.Popen[bytes]:
+    """The bootstrap as a host runs it (probecache.command's program text), in session mode."""
+    from knobfleet.fleet.transports import probecache
+
+    argv = [sys.executable, "-I", "-S", "-c", probecache.boot_text(), str(state / ".probe"), digest, "m", "f"]
+    argv += [json.dumps({"x": 21}), "serve", str(idle_s)]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_session_answers_each_line_with_the_one_shot_document_and_ends_at_end_of_input(
+    monkeypatch: pytest.MonkeyPatch, state: Path
+) -> None:
+    digest = stored(monkeypatch, state)
+    proc = boot_process(state, digest, 30)
+    assert proc.stdin is not None and proc.stdout is not None
+    # the first line and the first call arrive in one write: nothing of the second may be lost
+    proc.stdin.write(json.dumps({"args": {"k": "s"}}).encode() + b"\n{}\n")
+    proc.stdin.flush()
+    first = json.loads(proc.stdout.readline())
+    proc.stdin.write(b'{"x": 5}\n')
+    proc.stdin.flush()
+    second = json.loads(proc.stdout.readline())
+    out, err = proc.communicate(b"", timeout=30)  # end of input: the session ends
+    assert first == {"got": {"x": 21, "k": "s"}, "twice": 42}  # what the one-shot call printed
+    assert second == {"got": {"x": 5, "k": "s"}, "twice": 10}
+    assert (proc.returncode, out, err.decode()) == (0, b"", f"{pb.MARK} hit {digest}\n")
+
+
+def test_an_idle_session_ends_by_itself(monkeypatch: pytest.MonkeyPatch, state: Path) -> None:
+    digest = stored(monkeypatch, state)
+    proc = boot_process(state, digest, 0.5)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps({"args": {"k": "s"}}).encode() + b"\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=30) == 0  # the pipe is still open: it left on its own
+
+
+def test_a_session_on_a_missing_entry_is_a_miss_before_any_answer(state: Path) -> None:
+    proc = boot_process(state, "0" * 64, 30)
+    out, err = proc.communicate(json.dumps({"args": {}}).encode() + b"\n{}\n", timeout=30)
+    assert (proc.returncode, out) == (pb.EXIT_MISS, b"") and b"miss" in err
