@@ -60,6 +60,9 @@ class ModuleCall:
     # Options of every host's call kept out of any argv and cached file (the fleet's secret-marker key): the ssh
     # and local transports send them on stdin; through Ansible the task reads them from the run's 0600 vars file.
     private: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # Keep one interpreter per host across calls of this module (``drift --watch``): transports that can, do
+    # (ssh, on hosts whose probe cache holds the entry); the others run each call as usual.
+    persist: bool = False
 
     def source(self) -> bytes:
         from knobfleet import paths

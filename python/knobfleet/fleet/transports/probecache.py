@@ -63,9 +63,23 @@ def short_payload(payload: bytes) -> bytes:
     return json.dumps({"args": private} if private else {}).encode()
 
 
-def command(python: str, root: str, digest: str | None, name: str, func: str, args: dict[str, Any]) -> str:
-    """The shell command for the host: the bootstrap under ``python3 -I -S``, told the entry to run (or none)."""
+SESSION_IDLE_S = 600.0  # a host's session interpreter ends after this long without a request
+
+
+def command(
+    python: str,
+    root: str,
+    digest: str | None,
+    name: str,
+    func: str,
+    args: dict[str, Any],
+    session: bool = False,
+) -> str:
+    """The shell command for the host: the bootstrap under ``python3 -I -S``, told the entry to run (or none);
+    ``session``: it then keeps answering one line per call (probeboot.serve)."""
     words = [root, digest or "-", name, func, json.dumps(args, sort_keys=True)]
+    if session:
+        words += ["serve", f"{SESSION_IDLE_S:g}"]
     return " ".join([shlex.quote(python), "-I", "-S", "-c", shlex.quote(boot_text()), *map(shlex.quote, words)])
 
 

@@ -34,6 +34,7 @@ import atexit
 import dataclasses
 import json
 import os
+import select
 import shlex
 import subprocess
 import threading
@@ -247,12 +248,15 @@ def iter_function(
     forks: int | None = None,
     cache_roots: Mapping[str, str] | None = None,
     known: probecache.Known | None = None,
+    persist: bool = False,
 ) -> Iterator[Outcome]:
     """Run ``func(args[host])`` from the module ``source`` on every host, at most ``forks`` at once, each bounded
     by ``timeout_s`` from its own start; yield each host's outcome as it arrives. Processes in ``started`` whose
     argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
     early stops what is still running. A host in ``cache_roots`` (its probe cache directory) runs the code cached
-    there when ``known`` says it holds this bundle's, else gets the bundle and caches it (probecache)."""
+    there when ``known`` says it holds this bundle's, else gets the bundle and caches it (probecache). With
+    ``persist``, such a host is asked through its ``Session`` (opened on first use, kept for the next call); a
+    session that fails is closed and the call runs the usual way."""
     control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     limit = max(1, forks if forks is not None else default_forks())
     early = dict(started or {})
@@ -313,8 +317,27 @@ def iter_function(
                 running.discard(proc)
         return proc.returncode, out, err
 
+    def in_session(hv: Target, deadline: float) -> Outcome | None:
+        """The host's answer from its kept interpreter (opened now if need be), or None: ask the usual way."""
+        root = roots.get(hv.host)
+        if root is None or known is None:
+            return None
+        reach, python = ssh_argv(hv, control_dir, defaults), _python(hv, defaults)
+        code = known.get(probecache.Known.key(reach, python, root), bundle_id)
+        if code is None:  # the host's entry is not known yet: the usual call stores it first
+            return None
+        cmd = probecache.command(python, root, code, module_name, func, args[hv.host], session=True)
+        line = Session.ask([*reach, cmd], short, deadline)
+        if line is None:
+            return None
+        return dataclasses.replace(interpret(hv.host, 0, line, b"", python), cache="session")
+
     def one(hv: Target) -> Outcome:
         deadline = time.monotonic() + timeout_s
+        if persist:
+            answered = in_session(hv, deadline)
+            if answered is not None:
+                return answered
         argv, full, key = argv_of(hv)
         with lock:
             mine = early.pop(hv.host, None)
@@ -400,6 +423,7 @@ def run_function(
     forks: int | None = None,
     cache_roots: Mapping[str, str] | None = None,
     known: probecache.Known | None = None,
+    persist: bool = False,
 ) -> dict[str, Outcome]:
     """``iter_function``, collected: every host's outcome, in the order of ``hosts``."""
     got = {
@@ -418,9 +442,93 @@ def run_function(
             forks,
             cache_roots,
             known,
+            persist,
         )
     }
     return {hv.host: got[hv.host] for hv in hosts}
+
+
+class Session:
+    """One host's probe interpreter kept across calls (``drift --watch``): an ssh process running the host's
+    cached entry in session mode (probeboot.serve). Each call writes one line and reads one line back, so a
+    repeated probe costs the host neither an ssh session, nor an interpreter start, nor loading the entry.
+    Sessions are keyed by their exact argv; ``close_all`` (and exit) ends them, which ends the host's side."""
+
+    _open: ClassVar[dict[tuple[str, ...], Session]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, argv: list[str], first: bytes) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.pending = b""
+        self.first = first.replace(b"\n", b" ") + b"\n"  # the call's private options: the first line
+
+    @classmethod
+    def ask(cls, argv: list[str], first: bytes, deadline: float) -> bytes | None:
+        """The answer of the session for ``argv`` (opened if need be), or None when it failed or was late (then
+        it is closed: the caller runs the call the usual way, and the next call opens a new one)."""
+        key = tuple(argv)
+        with cls._lock:
+            session = cls._open.get(key)
+        try:
+            if session is None:
+                session = cls(argv, first)
+                with cls._lock:
+                    cls._open[key] = session
+            line = session.request(deadline)
+        except OSError:
+            line = None
+        if line is None and session is not None:
+            with cls._lock:
+                cls._open.pop(key, None)
+            session.close()
+        return line
+
+    def request(self, deadline: float) -> bytes | None:
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(self.first + b"{}\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            return None
+        self.first = b""
+        fd = proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        """End the session: end of input for the host's side, then the ssh process (killed if it lingers)."""
+        proc = self.proc
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    @classmethod
+    def close_all(cls) -> int:
+        """Close every open session; how many there were."""
+        with cls._lock:
+            sessions = list(cls._open.values())
+            cls._open.clear()
+        for session in sessions:
+            session.close()
+        return len(sessions)
+
+
+atexit.register(Session.close_all)
 
 
 # --- the transport ---------------------------------------------------------------------------------------
@@ -487,6 +595,7 @@ class SshTransport:
             forks=forks,
             cache_roots=roots,
             known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
+            persist=call.persist,
         )
 
     def run(

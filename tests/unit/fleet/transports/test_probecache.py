@@ -80,3 +80,42 @@ def test_the_short_payload_carries_only_the_private_options() -> None:
     payload = bundle(SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
     assert probecache.short_payload(payload) == b'{"args": {"secret_key": "k"}}'
     assert probecache.bundle_digest(payload) == probecache.bundle_digest(bundle(SOURCE, paths.module_utils_dir()))
+
+
+PID_SOURCE = b"import os\ndef f(a):\n    return {'a': a, 'pid': os.getpid()}\n"
+
+
+def ask(host: HostVars, tmp_path: Path, known: probecache.Known, persist: bool) -> transport.Outcome:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    payload = bundle(PID_SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
+    args = {"h1": {"state_dir": f"{state}/svc"}}
+    roots = {"h1": probecache.root_of(args["h1"]) or ""}
+    got = transport.run_function(
+        [host], tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, persist=persist
+    )
+    return got["h1"]
+
+
+def test_a_kept_session_answers_repeated_calls_from_one_interpreter_and_a_dead_one_is_replaced(
+    host: HostVars, tmp_path: Path
+) -> None:
+    known = probecache.Known(tmp_path / "known")
+    try:
+        first = ask(host, tmp_path, known, persist=True)  # the entry is not known yet: stored the usual way
+        assert first.cache == "stored" and first.doc is not None
+        second = ask(host, tmp_path, known, persist=True)
+        third = ask(host, tmp_path, known, persist=True)
+        assert (second.cache, third.cache) == ("session", "session")
+        assert second.doc is not None and third.doc is not None
+        assert second.doc["pid"] == third.doc["pid"] != first.doc["pid"]  # one interpreter for both
+        assert second.doc["a"] == first.doc["a"]  # the same options, the private one included
+        os.kill(second.doc["pid"], 9)  # the host's side dies: that call runs the usual way
+        fourth = ask(host, tmp_path, known, persist=True)
+        assert fourth.cache == "hit" and fourth.doc is not None and fourth.doc["a"] == first.doc["a"]
+        fifth = ask(host, tmp_path, known, persist=True)  # and the next one has a new session
+        assert fifth.cache == "session" and fifth.doc is not None and fifth.doc["pid"] != second.doc["pid"]
+        assert ask(host, tmp_path, known, persist=False).cache == "hit"  # without persist: as before
+        assert transport.Session.close_all() == 1  # the fifth call's session, still open
+    finally:
+        transport.Session.close_all()
