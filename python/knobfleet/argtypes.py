@@ -152,3 +152,4 @@ POSITIVE = integer(1)
 NON_NEGATIVE = integer(0)
 PERCENT = number(0.0, 100.0)
 FRACTION = number(0.0, 1.0)
+SECONDS = number(0.0, 86400.0)  # an interval: up to a day

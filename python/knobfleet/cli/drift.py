@@ -10,22 +10,53 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 
+if TYPE_CHECKING:
+    from knobfleet.ops.fleet import Hosts
+
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from knobfleet.errors import UsageError
     from knobfleet.ops import fleet
 
+    watch = getattr(args, "watch", None)
+    if getattr(args, "rounds", None) is not None and watch is None:
+        raise UsageError(f"{args.command}: --rounds counts the rounds of --watch; add --watch SECONDS")
+    if watch is not None and args.json:
+        raise UsageError(f"{args.command} --watch prints each round as it comes: use --json-lines, not --json")
+    if watch is not None and getattr(args, "testinfra", False):
+        raise UsageError(f"{args.command} --watch: --testinfra runs once; run it without --watch")
     inventory = common.inventory(args)
     forks = fleet.check_forks(args.forks) if args.forks is not None else fleet.default_forks()
-    door = fleet.door(inventory, args.via, forks)
-    door.warm_up(args.limit)  # probes start now, while the rest of the command loads
+    door = fleet.door(inventory, args.via, forks, keep=watch is not None)
+    if watch is None:
+        door.warm_up(args.limit)  # probes start now, while the rest of the command loads
+        return _check_once(args, inventory, door, forks)
+    import time
+
+    done = 0
+    while True:
+        started = time.monotonic()
+        done += 1
+        code = _check_once(args, inventory, door, forks, done)
+        if args.rounds is not None and done >= args.rounds:
+            return code
+        time.sleep(max(0.0, watch - (time.monotonic() - started)))
+
+
+def _check_once(
+    args: argparse.Namespace, inventory: Path, door: Hosts, forks: int, watch_round: int | None = None
+) -> int:
+    """One round: probe, judge, print as hosts answer; the exit code. ``watch_round``: its number under --watch
+    (the inventory is read again each round; each host's probe interpreter is kept between rounds)."""
     from knobfleet import paths, report
     from knobfleet.live import verify
-    from knobfleet.ops import drift
+    from knobfleet.ops import drift, fleet
     from knobfleet.progress import StatusLine
 
     plan = fleet.read_plan(inventory, args.limit)
@@ -33,9 +64,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     order = {name: i for i, name in enumerate(names)}
     text = not args.json and not args.json_lines
     verdicts = []
+    head = f"{args.command}: {paths.display(inventory)}"
+    if watch_round is not None:
+        import time
+
+        head += f" · round {watch_round} at {time.strftime('%H:%M:%S')}"
     with StatusLine(enabled=text, what=args.command, total=len(names), forks=forks) as status:
         if text:
-            status.write(report.drift_head(f"{args.command}: {paths.display(inventory)}", names))
+            status.write(("\n" if watch_round and watch_round > 1 else "") + report.drift_head(head, names))
         for v in drift.stream(
             plan,
             door,
@@ -51,6 +87,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                 status.write(report.drift_rows(v, names))
     verdicts.sort(key=lambda v: order[v.host])
     summary = verify.summary(verdicts)
+    if watch_round is not None:
+        summary = {**summary, "round": watch_round}
     code = verify.exit_code(verdicts)
     if getattr(args, "prom", None):
         import time
@@ -100,6 +138,16 @@ def _opts(p: argparse.ArgumentParser) -> None:
         help="probe at most N hosts at once (default: $KNOBFLEET_FORKS, else ansible.cfg's forks, else 32)",
     )
     via_opt(p, "the probe")
+    p.add_argument(
+        "--watch",
+        type=types.SECONDS,
+        default=None,
+        metavar="SECONDS",
+        help="check again every SECONDS until Ctrl-C (or --rounds): each host's probe interpreter is kept between "
+        "rounds, so a round costs a host one request, not an ssh session and a python start; --prom is rewritten "
+        "each round",
+    )
+    p.add_argument("--rounds", type=types.POSITIVE, default=None, metavar="N", help="with --watch: stop after N rounds")
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:

@@ -37,6 +37,7 @@ class Hosts:
     inventory: Path
     via: str = "auto"
     forks: int | None = None  # None: base.default_forks() when a transport needs it
+    keep: bool = False  # keep each host's probe interpreter between probes where the transport can (--watch)
 
     def warm_up(self, limit: str | None) -> None:
         from knobfleet.fleet import probe
@@ -71,7 +72,7 @@ class Hosts:
         """Each host's probe outcome as it arrives, at most ``forks`` hosts at once."""
         from knobfleet.fleet import probe
 
-        return probe.stream(hosts, self.inventory, self.via, on_event, self.forks)
+        return probe.stream(hosts, self.inventory, self.via, on_event, self.forks, persist=self.keep)
 
     def reaching(self, hosts: Sequence[Target]) -> Hosts:
         """This door, or, when the transport ``via`` names cannot reach every one of ``hosts`` but ``auto`` may

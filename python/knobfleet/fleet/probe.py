@@ -45,7 +45,9 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
     }
 
 
-def call(hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | None = None) -> ModuleCall:
+def call(
+    hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | None = None, persist: bool = False
+) -> ModuleCall:
     from knobfleet.fleet.fleetkey import fleet_key
 
     return ModuleCall(
@@ -57,6 +59,7 @@ def call(hosts: Sequence[HostVars] = (), args: Mapping[str, dict[str, Any]] | No
         args=args if args is not None else {hv.host: probe_args(hv) for hv in hosts},
         timeout_s=PROBE_TIMEOUT_S,
         private={"secret_key": fleet_key()},  # the hosts make the controller's markers (fleet/fleetkey.py)
+        persist=persist,
     )
 
 
@@ -71,12 +74,15 @@ def stream(
     via: str = "auto",
     on_event: Callable[[dict[str, Any]], None] | None = None,
     forks: int | None = None,
+    persist: bool = False,
 ) -> Iterator[Outcome]:
     """Each host's probe outcome as it arrives, at most ``forks`` hosts at once (the read path's view of the
-    hosts: their probe options are already computed)."""
+    hosts: their probe options are already computed). ``persist``: each host's interpreter is kept for the next
+    probe (``drift --watch``)."""
     if not hosts:
         return iter(())
-    return transports.stream(hosts, call(args={h.host: h.probe for h in hosts}), inventory, via, on_event, forks)
+    probe_call = call(args={h.host: h.probe for h in hosts}, persist=persist)
+    return transports.stream(hosts, probe_call, inventory, via, on_event, forks)
 
 
 def probe(

@@ -22,9 +22,10 @@ def default_inventory() -> Path:
     return default()
 
 
-def door(inventory: Path, via: str = "auto", forks: int | None = None) -> Hosts:
-    """The one ``Hosts`` of a command: built once, handed to its use case."""
-    return Hosts(inventory, via, forks)
+def door(inventory: Path, via: str = "auto", forks: int | None = None, keep: bool = False) -> Hosts:
+    """The one ``Hosts`` of a command: built once, handed to its use case. ``keep``: each host's probe interpreter
+    is kept between probes (``drift --watch``)."""
+    return Hosts(inventory, via, forks, keep)
 
 
 def hosts(inventory: Path | None, limit: str | None) -> list[HostVars]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from knobfleet import cli, report
 from knobfleet.live.verify import Finding, HostVerdict, summary
@@ -50,3 +53,32 @@ def test_the_read_path_registers_its_own_module_alone() -> None:
         argv = [command, "--json-lines", "--forks", "4", "--limit", "lab1", "--via", "ssh"]
         a, b = vars(alone.parse_args(argv)), vars(full.parse_args(argv))
         assert a == b and a["forks"] == 4 and a["json_lines"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["drift", "--rounds", "3"], "--rounds counts the rounds of --watch"),
+        (["drift", "--watch", "5", "--json"], "use --json-lines, not --json"),
+        (["verify", "--watch", "5", "--testinfra"], "--testinfra runs once"),
+    ],
+)
+def test_watch_options_that_cannot_go_together_are_usage_errors_before_any_host_is_read(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rc = cli.main([*argv, "-i", str(tmp_path / "no-such-inventory")])  # never read: the options are refused first
+    err = capsys.readouterr().err
+    assert rc == 64 and message in err and "no-such-inventory" not in err
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "86401", "x"])
+def test_watch_takes_a_finite_interval_up_to_a_day(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser("drift").parse_args(["drift", f"--watch={bad}"])
+    assert exc.value.code == 64 and "--watch" in capsys.readouterr().err  # a usage error, as every option
+
+
+def test_watch_and_rounds_parse() -> None:
+    a = cli.build_parser("drift").parse_args(["drift", "--watch", "0.5", "--rounds", "3", "--json-lines"])
+    assert (a.watch, a.rounds, a.json_lines) == (0.5, 3, True)
+    assert cli.build_parser("drift").parse_args(["drift"]).watch is None
