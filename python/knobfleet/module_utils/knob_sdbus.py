@@ -11,7 +11,7 @@ probe reads: strings as they are, booleans ``yes``/``no``, integers in decimal, 
 Anything this reader is not sure to print exactly as ``systemctl`` would (no such socket or not root, an error
 reply, a type it does not format, a string with a control character or an array item with a space, a timestamp
 without a zone name) makes ``unit_properties`` return None, and the caller runs ``systemctl`` as before. So the
-probe document is the same either way; tests/integration/test_probe_sdbus.py holds the two equal on real systemd.
+probe document is the same either way; tests/integration/test_probe_paths.py holds the two equal on real systemd.
 
 ``encode_call`` and ``decode_message`` are pure (tests/unit/module_utils/test_knob_sdbus.py).
 """

@@ -1,7 +1,7 @@
 """The unit-property reader that asks systemd over its private socket (module_utils/knob_sdbus.py): the wire
 format both ways, systemctl's formatting of each type, every doubt raised as ``Unsure`` (the probe then runs
 systemctl), and a whole exchange with a stand-in peer on a socket in a temp dir. Equality with real systemd's
-``systemctl show`` is held by tests/integration/test_probe_sdbus.py."""
+``systemctl show`` is held by tests/integration/test_probe_paths.py."""
 
 from __future__ import annotations
 

@@ -1,19 +1,26 @@
-"""The probe's direct reader of unit properties (module_utils/knob_sdbus.py) against real systemd on a lab host:
+"""Two of the probe's paths on a real lab host.
+
+The direct reader of unit properties (module_utils/knob_sdbus.py) against real systemd:
 through a sequence of unit states, what it reads over systemd's private socket equals, key for key and in the
 same order, what ``systemctl show`` prints, or it says it is unsure (then the probe runs systemctl). Only a
-drop-in whose name has a space may make it unsure here; every other state must be read directly."""
+drop-in whose name has a space may make it unsure here; every other state must be read directly.
+
+``drift --watch``: one kept interpreter per host for the whole watch, answers that see a change made between
+rounds, and nothing left running on the host once the watch ends."""
 
 from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from knobfleet.module_utils import knob_observe
-from tests.integration.conftest import Fleet, boot_fleet
+from tests.integration.conftest import Fleet, boot_fleet, touch_later_sh, wait_until
 
 SDBUS = Path(knob_observe.__file__).with_name("knob_sdbus.py")
 ENGINE = "sglang-dsv4-decode.service"
@@ -118,3 +125,42 @@ def test_direct_reads_equal_systemctl_show_through_unit_states(one: Fleet) -> No
     assert (failed["ActiveState"], failed["ExecMainStatus"]) == ("failed", "1") and failed["NRestarts"] != "0"
     assert " " in seen[("a drop-in whose name has a space", UNIT)]["DropInPaths"]
     one.ssh("lab1", f"systemctl stop {UNIT} {FAILING}; systemctl reset-failed {FAILING}", check=False)
+
+
+# --- drift --watch: one kept interpreter per host, fresh answers every round ---------------------------------------
+
+SCRIPT = "/root/serve_dsv4_decode.sh"
+# the host's kept interpreters (probecache.command: python3 -I -S -c TEXT ROOT DIGEST knob_probe probe ARGS serve S)
+SESSION = "pgrep -fc '^/usr/bin/python3 -I -S -c .* knob_probe probe .* serve [0-9.]+$' || true"
+
+
+def test_a_watch_keeps_one_interpreter_per_host_and_sees_a_change_between_rounds(one: Fleet) -> None:
+    one.knobfleet("apply", "ctas512", "--yes", check=True)
+    argv = [sys.executable, "-m", "knobfleet", "drift", "-i", str(one.inventory), "--watch", "1", "--rounds", "4"]
+    proc = subprocess.Popen([*argv, "--json-lines"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    summaries, kept = [], []
+    try:
+        for line in proc.stdout:
+            doc = json.loads(line)
+            if "summary" not in doc:
+                continue
+            summaries.append(doc["summary"])
+            kept.append(one.ssh("lab1", SESSION).stdout.strip())
+            if len(summaries) == 1:  # between rounds 1 and 2: the script is edited on the host, not restarted
+                one.ssh("lab1", f"sed -i 's/TARGET_CTAS=512/TARGET_CTAS=768/' {SCRIPT} && {touch_later_sh(SCRIPT)}")
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [s["round"] for s in summaries] == [1, 2, 3, 4]
+    # the edit lands while round 2 may already be under way: it is seen by round 3 at the latest, and stays seen
+    drifted = [s["drift"] for s in summaries]
+    assert summaries[0]["in_sync"] == 1 and drifted[2:] == [1, 1] and drifted == sorted(drifted), summaries
+    assert rc == 2  # the last round's exit code: drift
+    # one interpreter on the host while the watch goes on (after the last round it may already be ending)
+    assert kept[:3] == ["1", "1", "1"] and kept[3] in ("0", "1"), f"host interpreters kept per round: {kept}"
+    wait_until(lambda: one.ssh("lab1", SESSION).stdout.strip() == "0", 10, "the kept interpreter to end with the watch")
+    one.knobfleet("apply", "ctas512", "--yes", check=True)  # repaired: the host is as the profile says again
+    assert one.knobfleet("drift").returncode == 0
