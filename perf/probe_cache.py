@@ -7,6 +7,8 @@ host CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage o
 shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
 `--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first probe
 of a host (no entry on the host, the controller knowing none: the bundle is sent, compiled and stored).
+`drift --watch` (each host's probe interpreter kept between rounds) is timed per round: the time of 1 + 10 rounds
+less the time of 1 round, over 10, in the same interleaved rounds, and on lab1 the host CPU of one more round.
 Usage (root; boots its own lab):
   flock /tmp/knobfleet-lab.lock python perf/probe_cache.py --sizes 3,32 --repeats 5 --before /tmp/before/python
 """
@@ -31,6 +33,8 @@ from drift_vs_ssh import REMOTE, ssh_argv, ssh_script
 from knobfleet.lab.cgroups import CGROUP_PARENT
 
 HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "target", "drift before s", "ratio before"]
+HEADERS += ["--watch round s", "its ratio"]
+WATCH_ROUNDS = 10  # a --watch sample: (the time of 1 + WATCH_ROUNDS rounds - the time of 1 round) / WATCH_ROUNDS
 CPU_HEADERS = ["hosts", "runs", "drift: knobfleet CPU ms", "ssh script: clients CPU ms", "drift before: CPU ms"]
 TARGETS = {3: 1.2, 32: 1.15}
 
@@ -194,6 +198,20 @@ def main() -> None:
                 "wall_s": med([w for _, w in firsts]),
             }
             raw["cpu"]["ssh true baseline"] = base
+            # drift --watch: what one more round costs lab1 (its probe interpreter kept: one request per round)
+            watch1 = [*KNOBFLEET, "drift", "--json-lines", "-i", str(inv), "--limit", "lab1", "--watch", "0"]
+            watch1.append("--rounds")
+            rounds_cpu, rounds_wall = [], []
+            for _ in range(3):
+                c0, t0 = cpu_usec("lab1"), time.perf_counter()
+                timed([*watch1, str(1 + WATCH_ROUNDS)], now, (0, 2))
+                c1, t1 = cpu_usec("lab1"), time.perf_counter()
+                timed([*watch1, "1"], now, (0, 2))
+                c2, t2 = cpu_usec("lab1"), time.perf_counter()
+                rounds_cpu.append(((c1 - c0) - (c2 - c1)) / WATCH_ROUNDS / 1000.0)
+                rounds_wall.append(((t1 - t0) - (t2 - t1)) / WATCH_ROUNDS)
+            raw["cpu"]["drift --watch, one more round"] = {"host_cpu_ms": med(rounds_cpu), "wall_s": med(rounds_wall)}
+            cpu_rows.append(["drift --watch, one more round", 3, f"{med(rounds_cpu):.1f}", f"{med(rounds_wall):.3f}"])
             # The processes alone, as bash's `times` reports its children: the probe's python (through a wrapper
             # named as lab1's interpreter) against the script's commands; no sshd, no engine answering requests.
             alone = process_cpu(lab, cdir, inv, one, now, args.cpu_runs)
@@ -215,7 +233,14 @@ def main() -> None:
         timed(drift, now, (0, 2))  # warm connections and the hosts' entries
         ssh_script(lab, n, cdir)
         ctl: dict[str, list[float]] = {"drift": [], "ssh": [], "drift before": []}
+        watch = [*KNOBFLEET, "drift", "--json-lines", "-i", str(inv), "--watch", "0", "--rounds"]
+
+        def watch_round(w: list[str] = watch) -> float:
+            many = timed([*w, str(1 + WATCH_ROUNDS)], now, (0, 2))
+            return (many - timed([*w, "1"], now, (0, 2))) / WATCH_ROUNDS
+
         modes = {
+            "watch round": watch_round,
             "drift": with_cpu(lambda c=drift: timed(c, now, (0, 2)), ctl["drift"]),
             "ssh": with_cpu(lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir), ctl["ssh"]),
         }
@@ -236,6 +261,7 @@ def main() -> None:
         raw["sizes"][str(n)] = times
         kd, ps = med(times["drift"]), med(times["ssh"])
         kb = med(times["drift before"]) if before is not None else float("nan")
+        kw = med(times["watch round"])
         target = TARGETS.get(n)
         rows.append(
             [
@@ -247,6 +273,8 @@ def main() -> None:
                 f"≤ {target}x" if target else "—",
                 f"{kb:.3f}",
                 f"{kb / ps:.2f}x",
+                f"{kw:.3f}",
+                f"{kw / ps:.2f}x",
             ]
         )
         print(table(HEADERS, rows[-1:]), flush=True)
