@@ -452,8 +452,10 @@ class Session:
     """One host's probe interpreter kept across calls (``drift --watch``): an ssh process running the host's
     cached entry in session mode (probeboot.serve). Each call writes one line and reads one line back, so a
     repeated probe costs the host neither an ssh session, nor an interpreter start, nor loading the entry.
-    Sessions are keyed by their exact argv; ``close_all`` (and exit) ends them, which ends the host's side."""
+    Sessions are keyed by their exact argv; ``close_all`` (and exit) ends them, which ends the host's side. At most
+    ``MAX_OPEN`` are kept (each is an ssh process on the controller); hosts past that are asked the one-shot way."""
 
+    MAX_OPEN: ClassVar[int] = 256
     _open: ClassVar[dict[tuple[str, ...], Session]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -469,6 +471,8 @@ class Session:
         key = tuple(argv)
         with cls._lock:
             session = cls._open.get(key)
+            if session is None and len(cls._open) >= cls.MAX_OPEN:
+                return None
         try:
             if session is None:
                 session = cls(argv, first)

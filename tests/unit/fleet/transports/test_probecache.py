@@ -119,3 +119,15 @@ def test_a_kept_session_answers_repeated_calls_from_one_interpreter_and_a_dead_o
         assert transport.Session.close_all() == 1  # the fifth call's session, still open
     finally:
         transport.Session.close_all()
+
+
+def test_past_the_bound_on_kept_sessions_a_host_is_asked_the_one_shot_way(
+    host: HostVars, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    known = probecache.Known(tmp_path / "known")
+    monkeypatch.setattr(transport.Session, "MAX_OPEN", 0)
+    try:
+        assert ask(host, tmp_path, known, persist=True).cache == "stored"
+        assert ask(host, tmp_path, known, persist=True).cache == "hit"  # no session could be kept
+    finally:
+        assert transport.Session.close_all() == 0
