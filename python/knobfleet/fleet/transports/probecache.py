@@ -111,7 +111,9 @@ def is_miss(rc: int, ev: Event | None) -> bool:
 
 
 class Known:
-    """Which entry each host holds, as the host last said: one small file per host under ``where`` (0700)."""
+    """Which entry each host holds for each bundle, as the host last said: one small file per host and bundle under
+    ``where`` (0700). Per bundle, so two knobfleet versions run against the same hosts from one controller (an
+    upgrade under way, a comparison) do not make each other resend: each host keeps several entries (``KEEP``)."""
 
     def __init__(self, where: Path) -> None:
         self.where = where
@@ -121,9 +123,12 @@ class Known:
         """A host as the controller reaches it (its ssh argv, python and cache directory)."""
         return str(sha256(json.dumps([reach, python, root]).encode()).hexdigest())
 
+    def _path(self, key: str, bundle: str) -> Path:
+        return self.where / f"{key}.{bundle[:16]}.json"
+
     def get(self, key: str, bundle: str) -> str | None:
         try:
-            got = json.loads((self.where / f"{key}.json").read_text(encoding="utf-8"))
+            got = json.loads(self._path(key, bundle).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         code = got.get("code") if isinstance(got, dict) and got.get("bundle") == bundle else None
@@ -134,13 +139,13 @@ class Known:
             return
         try:
             self.where.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self.where / f"{key}.json"
+            path = self._path(key, bundle)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
             tmp.write_text(json.dumps({"bundle": bundle, "code": code}), encoding="utf-8")
             os.replace(tmp, path)
         except OSError:
             pass  # only costs the bundle's bytes next time
 
-    def drop(self, key: str) -> None:
+    def drop(self, key: str, bundle: str) -> None:
         with contextlib.suppress(OSError):
-            (self.where / f"{key}.json").unlink()
+            self._path(key, bundle).unlink()

@@ -351,7 +351,7 @@ def iter_function(
             return interpret(hv.host, *got, _python(hv, defaults))
         ev = probecache.event(got[2])
         if probecache.is_miss(got[0], ev) and not full:  # the host lost or refused its entry: send the bundle
-            known.drop(key)
+            known.drop(key, bundle_id)
             missed = ev
             argv, full, key = argv_of(hv, fresh=True)
             got = attempt(hv, argv, full, deadline, None)
@@ -363,7 +363,7 @@ def iter_function(
         if ev is not None and ev.kind in ("stored", "replaced") and key is not None:
             known.put(key, bundle_id, ev.digest)
         elif ev is not None and key is not None and ev.kind == "nocache":
-            known.drop(key)
+            known.drop(key, bundle_id)
         return dataclasses.replace(interpret(hv.host, *got, _python(hv, defaults)), cache=str(ev) if ev else "")
 
     def worker() -> None:

@@ -131,3 +131,22 @@ def test_past_the_bound_on_kept_sessions_a_host_is_asked_the_one_shot_way(
         assert ask(host, tmp_path, known, persist=True).cache == "hit"  # no session could be kept
     finally:
         assert transport.Session.close_all() == 0
+
+
+def test_two_versions_against_the_same_host_each_keep_their_entry(host: HostVars, tmp_path: Path) -> None:
+    known = probecache.Known(tmp_path / "known")
+    assert probe(host, tmp_path, known).cache == "stored"
+    other = SOURCE.replace(b"'s': split", b"'v': 2, 's': split")  # another knobfleet's probe
+    state = tmp_path / "state"
+    payload = bundle(other, paths.module_utils_dir(), {"secret_key": "k"})
+    args = {"h1": {"state_dir": f"{state}/svc"}}
+    roots = {"h1": probecache.root_of(args["h1"]) or ""}
+
+    def probe_other() -> transport.Outcome:
+        return transport.run_function([host], tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)[
+            "h1"
+        ]
+
+    assert probe_other().cache == "stored"
+    for _ in range(2):  # alternating: each is a hit, neither resends its bundle
+        assert (probe(host, tmp_path, known).cache, probe_other().cache) == ("hit", "hit")
