@@ -151,6 +151,11 @@ def test_replies_of_either_byte_order_decode_to_their_variant(value: tuple[str, 
     assert (kind, fields[5], body) == (sd.METHOD_RETURN, serial, [value])
 
 
+def test_a_body_of_several_values_including_a_signature_decodes_in_order() -> None:
+    raw = message(sd.METHOD_RETURN, 9, [(5, "u", 3)], "gsu", ["as", "x", 5])
+    assert sd.decode_message(raw) == (sd.METHOD_RETURN, {5: 3, 8: "gsu"}, ["as", "x", 5])
+
+
 def test_a_message_cut_short_is_unsure_never_a_wrong_value() -> None:
     raw = reply(1, "s", "active")
     for cut in range(16, len(raw)):
@@ -169,6 +174,7 @@ def test_a_message_cut_short_is_unsure_never_a_wrong_value() -> None:
         ("NeedDaemonReload", "b", True, "yes"),
         ("NeedDaemonReload", "b", False, "no"),
         ("MainPID", "u", 4242, "4242"),
+        ("Byte", "y", 7, "7"),
         ("ExecMainStatus", "i", -1, "-1"),
         ("ExecMainStartTimestampMonotonic", "t", 35178621626, "35178621626"),
         ("ExecMainStartTimestamp", "t", 0, ""),
@@ -362,3 +368,27 @@ def test_unit_props_asks_systemd_directly_and_runs_systemctl_when_unsure(
     ran.clear()
     assert ko.unit_props("e.service", str(sock_path.with_name("absent"))) == {"ActiveState": "from-systemctl"}
     assert ran
+
+
+def test_a_peer_that_never_answers_is_unsure_in_time(sock_path: Path) -> None:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+    held: list[socket.socket] = []
+
+    def silent() -> None:  # logs the client in, then reads and never answers
+        conn, _ = server.accept()
+        held.append(conn)
+        conn.recv(4096)
+        conn.sendall(b"OK 1234abcd\r\n")
+
+    thread = threading.Thread(target=silent, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises((sd.Unsure, OSError), match=r"in time|timed out"):  # the caller runs systemctl then
+            sd.unit_properties("e.service", ("ActiveState",), 0.3, str(sock_path))
+    finally:
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
