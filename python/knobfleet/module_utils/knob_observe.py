@@ -129,7 +129,7 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
             "error": "hard-linked: %d links, content not read" % st.st_nlink,
             "mode": "%04o" % (st.st_mode & 0o7777),
         }
-    owner, group = _user_name(st.st_uid), _group_name(st.st_gid)
+    owner, group = _name_of(_USERS, pwd.getpwuid, st.st_uid), _name_of(_GROUPS, grp.getgrgid, st.st_gid)
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
@@ -153,27 +153,16 @@ _USERS: dict[int, str] = {}
 _GROUPS: dict[int, str] = {}
 
 
-def _user_name(uid: int) -> str:
-    """The user's name (the uid as text when it has none); looked up once per probe (each lookup reads the
-    passwd database again)."""
-    got = _USERS.get(uid)
+def _name_of(known: dict[int, str], lookup: Any, ident: int) -> str:
+    """A user's or group's name by ``lookup`` (its id as text when it has none), looked up once per probe: each
+    lookup reads the passwd or group database again."""
+    got = known.get(ident)
     if got is None:
         try:
-            got = pwd.getpwuid(uid).pw_name
+            got = str(lookup(ident)[0])  # pw_name, gr_name
         except KeyError:
-            got = str(uid)
-        _USERS[uid] = got
-    return got
-
-
-def _group_name(gid: int) -> str:
-    got = _GROUPS.get(gid)
-    if got is None:
-        try:
-            got = grp.getgrgid(gid).gr_name
-        except KeyError:
-            got = str(gid)
-        _GROUPS[gid] = got
+            got = str(ident)
+        known[ident] = got
     return got
 
 

@@ -224,8 +224,8 @@ def prune(dfd: int, keep: str) -> None:
             pass
 
 
-def run(code: Any, name: str, func: str, args: dict[str, Any]) -> Any:
-    """``func(args)`` of the module, its module_utils registered as ``ansible.module_utils.*`` first (as base.BOOT)."""
+def function(code: Any, name: str, func: str) -> Any:
+    """The module's ``func``, its module_utils registered as ``ansible.module_utils.*`` first (as base.BOOT)."""
     utils, module_code = code
     for n, c in utils:
         u = type(sys)("ansible.module_utils." + n)
@@ -233,7 +233,12 @@ def run(code: Any, name: str, func: str, args: dict[str, Any]) -> Any:
         exec(c, u.__dict__)
     m = type(sys)(name)
     exec(module_code, m.__dict__)
-    return getattr(m, func)(args)
+    return getattr(m, func)
+
+
+def run(code: Any, name: str, func: str, args: dict[str, Any]) -> Any:
+    """``func(args)`` of the module (``function``)."""
+    return function(code, name, func)(args)
 
 
 def obtain(root: str, digest: str, body: dict[str, Any], name: str) -> tuple[Any, str]:
@@ -283,14 +288,7 @@ def serve(code: Any, name: str, func: str, args: dict[str, Any], idle_s: float, 
     """Session mode (``drift --watch``): the module is set up once, then every line on stdin is one call,
     ``func(args)`` with that line's JSON object over ``args``, answered by one line on stdout (the same document
     a one-shot call prints). Ends at end of input, or after ``idle_s`` seconds without a request."""
-    utils, module_code = code
-    for n, c in utils:
-        u = type(sys)("ansible.module_utils." + n)
-        sys.modules[u.__name__] = u
-        exec(c, u.__dict__)
-    m = type(sys)(name)
-    exec(module_code, m.__dict__)
-    fn = getattr(m, func)
+    fn = function(code, name, func)
     while True:
         line = read_line(0, pending, idle_s)
         if line is None:
