@@ -193,10 +193,11 @@ def state_dir() -> Path:
 
 
 def display(path: Path) -> str:
-    """A path as an operator wants to read it: relative to the working directory when inside it."""
+    """A path as an operator wants to read it: relative to the working directory when inside it. Never raises: a
+    symlink loop, a vanished working directory or a path that cannot be resolved is shown as given."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: Python < 3.13 on a symlink loop
         return str(path)
 
 

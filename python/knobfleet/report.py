@@ -443,3 +443,29 @@ def prometheus(verdicts: list[HostVerdict], now: float | None = None) -> str:
             f"knobfleet_drift_last_run_timestamp_seconds {now:.3f}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def canary_records(listed: Sequence[Any]) -> str:
+    """``history --canaries``: one row per kept canary record (``experiment.records.Listed``), newest first."""
+    import math
+    import time
+
+    if not listed:
+        return "no canary records on this controller (each `knobfleet canary` keeps one)"
+    rows = []
+    for item in listed:
+        doc = item.doc
+        if doc is None:
+            rows.append(["?", "?", "", "", "unreadable", item.error, str(item.path.name)])
+            continue
+        started = doc.get("started")
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) if isinstance(started, int | float) else "?"
+        tput = (doc.get("intervals") or {}).get("tput") or {}
+        nums = [tput.get(k) for k in ("estimate", "low", "high")]
+        ok = [float(v) for v in nums if isinstance(v, int | float) and math.isfinite(v)]
+        shown = f"{ok[0]:+.1%} ({ok[1]:+.1%} to {ok[2]:+.1%})" if len(ok) == 3 else "-"
+        verdict = str(doc.get("verdict", "?")) + (" (advisory)" if doc.get("advisory") else "")
+        sides = f"{','.join(doc.get('canaries') or [])} vs {','.join(doc.get('baseline') or [])}"
+        windows = f"{doc.get('windows_pre', 0)}+{doc.get('windows_counted', 0)}"
+        rows.append([when, str(doc.get("profile", "?")), sides, windows, verdict, shown, str(item.path.name)])
+    return table(["started (UTC)", "profile", "canaries vs baseline", "pre+judged", "verdict", "tput", "record"], rows)

@@ -62,7 +62,7 @@ def ssh(lab: Lab, host: str, command: str, check: bool = True) -> subprocess.Com
 @dataclass
 class Fleet:
     lab: Lab
-    inventory: Path
+    inventory: Path | None  # None: every command runs without -i, on the default inventory the running lab gives
     hosts: list[str]
 
     def ssh(self, host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -70,7 +70,8 @@ class Fleet:
 
     def knobfleet(self, *args: str, check: bool = False, timeout: int = 300) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "knobfleet", *args]
-        if args and args[0] in ("apply", "plan", "render", "verify", "drift", "rollback", "history", "bench", "canary"):
+        commands = ("apply", "plan", "render", "verify", "drift", "rollback", "history", "bench", "canary")
+        if self.inventory is not None and args and args[0] in commands:
             argv += ["-i", str(self.inventory)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:

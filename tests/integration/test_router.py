@@ -1,5 +1,7 @@
-"""SGLang's real router (sglang-router, pinned) in front of lab hosts: no request leaves this machine, and a
-host drained through the router, restarted by systemd and put back loses no request under constant load."""
+"""SGLang's real router (sglang-router, pinned) in front of a 3-host lab: no request leaves this machine, and a
+host drained through the router, restarted by systemd and put back loses no request under constant load. Every
+knobfleet command here runs without -i: the running lab's default inventory must be the one `lab up --router`
+wrote (with lab1..lab3 up, the checkout's inventories/lab has no router and nothing would drain)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
 from tests.integration.conftest import Fleet, restart_sh, wait_engines
 
-N = 4  # four stand-ins behind the router: the rolling apply keeps three serving while one restarts
+N = 3  # three stand-ins behind the router: the rolling apply keeps two serving while one restarts
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,20 @@ def rfleet(lab_state: Path) -> Iterator[Fleet]:
     lab.down()
     lab.up(N, router=True)
     wait_engines([LabHost(i).address for i in range(1, N + 1)])
-    yield Fleet(lab, lab.dir / "inventory", [f"lab{i}" for i in range(1, N + 1)])
+    yield Fleet(lab, None, [f"lab{i}" for i in range(1, N + 1)])
     lab.down()
+
+
+def removed_and_added(log: str) -> list[tuple[str, str]]:
+    """(action, worker URL) in the order the router's own log shows workers taken out and put back."""
+    import re
+
+    out = []
+    for line in log.replace("\x1b", "").splitlines():
+        m = re.search(r"(?i)(remov\w*|delet\w*|add\w*|register\w*)\b.*?(http://127\.0\.1\.\d+:\d+)", line)
+        if m:
+            out.append(("out" if m.group(1).lower().startswith(("remov", "delet")) else "in", m.group(2)))
+    return out
 
 
 def router_log(fleet: Fleet) -> str:
@@ -103,14 +117,16 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
 
 
 def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet) -> None:
-    """The issue's bar: constant load through the real router (long streams in flight at every restart), a
-    rolling apply-profile of a changed knob to every host (--serial 1), then a rollback of every host, both with
-    router integration: 0 failed and 0 truncated requests out of every request sent; every host on its new
-    generation and verified after the apply; every worker healthy in the router at the end."""
+    """The issue's bar: constant load through the real router (long streams in flight at every restart), a plain
+    `apply ctas768 --yes` (no --serial: the capacity guard paces it, one worker out at a time) to every host, then
+    a rollback of every host, both with router integration: 0 failed and 0 truncated requests out of every request
+    sent; every host on its new generation and verified after the apply; the router's own log shows each worker
+    taken out and put back; every worker healthy in the router at the end."""
     lr = LabRouter(rfleet.lab.dir)
     model = rfleet.lab.router_model_dir()
     assert model
-    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=1400, max_seconds=175.0, max_tokens=256)
+    before = len(router_log(rfleet))
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=1400, max_seconds=150.0, max_tokens=256)
     records: list[loadgen.Record] = []
     started = threading.Event()
     load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set())))
@@ -118,8 +134,10 @@ def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet
     try:
         assert started.wait(10)
         threading.Event().wait(4)  # long streams are in flight everywhere before the first drain
-        applied = rfleet.knobfleet("apply", "ctas768", "--serial", "1", "--yes", timeout=400)
+        applied = rfleet.knobfleet("apply", "ctas768", "--yes", "--json", timeout=400)
         assert applied.returncode == 0, applied.stdout + applied.stderr
+        doc = json.loads(applied.stdout)
+        assert [(h["status"], h["batch"]) for h in doc["hosts"]] == [("applied", b) for b in range(1, N + 1)]
         verified = rfleet.knobfleet("verify", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"ctas768"}
@@ -131,19 +149,30 @@ def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet
     bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
     print(f"rolling apply + rollback under load: {summary}")
     assert bad == []
-    assert summary["sent"] == len(records) >= 1000
-    assert sum(r.stream for r in records) >= 400
+    assert summary["sent"] == len(records) >= 800
+    assert sum(r.stream for r in records) >= 300
     router = SGLangRouter(lr.url)
-    assert sorted(w.url for w in router.list_workers() if w.healthy) == sorted(
-        rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
-    )
-    assert download_attempts(router_log(rfleet)) == []
+    urls = sorted(rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)]))
+    assert sorted(w.url for w in router.list_workers() if w.healthy) == urls
+    log = router_log(rfleet)[before:]
+    assert download_attempts(log) == []
+    events = removed_and_added(log)
+    print(f"router log: {events}")
+    # the apply and the rollback each took every worker out once and put it back, one at a time
+    outs = [u for a, u in events if a == "out"]
+    assert sorted(outs) == sorted(urls * 2), events
+    out_now: set[str] = set()
+    for action, url in events:
+        (out_now.add if action == "out" else out_now.discard)(url)
+        assert len(out_now) <= 1, events
 
 
-def test_canary_on_live_traffic_rolls_back_a_worse_profile_and_keeps_an_equal_one(rfleet: Fleet) -> None:
-    """Router, Prometheus and constant load: `canary nosplit` (split-K off: far slower at the lab's small batches)
-    is rolled back on live traffic; `canary default` against hosts already running the same knobs is not; no
-    request fails through either."""
+def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet) -> None:
+    """Router, Prometheus and constant load, one host made 8% slower from outside (`lab speed`, a host-level file
+    the stand-in reads, as a slower GPU): an identical profile is not rolled back with the slow host as the canary,
+    nor as the baseline; `canary nosplit` (split-K off: far slower at the lab's small batches) is rolled back; with
+    --advisory it is judged and left in place (history and the router's worker list show nothing more changed);
+    drift stays in sync on the slow host; no request fails through any of it; each canary leaves its record."""
     from knobfleet.lab import monitoring
     from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
@@ -152,30 +181,59 @@ def test_canary_on_live_traffic_rolls_back_a_worse_profile_and_keeps_an_equal_on
     lr = LabRouter(rfleet.lab.dir)
     model = rfleet.lab.router_model_dir()
     assert model
-    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=4000, max_seconds=420.0, max_tokens=256)
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=8000, max_seconds=900.0, max_tokens=256)
     records: list[loadgen.Record] = []
     started = threading.Event()
-    load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set())))
+    stop = threading.Event()
+    load = threading.Thread(
+        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
+    )
     load.start()
-    common = ["--hosts", "1", "--window", "15s", "--max-windows", "8", "--yes", "--json"]
+    common = ["--hosts", "1", "--window", "15s", "--pre-windows", "4", "--max-windows", "8", "--yes", "--json"]
+    verdicts: dict[str, dict[str, object]] = {}
     try:
         assert started.wait(10)
-        rfleet.knobfleet("apply", "default", "--serial", "1", "--yes", check=True, timeout=400)
-        threading.Event().wait(10)  # a few scrapes of every engine before the first canary
+        rfleet.knobfleet("apply", "default", "--yes", check=True, timeout=400)
+        slow = rfleet.lab.set_host_speed("lab1", 0.92)
+        assert slow == 0.92 and rfleet.lab.host_speed("lab1") == 0.92
+        drift = rfleet.knobfleet("drift", "--json")
+        assert drift.returncode == 0, drift.stdout  # the host's speed is nothing knobfleet manages
+        threading.Event().wait(8)  # a few scrapes of every engine before the first canary
+        for case, slow_host in (("slow canary", "lab1"), ("slow baseline", "lab2")):
+            for name in ("lab1", "lab2"):
+                rfleet.lab.set_host_speed(name, 0.92 if name == slow_host else 1.0)
+            same = rfleet.knobfleet("canary", "default", *common, timeout=600)
+            doc = json.loads(same.stdout)
+            verdicts[case] = doc
+            assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
+            assert doc["windows_pre"] >= 2 and doc["canaries"] == ["lab1"] and doc["baseline"] == ["lab2"]
+            assert abs(doc["intervals"]["tput"]["estimate"]) < 0.05, doc["intervals"]  # not the host's 8%
         worse = rfleet.knobfleet("canary", "nosplit", *common, timeout=600)
         doc = json.loads(worse.stdout)
         assert worse.returncode == 1 and doc["verdict"] == "rollback", worse.stdout + worse.stderr
-        assert doc["intervals"]["tput"]["high"] < 0
-        assert doc["followup"].startswith("canaries rolled back")
-        same = rfleet.knobfleet("canary", "default", *common, timeout=600)
-        doc = json.loads(same.stdout)
-        assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
+        assert doc["intervals"]["tput"]["high"] < 0 and doc["followup"].startswith("canaries rolled back")
+        advisory = rfleet.knobfleet("canary", "nosplit", "--advisory", *common, timeout=600)
+        doc = json.loads(advisory.stdout)
+        assert doc["verdict"] == "rollback" and doc["advisory"], advisory.stdout + advisory.stderr
+        assert "`knobfleet rollback --limit lab1 --yes`" in doc["followup"]
+        hist = json.loads(rfleet.knobfleet("history", "--json").stdout)["hosts"]
+        on = {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
+        assert on == {"lab1": "nosplit", "lab2": "default", "lab3": "default"}, hist
+        assert all(w.healthy for w in SGLangRouter(lr.url).list_workers())
+        back = rfleet.knobfleet("rollback", "--limit", "lab1", "--yes", timeout=400)
+        assert back.returncode == 0, back.stdout + back.stderr
+        listed = rfleet.knobfleet("history", "--canaries")
+        assert listed.returncode == 0 and listed.stdout.count("default") >= 2 and "(advisory)" in listed.stdout
         verified = rfleet.knobfleet("verify", "--json")
         assert verified.returncode == 0, verified.stdout
         assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"default"}
     finally:
-        load.join(timeout=480)
+        for name in ("lab1", "lab2"):
+            rfleet.lab.set_host_speed(name, 1.0)
+        stop.set()
+        load.join(timeout=120)
         monitoring.stop(rfleet.lab.dir)
+    print({k: (v["verdict"], v["intervals"]) for k, v in verdicts.items()})
     bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
     assert bad == []
     assert all(w.healthy for w in SGLangRouter(lr.url).list_workers())

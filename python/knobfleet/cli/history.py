@@ -19,6 +19,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     from knobfleet.ops import fleet
     from knobfleet.ops.history import history
 
+    if args.canaries:
+        return _canaries(args)
     inventory = common.inventory(args)
     result = history(fleet.hosts(inventory, args.limit), fleet.door(inventory, args.via))
     if args.json:
@@ -26,6 +28,19 @@ def cmd_history(args: argparse.Namespace) -> int:
     else:
         _out(report.history_report(result, args.ledger))
     return EXIT_UNREACHABLE if any(h.unreachable for h in result) else EXIT_OK
+
+
+def _canaries(args: argparse.Namespace) -> int:
+    """``history --canaries``: the canary records kept on this controller, newest first."""
+    from knobfleet import report
+    from knobfleet.experiment import records
+
+    listed = records.list_canaries()
+    if args.json:
+        _out(report.to_json({"canaries": [{"record": str(x.path), **(x.doc or {"error": x.error})} for x in listed]}))
+    else:
+        _out(report.canary_records(listed))
+    return EXIT_OK
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -58,6 +73,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     via_opt(p, "the probe")
     p.add_argument(
         "--ledger", type=types.NON_NEGATIVE, default=0, metavar="N", help="also show the last N ledger entries"
+    )
+    p.add_argument(
+        "--canaries", action="store_true", help="the canaries judged from this controller (their kept records)"
     )
     common.json_opt(p)
     p.set_defaults(func=cmd_history)

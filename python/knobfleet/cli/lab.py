@@ -41,7 +41,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
-    default_inventory = args.n == 3 and not (vllm or args.router or args.groups)
+    from knobfleet.ops.fleet import default_inventory
+
+    used = default_inventory()
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
     if args.monitoring:
         from knobfleet.lab import monitoring
@@ -59,7 +61,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
         )
     _out(
         f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
-        f"inventory: {'inventories/lab' if default_inventory else lab.dir / 'inventory'}"
+        f"inventory: {paths_display(used)} (the default of every command while this lab runs)"
     )
     if args.router:
         from knobfleet.lab.router_lab import LabRouter
@@ -87,10 +89,13 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
 
     lab = Lab()
     hosts = lab.status()
+    services = lab.services()
+    speeds = {h.name: lab.host_speed(h.name) for h in hosts if h.state == "running"}
     if args.json:
         _out(
             report.to_json(
                 {
+                    "services": [s.as_json() for s in services],
                     "hosts": [
                         {
                             "name": h.name,
@@ -100,20 +105,42 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
                             "ssh_key": str(lab.key),
                             "known_hosts": str(lab.known_hosts),
                             "state": h.state,
+                            "speed": speeds.get(h.name),
                         }
                         for h in hosts
-                    ]
+                    ],
                 }
             )
         )
     elif hosts:
         _out(
             report.table(
-                ["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]
+                ["host", "address", "state", "pid", "speed"],
+                [
+                    [h.name, h.address, h.state, h.pid or "-", f"{speeds[h.name]:g}" if h.name in speeds else "-"]
+                    for h in hosts
+                ],
             )
         )
+        if services:
+            _out(
+                report.table(
+                    ["service", "url", "state", "pid", "detail"],
+                    [[s.name, s.url, s.state, s.pid or "-", s.detail] for s in services],
+                )
+            )
     else:
         _out("lab: no hosts; boot them with `knobfleet lab up -n 3`")
+    return EXIT_OK
+
+
+def cmd_lab_speed(args: argparse.Namespace) -> int:
+    from knobfleet.lab.nspawn import Lab
+
+    lab = Lab()
+    factor = lab.set_host_speed(args.host, args.factor)
+    how = "as fast as the others" if factor == 1.0 else f"{abs(1 - factor):.0%} {'slower' if factor < 1 else 'faster'}"
+    _out(f"lab: {args.host} runs at speed {factor:g} ({how}); its engine reads it within a second, no restart")
     return EXIT_OK
 
 
@@ -172,6 +199,14 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = lsub.add_parser("status", help="lab hosts and their state")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_lab_status)
+    p = lsub.add_parser(
+        "speed",
+        help="make a lab host's engine slower (or faster) by a fixed factor, outside anything knobfleet manages "
+        "(the way one GPU of a SKU runs slower): 0.92 = 8%% slower, 1 = as the others",
+    )
+    p.add_argument("host", help="lab1, lab2, … (a running host of this lab)")
+    p.add_argument("factor", type=types.number(0.1, 10.0), help="relative speed, 0.1 to 10 (1 = reset)")
+    p.set_defaults(func=cmd_lab_speed)
     p = lsub.add_parser("ssh", help="ssh into a lab host (strict host keys)")
     p.add_argument("host", help="lab1, lab2, …")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run there (default: a shell)")

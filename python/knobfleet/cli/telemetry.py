@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from pathlib import Path
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt, yes_opt
@@ -85,9 +86,10 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import sys
 
     from knobfleet import report
+    from knobfleet.experiment import records
     from knobfleet.experiment.canary import Settings
-    from knobfleet.experiment.canary_run import CanaryOptions, canary, split
-    from knobfleet.ops import fleet
+    from knobfleet.experiment.canary_run import CanaryOptions, CanaryReport, canary, split
+    from knobfleet.ops import fleet, interrupts
     from knobfleet.ops import profiles as app
     from knobfleet.telemetry.prom import Prometheus
 
@@ -95,15 +97,31 @@ def cmd_canary(args: argparse.Namespace) -> int:
     door = fleet.door(inventory, args.via)
     profile = app.store().resolve(args.profile)
     hosts = fleet.hosts(inventory, args.limit)
-    settings = Settings(max_regression=args.max_regression, max_windows=args.max_windows, min_windows=args.min_windows)
-    opts = CanaryOptions(hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings)
+    settings = Settings(
+        max_regression=args.max_regression,
+        max_windows=args.max_windows,
+        min_windows=args.min_windows,
+        pre_windows=args.pre_windows,
+    )
+    opts = CanaryOptions(
+        hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
+    )
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
+    then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
     common.confirm(
         "canary",
-        f"Apply {profile.ref} to {len(canaries)} canary host(s) and restart {len(baseline)} baseline host(s)?",
+        f"Measure {settings.pre_windows} pre-period window(s), then apply {profile.ref} to {len(canaries)} canary "
+        f"host(s), restart {len(baseline)} baseline host(s), judge, and {then}?",
         len(canaries) + len(baseline),
         args,
     )
+    record_path: list[Path] = []
+
+    def keep(r: CanaryReport) -> None:
+        if not record_path:
+            record_path.append(records.new_path(r.profile, r.started))
+            r.record = str(record_path[0])
+        records.write(record_path[0], "canary", r.as_json())
 
     def progress(k: int, verdict: object, row: dict[str, object]) -> None:
         if args.json:
@@ -115,7 +133,8 @@ def cmd_canary(args: argparse.Namespace) -> int:
             f"· next: {getattr(v, 'verdict', '')} · last possible window in ~{eta:.0f}s\n"
         )
 
-    result = canary(profile, hosts, door, Prometheus(args.prometheus), opts, on_window=progress)
+    with interrupts.handled():
+        result = canary(profile, hosts, door, Prometheus(args.prometheus), opts, on_window=progress, keep=keep)
     if args.json:
         _out(report.to_json(result.as_json()))
     else:
@@ -125,7 +144,14 @@ def cmd_canary(args: argparse.Namespace) -> int:
         _out(f"verdict: {result.verdict.verdict} — {result.verdict.reason}")
         if result.followup:
             _out(result.followup)
+        if result.record:
+            from knobfleet.paths import display
+
+            _out(f"record: {display(Path(result.record))}")
     return result.exit_code
+
+
+PRE_WINDOWS = 4  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
@@ -162,6 +188,18 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--window", type=duration, default=60.0, help="length of one judged window (default 60s)")
     p.add_argument("--max-windows", type=types.POSITIVE, default=12, help="windows at most before inconclusive (12)")
     p.add_argument("--min-windows", type=types.POSITIVE, default=3, help="windows before any verdict but rollback (3)")
+    p.add_argument(
+        "--pre-windows",
+        type=types.POSITIVE,
+        default=PRE_WINDOWS,
+        help=f"windows measured before the change, both sides on the current profile ({PRE_WINDOWS}); "
+        "the verdict is on the change against them, so uneven hosts cancel",
+    )
+    p.add_argument(
+        "--advisory",
+        action="store_true",
+        help="judge and report the decision without acting on it: the canaries stay on the profile",
+    )
     p.add_argument(
         "--max-regression", type=types.FRACTION, default=0.03, help="promotion needs every metric within this (0.03)"
     )

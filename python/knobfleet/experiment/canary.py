@@ -12,18 +12,25 @@ process lifetime, so counters never reset inside a window):
 - ``errors`` and ``requests`` from the router.
 
 Each window gives one paired observation per metric, x = ln(canary mean / baseline mean), signed so that
-positive is better. The rule is ``ab``'s sequential rule (``experiment.stats``): after ``min_windows``, each
-metric's interval uses a Bonferroni z over the looks still possible and over the metrics, so peeking every window
-keeps the false-rollback rate of an identical profile at most ``alpha`` overall:
+positive is better. Hosts are never identical (a GPU a few percent slower, a noisy neighbour): the same ratio is
+measured first over a **pre-period**, both subsets on the current profile, and the change is judged on the
+difference-in-differences d = mean(x over judged windows) - mean(x over the pre-period), so a constant host
+effect cancels. The sd is pooled from the residuals of both periods, shrunk toward a prior, inflated for the
+correlation of consecutive windows, and the interval's half-width is z * sd * sqrt(1/n_judged + 1/n_pre): the
+pre-period's own uncertainty is in the interval. The rule is ``ab``'s sequential rule (``experiment.stats``): after
+``min_windows``, each metric's interval uses a Bonferroni z over the looks still possible and over the metrics, so
+peeking every window keeps the false-rollback rate of an identical profile at most ``alpha`` overall:
 
 - any metric significantly worse on the canaries (its interval entirely below 0) by more than ``min_effect``
-  (its estimate below ln(1 - min_effect)), or a canary error rate significantly above the baseline's →
-  **rollback** at once: a profile that is measurably worse on live traffic does not spread;
+  (its estimate below ln(1 - min_effect)), or a canary error rate significantly above the baseline's (engine
+  side), or the router's error rate significantly above its pre-period rate → **rollback** at once: a profile that
+  is measurably worse on live traffic does not spread;
 - every metric's interval above ln(1 - max_regression): the canary is shown to be no worse than the margin on
   anything (non-inferiority) → **promote**;
 - otherwise another window, up to ``max_windows``; then **inconclusive** (the canaries are rolled back: an
   unproven profile does not spread).
 
+Without a pre-period (``pre=()``) the judge compares the subsets directly, which is only right on identical hosts.
 Too little traffic in a window (fewer than ``min_requests`` per side) makes the window not count, and the answer
 says how many requests there were and how many are needed. perf/canary_quality.py measures the false-rollback
 rate of A/A canaries and the power against real changes at the lab's noise.
@@ -52,6 +59,10 @@ class Settings:
     # nominal (few windows, correlated windows), so the default sits at a tenth of the 1% target.
     alpha: float = 0.001
     min_requests: int = 20  # finished requests per side in a window for it to count
+    pre_windows: int = 4  # windows of the pre-period (both subsets on the current profile)
+    # pseudo-windows of stats.PRIOR_SIGMA in the pooled sd of a difference-in-differences (2 gave a 1.4% A/A
+    # false-rollback rate in perf/canary_quality.py, above the 1% target)
+    sigma_prior_weight: float = 4.0
     metrics: tuple[str, ...] = ("tput", "itl")  # ttft is queueing-dominated: report it, judge on it only if asked
     prior_rho: float = 0.3  # lag-1 correlation of 60 s windows under the lab's drift (perf/canary_quality.py)
     prior_weight: float = 8.0
@@ -71,6 +82,8 @@ class Window:
     baseline_requests: int
     canary_errors: int = 0
     baseline_errors: int = 0
+    router_requests: int = 0  # every request the router answered in the window, and those it failed
+    router_errors: int = 0
 
 
 @dataclass
@@ -80,6 +93,7 @@ class Verdict:
     windows: int  # windows that counted
     skipped: int = 0
     intervals: dict[str, stats.Interval] = field(default_factory=dict)
+    pre: int = 0  # pre-period windows the estimate is differenced against
 
     @property
     def final(self) -> bool:
@@ -131,6 +145,79 @@ def interval(xs: Sequence[float], z: float, s: Settings) -> stats.Interval:
     return stats.Interval(base.estimate, base.estimate - half, base.estimate + half, len(xs), sigma)
 
 
+def _pooled(groups: Sequence[Sequence[float]]) -> tuple[float, float | None, int]:
+    """(sum of squares about each group's mean, pooled lag-1 autocorrelation, degrees of freedom)."""
+    ss = num = 0.0
+    df = pairs = 0
+    for xs in groups:
+        if not xs:
+            continue
+        m = sum(xs) / len(xs)
+        ss += sum((x - m) ** 2 for x in xs)
+        num += sum((a - m) * (b - m) for a, b in itertools.pairwise(xs))
+        pairs += len(xs) - 1
+        df += len(xs) - 1
+    rho = num / ss if ss > 1e-12 and pairs >= 2 else None  # no spread (to rounding): no correlation to measure
+    return ss, rho, df
+
+
+def did_interval(post: Sequence[float], pre: Sequence[float], z: float, s: Settings) -> stats.Interval:
+    """The difference-in-differences mean(post) - mean(pre), with an interval that carries both periods' noise.
+
+    The sd is pooled from the residuals of both periods (a host effect moves a period's mean, not its spread),
+    shrunk toward ``stats.PRIOR_SIGMA`` (``sigma_prior_weight`` pseudo-windows) and floored as
+    ``stats.shrunk_sigma`` does, then inflated for lag-1 autocorrelation (pooled within each period, shrunk
+    toward ``prior_rho`` as in ``interval``)."""
+    if not post or not pre:
+        raise ValueError("a difference-in-differences needs judged and pre-period windows")
+    ss, r, df = _pooled([post, pre])
+    w = s.sigma_prior_weight
+    sigma = math.sqrt((w * stats.PRIOR_SIGMA**2 + ss) / (w + df))
+    sigma = max(sigma, stats.FLOOR_SIGMA)
+    pairs = max(0, len(post) - 1) + max(0, len(pre) - 1) if r is not None else 0
+    rho = ((r or 0.0) * pairs + s.prior_rho * s.prior_weight) / (pairs + s.prior_weight)
+    rho = min(0.8, max(0.0, rho))
+    sigma *= math.sqrt((1 + rho) / (1 - rho))
+    est = sum(post) / len(post) - sum(pre) / len(pre)
+    half = z * sigma * math.sqrt(1 / len(post) + 1 / len(pre))
+    return stats.Interval(est, est - half, est + half, len(post), sigma)
+
+
+def counted(windows: Sequence[Window], s: Settings) -> list[Window]:
+    """The windows with enough finished requests on both sides to count."""
+    return [w for w in windows if min(w.canary_requests, w.baseline_requests) >= s.min_requests]
+
+
+def pre_period_shortfall(pre: Sequence[Window], s: Settings) -> str | None:
+    """None when the pre-period can anchor a verdict; else the one line saying why not, with the counts."""
+    if len(counted(pre, s)) >= min(2, s.pre_windows):
+        return None
+    c = [w.canary_requests for w in pre]
+    b = [w.baseline_requests for w in pre]
+    return (
+        f"pre-period: too little traffic to measure the hosts: the canaries finished {'/'.join(map(str, c)) or 0} "
+        f"and the baseline {'/'.join(map(str, b)) or 0} requests in {len(pre)} window(s); each side needs "
+        f"{s.min_requests} per window in at least {min(2, s.pre_windows)} windows (a longer --window, or more "
+        "traffic); nothing was applied"
+    )
+
+
+def _router_excess(pre: Sequence[Window], post: Sequence[Window], z: float) -> str | None:
+    """The router's error rate while the canaries serve against its rate over the pre-period (one-sided)."""
+    pr, pe = sum(w.router_requests for w in pre), sum(w.router_errors for w in pre)
+    cr, ce = sum(w.router_requests for w in post), sum(w.router_errors for w in post)
+    if cr == 0 or pr == 0 or ce == 0:
+        return None
+    p = (ce + pe) / (cr + pr)
+    se = math.sqrt(max(p * (1 - p) * (1 / cr + 1 / pr), 1e-12))
+    if (ce / cr - pe / pr) / se > z:
+        return (
+            f"the router failed {ce} of {cr} requests ({ce / cr:.2%}) while the canaries served, against {pe} of "
+            f"{pr} ({pe / pr:.2%}) before the change"
+        )
+    return None
+
+
 def _error_excess(windows: Sequence[Window], z: float) -> str | None:
     """A two-proportion test of canary vs baseline error rates over all windows."""
     cr = sum(w.canary_requests for w in windows)
@@ -149,25 +236,32 @@ def _error_excess(windows: Sequence[Window], z: float) -> str | None:
     return None
 
 
-def judge(windows: Sequence[Window], s: Settings = Settings()) -> Verdict:
-    """The verdict after ``windows`` (oldest first)."""
-    counted = [w for w in windows if min(w.canary_requests, w.baseline_requests) >= s.min_requests]
-    skipped = len(windows) - len(counted)
+def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = ()) -> Verdict:
+    """The verdict after ``windows`` (oldest first), differenced against the pre-period ``pre`` when given."""
+    judged = counted(windows, s)
+    base = counted(pre, s)
+    skipped = len(windows) - len(judged)
     z = s.z()
-    excess = _error_excess(windows, z)
+    excess = _error_excess(windows, z) or _router_excess(pre, windows, z)
     if excess:
-        return Verdict("rollback", excess, len(counted), skipped)
-    if not counted:
+        return Verdict("rollback", excess, len(judged), skipped, pre=len(base))
+    if not judged:
         last = windows[-1] if windows else None
         have = min(last.canary_requests, last.baseline_requests) if last else 0
         reason = f"too little traffic for a verdict: {have} requests in window, need {s.min_requests}"
         verdict = "inconclusive" if len(windows) >= s.max_windows else "continue"
-        return Verdict(verdict, reason, 0, skipped)
-    intervals = {m: interval([observation(w, m) for w in counted], z, s) for m in s.metrics}
-    v = Verdict("continue", "", len(counted), skipped, intervals)
+        return Verdict(verdict, reason, 0, skipped, pre=len(base))
+    if base:
+        intervals = {
+            m: did_interval([observation(w, m) for w in judged], [observation(w, m) for w in base], z, s)
+            for m in s.metrics
+        }
+    else:
+        intervals = {m: interval([observation(w, m) for w in judged], z, s) for m in s.metrics}
+    v = Verdict("continue", "", len(judged), skipped, intervals, pre=len(base))
     limit = math.log1p(-s.max_regression)
-    if len(counted) < s.min_windows:
-        v.reason = f"{len(counted)} of at least {s.min_windows} windows"
+    if len(judged) < s.min_windows:
+        v.reason = f"{len(judged)} of at least {s.min_windows} windows"
         return v
     floor = math.log1p(-s.min_effect)
     worse = [m for m, iv in intervals.items() if iv.high < 0 and iv.estimate < floor]
@@ -184,13 +278,13 @@ def judge(windows: Sequence[Window], s: Settings = Settings()) -> Verdict:
         v.verdict = "promote"
         v.reason = (
             f"{s.metrics[0]} {_pct(primary.estimate)} ({_pct(primary.low)} to {_pct(primary.high)}) and no metric "
-            f"beyond the {s.max_regression:.0%} regression limit after {len(counted)} windows"
+            f"beyond the {s.max_regression:.0%} regression limit after {len(judged)} windows"
         )
         return v
-    if len(counted) >= s.max_windows:
+    if len(judged) >= s.max_windows:
         v.verdict = "inconclusive"
         v.reason = "after {} windows: {}; not certain either way, so the canaries go back".format(
-            len(counted), ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in intervals.items())
+            len(judged), ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in intervals.items())
         )
         return v
     v.reason = ", ".join(f"{m} {_pct(iv.estimate)} ({_pct(iv.low)} to {_pct(iv.high)})" for m, iv in intervals.items())

@@ -1,16 +1,24 @@
 """``knobfleet canary PROFILE``: a profile judged on live traffic through the router, then promoted or rolled back.
 
 1. Every host must be behind a router and Prometheus must answer, before anything changes.
-2. The canary subset gets the profile (through the drain path, one host at a time); an equal baseline subset is
+2. The pre-period: ``pre_windows`` windows with both subsets on the current profile measure how the hosts
+   themselves differ (a slower GPU, a noisy neighbour). Too little traffic there ends the canary before anything
+   changes, with one line giving the counts.
+3. The canary subset gets the profile (through the drain path, one host at a time); an equal baseline subset is
    restarted on its current generation the same way, so both sides are equally fresh (Kayenta's practice).
-3. Window by window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
+4. Window by window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
    time requests spent in flight, ``rate(e2e_sum)``: Little's law, exact over the window, where a sampled running
    gauge aliases with regular traffic) and mean inter-token latency (``rate(_sum)/rate(_count)``: exact means), and
-   requests served; ``experiment.canary.judge`` decides. A window
+   requests served, and the router's requests and errors; ``experiment.canary.judge`` decides on the change
+   against the pre-period (difference-in-differences). A window
    in which a host of either side restarted (``process_start_time_seconds`` moved) does not count: counters reset
    there.
-4. Promote: the rest of the fleet gets the profile. Roll back (or inconclusive): the canaries go back to their
-   previous generation.
+5. Promote: the rest of the fleet gets the profile. Roll back (or inconclusive): the canaries go back to their
+   previous generation. ``advisory``: neither; the canaries stay on the profile and the report names the exact
+   command for either decision. An interrupt (SIGINT, SIGTERM) after the canary apply rolls the canaries back.
+
+Every canary is kept as a record (``records.py``: windows, pre-period, estimate, interval, decision) under the
+state folder, rewritten after each window, so ``history --canaries`` and ``report`` can read it later.
 """
 
 from __future__ import annotations
@@ -21,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from knobfleet.errors import UsageError
-from knobfleet.experiment.canary import Settings, Verdict, Window, judge
+from knobfleet.errors import KnobfleetError, UsageError
+from knobfleet.experiment.canary import Settings, Verdict, Window, judge, pre_period_shortfall
 from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops.apply import ApplyReport, Options, apply
@@ -49,6 +57,15 @@ SERIES = {
 }
 
 
+# The router's own counters (both router kinds the lab runs export SGLang router's smg_* names): every request it
+# answered and those that failed; the canary's guardrail compares their rate with the pre-period's.
+ROUTER_SERIES = ("smg_http_requests_total", "smg_http_responses_total", 'status_code=~"5.."')
+
+
+class PrePeriodTooQuiet(KnobfleetError):
+    """The pre-period had too little traffic to measure the hosts; nothing was applied."""
+
+
 @dataclass(frozen=True)
 class CanaryOptions:
     hosts: int | None = None
@@ -56,6 +73,7 @@ class CanaryOptions:
     window_s: float = 60.0
     settings: Settings = field(default_factory=Settings)
     serial: str = "1"
+    advisory: bool = False  # judge and report, change nothing after the canary apply
 
 
 @dataclass
@@ -67,8 +85,13 @@ class CanaryReport:
     windows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     canary_apply: ApplyReport | None = None
-    followup: str = ""  # promoted to the rest | canaries rolled back
+    followup: str = ""  # promoted to the rest | canaries rolled back | advisory: the command to run
     exit_code: int = 0
+    pre: list[dict[str, Any]] = field(default_factory=list)  # the pre-period's windows, as ``windows``
+    advisory: bool = False
+    started: float = 0.0
+    settings: Settings = field(default_factory=Settings)
+    record: str = ""  # where the record is kept
 
     def as_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -85,9 +108,19 @@ class CanaryReport:
                 for m, iv in v.intervals.items()
             },
             "windows": self.windows,
+            "pre_period": self.pre,
+            "windows_pre": v.pre,
+            "advisory": self.advisory,
             "notes": self.notes,
             "followup": self.followup,
             "exit_code": self.exit_code,
+            "started": self.started,
+            "settings": {
+                k: getattr(self.settings, k)
+                for k in ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests")
+            }
+            | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)},
+            "record": self.record,
         }
 
 
@@ -110,6 +143,17 @@ def split(hosts: Sequence[HostVars], opts: CanaryOptions) -> tuple[list[HostVars
 
 def _engine(hv: HostVars) -> str:
     return hv.adapter().name if hv.adapter().name in SERIES else "sglang"
+
+
+def router_values(prom: Prometheus, end: float, window_s: float) -> tuple[int, int]:
+    """(requests, 5xx answers) of the router over the window ending at ``end``; (0, 0) where it exports neither."""
+    w = f"{max(1, round(window_s))}s"
+    total_name, responses, bad = ROUTER_SERIES
+    total = sum(x.value for x in prom.query(f"sum(increase({total_name}[{w}]))", at=end) if math.isfinite(x.value))
+    errors = sum(
+        x.value for x in prom.query(f"sum(increase({responses}{{{bad}}}[{w}]))", at=end) if math.isfinite(x.value)
+    )
+    return max(0, round(total)), max(0, round(errors))
 
 
 def window_values(
@@ -144,6 +188,48 @@ def window_values(
     return values, requests, started
 
 
+def _measure(
+    prom: Prometheus,
+    canaries: Sequence[HostVars],
+    baseline: Sequence[HostVars],
+    k: int,
+    end: float,
+    window_s: float,
+    fresh_since: float,
+) -> tuple[dict[str, Any], Window | None]:
+    """One window: its row for the report, and the judge's ``Window`` (None: the window does not count)."""
+    side = {"canary": [h.host for h in canaries], "baseline": [h.host for h in baseline]}
+    try:
+        values, requests, started = window_values(prom, list(canaries) + list(baseline), end, window_s)
+        router_requests, router_errors = router_values(prom, end, window_s)
+    except PromError as exc:
+        return {"window": k, "end": end, "skipped": str(exc)}, None
+    absent = [h for names in side.values() for h in names if h not in values["tput"] or h not in values["itl"]]
+    restarted = [h for h in side["canary"] + side["baseline"] if started.get(h, 0) > end - window_s]
+    row: dict[str, Any] = {
+        "window": k,
+        "end": end,
+        "values": values,
+        "requests": requests,
+        "router": {"requests": router_requests, "errors": router_errors},
+    }
+    if absent:
+        row["skipped"] = f"metric missing on {', '.join(absent)} (an engine without --enable-metrics?)"
+    elif restarted and end - window_s >= fresh_since:
+        row["skipped"] = f"{', '.join(restarted)} restarted during the window (counters reset)"
+    if "skipped" in row:
+        return row, None
+    window = Window(
+        {m: {h: values[m][h] for h in side["canary"]} for m in ("tput", "itl")},
+        {m: {h: values[m][h] for h in side["baseline"]} for m in ("tput", "itl")},
+        round(sum(requests.get(h, 0.0) for h in side["canary"])),
+        round(sum(requests.get(h, 0.0) for h in side["baseline"])),
+        router_requests=router_requests,
+        router_errors=router_errors,
+    )
+    return row, window
+
+
 def canary(
     profile: Profile,
     hosts: list[HostVars],
@@ -153,10 +239,12 @@ def canary(
     on_window: Callable[[int, Verdict, dict[str, Any]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    keep: Callable[[CanaryReport], None] | None = None,
 ) -> CanaryReport:
-    from knobfleet.ops.history import _restore_routed, history
-    from knobfleet.ops.transaction import RestoreTarget
+    """The whole canary (module docstring). ``keep`` stores the report as it grows (the record)."""
+    from knobfleet.ops.history import history
 
+    s = opts.settings
     canaries, baseline, rest = split(hosts, opts)
     if not prom.ready():
         prom.query("up")  # the one-line "Prometheus unreachable" error, before anything changes
@@ -166,14 +254,88 @@ def canary(
     if missing:
         raise UsageError(f"canary: baseline host {missing[0]} has no current generation to restart on")
     report = CanaryReport(
-        profile.name, [h.host for h in canaries], [h.host for h in baseline], Verdict("continue", "", 0)
+        profile.name,
+        [h.host for h in canaries],
+        [h.host for h in baseline],
+        Verdict("continue", "", 0),
+        advisory=opts.advisory,
+        started=clock(),
+        settings=s,
     )
+    save = keep or (lambda _r: None)
+    pre: list[Window] = []
+    measured_since = clock()
+    for k in range(1, s.pre_windows + 1):
+        sleep(opts.window_s)
+        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since)
+        row["pre"] = True
+        report.pre.append(row)
+        if window is None:
+            report.notes.append(f"pre-period window {k}: {row['skipped']}; not counted")
+        else:
+            pre.append(window)
+        save(report)
+    short = pre_period_shortfall(pre, s)
+    if len(pre) < min(2, s.pre_windows):
+        # windows that could not be measured at all (a missing metric, a restart, Prometheus): say why
+        why = "; ".join(str(r["skipped"]) for r in report.pre if "skipped" in r) or "no window could be measured"
+        short = f"pre-period: {len(pre)} of {s.pre_windows} windows measured ({why}); nothing was applied"
+    if short is not None:
+        report.verdict = Verdict("inconclusive", short, 0, pre=len(pre))
+        save(report)
+        raise PrePeriodTooQuiet(f"canary {profile.name}: {short}")
     applied = apply(profile, canaries, door, Options(serial=opts.serial))
     report.canary_apply = applied
     if applied.exit_code != 0:
         report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
         report.exit_code = applied.exit_code
+        save(report)
         return report
+    try:
+        verdict = _judged_windows(profile, canaries, baseline, current, door, prom, opts, report, pre, on_window,
+                                  sleep, clock, save)  # fmt: skip
+    except KeyboardInterrupt:
+        back = _roll_back(profile, canaries, before, applied, door, "interrupted")
+        report.verdict = Verdict("inconclusive", "interrupted", report.verdict.windows, pre=len(pre))
+        report.followup = back
+        report.exit_code = 130
+        save(report)
+        from knobfleet.ops import interrupts
+
+        raise interrupts.Interrupted(f"knobfleet: canary {profile.name} interrupted: {back}", report) from None
+    report.verdict = verdict
+    if opts.advisory:
+        report.followup = _advice(profile, verdict, canaries, baseline + rest)
+        report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
+    elif verdict.verdict == "promote":
+        report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
+        done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+        report.exit_code = done.exit_code if done else 0
+    else:
+        report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
+        report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
+    save(report)
+    return report
+
+
+def _judged_windows(
+    profile: Profile,
+    canaries: list[HostVars],
+    baseline: list[HostVars],
+    current: dict[str, int | None],
+    door: Hosts,
+    prom: Prometheus,
+    opts: CanaryOptions,
+    report: CanaryReport,
+    pre: list[Window],
+    on_window: Callable[[int, Verdict, dict[str, Any]], None] | None,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    save: Callable[[CanaryReport], None],
+) -> Verdict:
+    from knobfleet.ops.history import _restore_routed
+    from knobfleet.ops.transaction import RestoreTarget
+
     reason = f"canary {profile.name}: baseline restarted on its current generation, as fresh as the canaries"
     targets = {h: RestoreTarget(gen, reason, leave="", event="rollback") for h, gen in current.items()}
     restarted = _restore_routed(baseline, door, targets, False, None)
@@ -185,53 +347,66 @@ def canary(
     verdict = report.verdict
     for k in range(1, opts.settings.max_windows + 1):
         sleep(opts.window_s)
-        end = clock()
-        try:
-            values, requests, started = window_values(prom, canaries + baseline, end, opts.window_s)
-        except PromError as exc:
-            report.notes.append(f"window {k}: {exc}")
-            continue
-        side = {"canary": [h.host for h in canaries], "baseline": [h.host for h in baseline]}
-        absent = [h for names in side.values() for h in names if h not in values["tput"] or h not in values["itl"]]
-        restarted_hosts = [h for h in side["canary"] + side["baseline"] if started.get(h, 0) > end - opts.window_s]
-        row: dict[str, Any] = {"window": k, "end": end, "values": values, "requests": requests}
-        if absent:
-            row["skipped"] = f"metric missing on {', '.join(absent)} (an engine without --enable-metrics?)"
-        elif restarted_hosts and end - opts.window_s >= fresh_since:
-            row["skipped"] = f"{', '.join(restarted_hosts)} restarted during the window (counters reset)"
+        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, fresh_since)
         report.windows.append(row)
-        if "skipped" in row:
+        if window is None:
             report.notes.append(f"window {k}: {row['skipped']}; not counted")
+            save(report)
             continue
-        windows.append(
-            Window(
-                {m: {h: values[m][h] for h in side["canary"]} for m in ("tput", "itl")},
-                {m: {h: values[m][h] for h in side["baseline"]} for m in ("tput", "itl")},
-                round(sum(requests.get(h, 0.0) for h in side["canary"])),
-                round(sum(requests.get(h, 0.0) for h in side["baseline"])),
-            )
-        )
-        verdict = judge(windows, opts.settings)
+        windows.append(window)
+        verdict = judge(windows, opts.settings, pre)
+        report.verdict = verdict
+        save(report)
         if on_window is not None:
             on_window(k, verdict, row)
         if verdict.final:
             break
     if not verdict.final:
-        verdict = Verdict("inconclusive", verdict.reason or "no window could be judged", verdict.windows)
-    report.verdict = verdict
-    if verdict.verdict == "promote":
-        report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
-        done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
-        report.exit_code = done.exit_code if done else 0
-    else:
-        # back to the generation each canary ran before (a canary the apply found in sync changed nothing)
-        changed = [o.host for o in applied.hosts if o.generation is not None and o.generation != before.get(o.host)]
-        why = f"canary {profile.name}: {verdict.verdict}"
-        targets = {h: RestoreTarget(before[h], why) for h in changed if before.get(h) is not None}
+        verdict = Verdict("inconclusive", verdict.reason or "no window could be judged", verdict.windows, pre=len(pre))
+    return verdict
+
+
+def _roll_back(
+    profile: Profile,
+    canaries: list[HostVars],
+    before: dict[str, int | None],
+    applied: ApplyReport,
+    door: Hosts,
+    why: str,
+) -> str:
+    """The canaries back to the generation each ran before (a canary the apply found in sync changed nothing)."""
+    from knobfleet.ops import interrupts
+    from knobfleet.ops.history import _restore_routed
+    from knobfleet.ops.transaction import RestoreTarget
+
+    changed = [o.host for o in applied.hosts if o.generation is not None and o.generation != before.get(o.host)]
+    targets = {
+        h: RestoreTarget(before[h], f"canary {profile.name}: {why}") for h in changed if before.get(h) is not None
+    }
+    with interrupts.shielded(raise_at_end=False):  # a second Ctrl-C does not leave a canary half restored
         back = _restore_routed([h for h in canaries if h.host in targets], door, targets, False, None)
-        report.followup = "canaries rolled back to their previous generation: " + (
-            ", ".join(f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back)
-            or "none had changed"
+    failed = [o.host for o in back if not o.ok]
+    text = "canaries rolled back to their previous generation: " + (
+        ", ".join(f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back)
+        or "none had changed"
+    )
+    if failed:
+        text += (
+            f"; {', '.join(failed)} could not be restored and may still run {profile.name} (see `knobfleet history`)"
         )
-        report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
-    return report
+    return text
+
+
+def _advice(profile: Profile, verdict: Verdict, canaries: list[HostVars], others: list[HostVars]) -> str:
+    """Advisory mode: what the judge would do, and the exact command that does it."""
+    names = ",".join(h.host for h in canaries)
+    stay = f"advisory: the canaries ({names}) stay on {profile.ref}"
+    if verdict.verdict == "promote":
+        rest = ",".join(h.host for h in others)
+        cmd = f"apply-profile {profile.name} --yes" + (f" --limit {rest}" if rest else "")
+        back = f"knobfleet rollback --limit {names} --yes"
+        return f"{stay}; the judge would promote: `{cmd}`; to roll back instead: `{back}`"
+    return (
+        f"{stay}; the judge would roll back ({verdict.verdict}): `knobfleet rollback --limit {names} --yes`; "
+        f"to promote instead: `apply-profile {profile.name} --yes`"
+    )

@@ -381,8 +381,9 @@ def _quiet_display() -> Iterator[list[str]]:
 def default() -> Path:
     """The inventory a command uses without -i: KNOBFLEET_INVENTORY, else ANSIBLE_INVENTORY (one source), else
     the project's (knobfleet.toml ``inventory``), else — in a checkout — the running lab's: ``inventories/lab``
-    when lab1..lab3 are up, the inventory `lab up` wrote for the hosts that are up otherwise (so after
-    ``lab up -n 2`` nothing defaults to three hosts)."""
+    when exactly lab1..lab3 are up as plain stand-ins, the inventory `lab up` wrote otherwise: for other sizes (so
+    after ``lab up -n 2`` nothing defaults to three hosts) and whenever it carries more (a router, engine groups,
+    vLLM hosts: a routed lab of 3 then drains through its router)."""
     for var in ("KNOBFLEET_INVENTORY", "ANSIBLE_INVENTORY"):
         value = os.environ.get(var, "").strip()
         if value:
@@ -411,6 +412,20 @@ def default() -> Path:
         except (OSError, ValueError):
             continue
     written = lab_dir / "inventory"
-    if up and up != {"lab1", "lab2", "lab3"} and (written / "hosts.yml").is_file():
+    if up and (written / "hosts.yml").is_file() and (up != {"lab1", "lab2", "lab3"} or _carries_more(written)):
         return written
     return paths.default_inventory()
+
+
+# What `lab up` writes into its inventory that ``inventories/lab`` does not hold: the router, engine groups, vLLM or
+# SGLang hosts. A lab with any of them must be used through the written inventory, or a rollout would not drain.
+_LAB_BASE_VARS = frozenset({"all/main.yml", "all/lab_ssh.yml"})
+
+
+def _carries_more(written: Path) -> bool:
+    gv = written / "group_vars"
+    try:
+        found = {p.relative_to(gv).as_posix() for p in gv.rglob("*.yml")} if gv.is_dir() else set()
+    except OSError:
+        return True
+    return bool(found - _LAB_BASE_VARS) or (written / "host_vars").is_dir()

@@ -13,6 +13,7 @@ Only this module runs nspawn, mount and umount.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -35,6 +36,20 @@ MAX_HOSTS = 64
 # What systemd-nspawn keeps per machine under /run; it refuses to remove it when /run is not a tmpfs
 # ("Attempted to remove disk file system under ..."), so `lab down` removes what is left of its own machines.
 NSPAWN_RUN = Path("/run/systemd/nspawn")
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service the lab runs besides its hosts (the router, Prometheus), for ``lab status``."""
+
+    name: str
+    url: str
+    state: str  # running | stopped
+    pid: int | None = None
+    detail: str = ""
+
+    def as_json(self) -> dict[str, object]:
+        return {"name": self.name, "url": self.url, "state": self.state, "pid": self.pid, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,66 @@ class Lab:
                 state = "running" if _port_open(host.address, 22) else "booting"
             out.append(HostStatus(host.name, host.address, state, pid))
         return out
+
+    def services(self) -> list[Service]:
+        """The router (with its metrics URL) and Prometheus, where this lab started them."""
+        from knobfleet.lab import monitoring
+        from knobfleet.lab.router_lab import LabRouter
+
+        out = []
+        router = LabRouter(self.dir)
+        if router.info_file.exists() or router.pid_file.exists():
+            info = router.info()
+            state = "running" if info.pid else "stopped"
+            kind = self.router_kind()
+            out.append(Service(f"router ({kind})", info.url, state, info.pid, f"{len(info.workers)} worker(s)"))
+            out.append(Service("router metrics", info.metrics_url, state, info.pid))
+        if (monitoring.monitoring_dir(self.dir) / "run").is_dir():
+            up = monitoring.running(self.dir)
+            out.append(Service("prometheus", monitoring.prometheus_url(), "running" if up else "stopped"))
+        return out
+
+    def router_kind(self) -> str:
+        try:
+            return (self.dir / "router-kind").read_text().strip() or "sglang-router"
+        except OSError:
+            return "sglang-router"
+
+    def _running_host(self, name: str, what: str) -> LabHost:
+        hosts = {h.name: h for h in self.known()}
+        if not (name.startswith("lab") and name[3:].isdigit()) or name not in hosts or self.pid(hosts[name]) is None:
+            running = ", ".join(h.name for h in self.known() if self.pid(h) is not None) or "none"
+            raise LabError(
+                f"lab {what}: {name!r} is not a running host of this lab (running: {running}); it sets a lab "
+                "host's hardware, never a real host's"
+            )
+        return hosts[name]
+
+    def host_speed(self, name: str) -> float:
+        """The speed factor a running lab host's engine reads (1.0 when none is set)."""
+        from knobfleet.lab.sim import model
+
+        path = self.host_dir(LabHost(int(name[3:]))) / "root" / model.HOST_SPEED_FILE.lstrip("/")
+        try:
+            return model.parse_speed(path.read_text(encoding="ascii")[:64])
+        except (OSError, ValueError):
+            return 1.0
+
+    def set_host_speed(self, name: str, factor: float) -> float:
+        """Write the host-level speed file inside ``name`` (the engine re-reads it every second); 1.0 removes it."""
+        from knobfleet.lab.sim import model
+
+        host = self._running_host(name, "speed")
+        lo, hi = model.HOST_SPEED_RANGE
+        if not (math.isfinite(factor) and lo <= factor <= hi):
+            raise LabError(f"lab speed: {factor!r}: a speed factor is a number in {lo:g}..{hi:g} (1 = as the others)")
+        path = self.host_dir(host) / "root" / model.HOST_SPEED_FILE.lstrip("/")
+        if factor == 1.0:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write(path, f"{factor:g}\n")
+        return factor
 
     # --- up -------------------------------------------------------------------------------------
 
@@ -318,9 +393,15 @@ class Lab:
             "-q",
         ]
         dirs = cgroup_dirs(host)
+        # nspawn mounts a fresh tmpfs on /tmp by default, which would hide this machine's /tmp from the host: a
+        # checkout under /tmp (where many people clone) would then not exist inside it. Off, /tmp is part of the
+        # overlay like every other path: this machine's files below, the host's own writes on top (tmp.mount is
+        # masked in the hosts, so nothing mounts over it later).
+        env = dict(os.environ, SYSTEMD_NSPAWN_TMPFS_TMP="0")
         with log:
             proc = subprocess.Popen(
                 cmd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -297,9 +297,15 @@ def apply(
     called at every step boundary (default: raise a deferred SIGINT/SIGTERM there)."""
     opts = opts or Options()
     if slots is None:  # hosts behind a router are drained first and put back once verified (ops/routing.py)
-        from knobfleet.ops.routing import router_slots
+        from knobfleet.ops.routing import paced_serial, router_slots
 
         slots = None if opts.check else router_slots(hosts)
+        if slots is not None:  # batches follow the routers' capacity guard unless --serial says otherwise
+            serial = paced_serial(hosts, opts.serial, opts.canary)
+            if serial != opts.serial:
+                from dataclasses import replace
+
+                opts = replace(opts, serial=serial)
     rollout = _Rollout(profile, hosts, _door(inventory, opts), opts, on_event, slots or Slots(), checkpoint)
     return rollout.run()
 

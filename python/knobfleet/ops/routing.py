@@ -49,6 +49,45 @@ class RouterSlot:
             raise RuntimeError(getattr(result, "message", "failed"))
 
 
+def paced_serial(hosts: Sequence[HostVars], serial: str | None, canary: bool = False) -> str | None:
+    """The rollout's batch size behind routers: the capacity guard's by default, like Kubernetes' maxUnavailable.
+
+    With no ``--serial``, a batch holds at most as many hosts of one router as its ``knob_router_max_unavailable``
+    allows (counted over the hosts of this rollout behind it), so hosts the guard would hold back wait for their
+    turn instead of failing. An explicit ``--serial`` wins, unless one of its batches would take more workers of a
+    router out than the guard allows: then it is refused before anything changes. Hosts behind no router: as given.
+    """
+    from knobfleet.fleet.router import max_out
+    from knobfleet.ops import plan
+
+    behind: dict[str, list[HostVars]] = {}
+    for hv in hosts:
+        if hv.router_url:
+            behind.setdefault(hv.router_url, []).append(hv)
+    if not behind:
+        return serial
+    limits = {}
+    for url, members in behind.items():
+        try:
+            limits[url] = max_out(members[0].router_max_unavailable, len(members))
+        except ValueError as exc:
+            raise UsageError(f"{members[0].host}: knob_router_max_unavailable: {exc}") from None
+    if serial is None:
+        return str(min(limits.values()))
+    router_of = {hv.host: hv.router_url for hv in hosts}
+    for batch in plan.batches([hv.host for hv in hosts], serial, canary):
+        for url, limit in limits.items():
+            taken = [h for h in batch if router_of.get(h) == url]
+            if len(taken) > limit:
+                raise UsageError(
+                    f"--serial {serial}: a batch would take {len(taken)} workers of {url} out at once "
+                    f"({', '.join(taken[:3])}{', …' if len(taken) > 3 else ''}); its knob_router_max_unavailable "
+                    f"allows {limit}: use --serial {limit}, or leave --serial out and the rollout follows the guard; "
+                    "nothing was changed"
+                )
+    return serial
+
+
 def router_slots(hosts: Sequence[HostVars], max_unavailable: str | None = None) -> Slots | None:
     """The drain/readmit slots of the hosts routers front, or None when none is. A unit whose stop timeout does
     not cover the drain is refused before anything changes (one line per host, the first shown)."""

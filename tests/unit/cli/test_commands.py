@@ -237,3 +237,37 @@ def test_catalog_sync_knows_only_its_engines(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exc:
         cli.run(["catalog", "sync", "trtllm"])
     assert exc.value.code == EXIT_USAGE and "invalid choice: 'trtllm'" in capsys.readouterr().err
+
+
+def test_history_canaries_lists_the_kept_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from knobfleet.experiment import records
+
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path))
+    assert cli.main(["history", "--canaries"]) == 0
+    assert capsys.readouterr().out == "no canary records on this controller (each `knobfleet canary` keeps one)\n"
+    doc = {
+        "profile": "ctas512", "canaries": ["lab1"], "baseline": ["lab2"], "verdict": "promote", "advisory": True,
+        "started": 1764681600.0, "windows_pre": 4, "windows_counted": 9,
+        "intervals": {"tput": {"estimate": 0.012, "low": -0.011, "high": 0.035}},
+    }  # fmt: skip
+    records.write(records.new_path("ctas512", 1764681600.0), "canary", doc)
+    (records.canary_dir() / "zz-broken.json").write_text("{")
+    assert cli.main(["history", "--canaries"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["started", "(UTC)", "profile", "canaries", "vs", "baseline", "pre+judged", "verdict",
+                              "tput", "record"]  # fmt: skip
+    assert "unreadable" in out[2] and "zz-broken.json" in out[2]
+    assert out[3].split()[:8] == ["2025-12-02", "13:20", "ctas512", "lab1", "vs", "lab2", "4+9", "promote"]
+    assert "(advisory)" in out[3] and "+1.2% (-1.1% to +3.5%)" in out[3]
+    assert cli.main(["history", "--canaries", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["canaries"]
+    assert [c.get("verdict") for c in listed] == [None, "promote"] and "error" in listed[0]
+
+
+def test_the_canary_options_default_to_the_judges() -> None:
+    from knobfleet.cli.telemetry import PRE_WINDOWS
+    from knobfleet.experiment.canary import Settings
+
+    assert Settings().pre_windows == PRE_WINDOWS

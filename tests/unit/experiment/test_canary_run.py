@@ -13,7 +13,7 @@ import pytest
 
 from knobfleet.errors import UsageError
 from knobfleet.experiment.canary import Settings
-from knobfleet.experiment.canary_run import CanaryOptions, canary, split
+from knobfleet.experiment.canary_run import CanaryOptions, PrePeriodTooQuiet, canary, split
 from knobfleet.fleet import router_kinds
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.transports.base import Outcome
@@ -48,12 +48,19 @@ class Door(FakeHosts):
 
 @dataclass
 class FakeProm:
-    """tput per host: canaries (h1) at ``ratio`` of the baseline (h2); ITL the inverse."""
+    """tput per host: the canary (h1) at ``ratio`` of the baseline (h2) once ``changed()`` says the canary runs
+    the profile, and at ``host`` (its own hardware) throughout; ITL the inverse (or scaled by ``itl``)."""
 
     ratio: float
     started: dict[str, float] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
     queries: list[str] = field(default_factory=list)
+    host: float = 1.0
+    itl: float | None = None  # the canary's ITL factor once changed (None: the inverse of ratio)
+    requests: float = 300.0
+    router: tuple[float, float] = (0.0, 0.0)  # (requests, errors) per window before the change
+    router_after: tuple[float, float] | None = None
+    changed: Any = lambda: True
 
     def ready(self) -> bool:
         return True
@@ -64,13 +71,19 @@ class FakeProm:
         for i, h in enumerate(("h1", "h2", "h3", "h4"), start=1):
             if h in self.missing:
                 continue
-            tput = 100.0 * (self.ratio if h == "h1" else 1.0) * (1 + 0.003 * ((len(self.queries) + i) % 3))
+            now = self.changed()
+            effect = self.ratio if h == "h1" and now else 1.0
+            base = 100.0 * (self.host if h == "h1" else 1.0) * (1 + 0.003 * ((len(self.queries) + i) % 3))
+            tput = base * effect
+            if expr.startswith("sum(increase(smg_"):
+                total, errors = self.router_after if now and self.router_after else self.router
+                return [Sample({}, errors if "status_code" in expr else total)]
             if "generation_tokens_total" in expr:
                 v = tput
             elif "inter_token_latency" in expr:
-                v = 1 / tput
+                v = 1 / tput if self.itl is None or not (h == "h1" and now) else self.itl / base
             elif "num_requests_total" in expr:
-                v = 300.0
+                v = self.requests
             else:
                 v = self.started.get(h, 0.0)
             out.append(Sample({"host": h}, v))
@@ -85,13 +98,24 @@ def router(monkeypatch: pytest.MonkeyPatch) -> MemRouter:
     return mem
 
 
-def run(profile: Any, prom: FakeProm, n: int = 4) -> tuple[Any, Door]:
+def run(
+    profile: Any,
+    prom: FakeProm,
+    n: int = 4,
+    advisory: bool = False,
+    kept: list[dict[str, Any]] | None = None,
+    sleep: Any = lambda s: None,
+    settings: Settings | None = None,
+) -> tuple[Any, Door]:
     hv = hosts(n)
     door = Door({h.host: Host() for h in hv})
+    prom.changed = lambda: any(line.startswith("play apply.yml") for line in door.log)
     clock = iter(float(t) for t in range(1000, 100000, 60))
     report = canary(
-        profile, hv, door, prom, CanaryOptions(hosts=1, window_s=60, settings=Settings()),  # type: ignore[arg-type]
-        sleep=lambda s: None, clock=lambda: next(clock),
+        profile, hv, door, prom,  # type: ignore[arg-type]
+        CanaryOptions(hosts=1, window_s=60, settings=settings or Settings(), advisory=advisory),
+        sleep=sleep, clock=lambda: next(clock),
+        keep=(lambda r: kept.append(json.loads(json.dumps(r.as_json())))) if kept is not None else None,
     )  # fmt: skip
     return report, door
 
@@ -113,12 +137,86 @@ def test_a_clearly_better_canary_is_promoted_to_the_rest(profile: Any, router: M
 
 def test_windows_with_a_restarted_host_or_a_missing_metric_do_not_count(profile: Any, router: MemRouter) -> None:
     prom = FakeProm(0.55, started={"h2": 10**9})  # h2's engine keeps "restarting": every window spans it
-    report, _ = run(profile, prom)
-    assert report.verdict.verdict == "inconclusive" and report.verdict.windows == 0
-    assert any("h2 restarted during the window" in n for n in report.notes)
-    report, _ = run(profile, FakeProm(0.55, missing={"h2"}))
-    assert report.verdict.verdict == "inconclusive"
-    assert any("metric missing on h2" in n for n in report.notes)
+    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 4 windows measured \(h2 restarted during"):
+        run(profile, prom)
+    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 4 windows measured \(metric missing on h2"):
+        run(profile, FakeProm(0.55, missing={"h2"}))
+
+
+def test_a_slow_host_cancels_whichever_side_it_is_on(profile: Any, router: MemRouter) -> None:
+    """The uneven-fleet bug: an identical profile with the canary host 8% slower read as 8% worse; the pre-period
+    measures the host, so the verdict is on the change alone. (A 5% margin: at the default 3% the prior sd alone
+    keeps 4 + 12 quiet windows from proving non-inferiority.)"""
+    wide = Settings(max_regression=0.05)
+    report, _ = run(profile, FakeProm(1.0, host=0.92), settings=wide)
+    assert report.verdict.verdict == "promote", report.verdict.reason
+    assert abs(report.verdict.intervals["tput"].estimate) < 0.01
+    report, _ = run(profile, FakeProm(1.0, host=1 / 0.92), settings=wide)  # the slow host in the baseline
+    assert report.verdict.verdict == "promote"
+    report, _ = run(profile, FakeProm(0.95, host=1 / 0.92), settings=wide)  # 5% worse next to a slow baseline
+    assert report.verdict.verdict == "rollback" and report.exit_code == 1
+
+
+def test_a_canary_slower_per_request_second_with_the_same_itl_is_rolled_back(profile: Any, router: MemRouter) -> None:
+    """The mutation-audit survivor: throughput per request-second 17% lower, ITL unchanged: tput alone decides."""
+    report, _ = run(profile, FakeProm(0.83, itl=1.0))
+    assert report.verdict.verdict == "rollback", report.verdict.reason
+    assert report.verdict.reason.startswith("tput is -17.0% on the canaries")
+
+
+def test_a_quiet_pre_period_applies_nothing_and_says_the_counts(profile: Any, router: MemRouter) -> None:
+    with pytest.raises(PrePeriodTooQuiet) as exc:
+        run(profile, FakeProm(1.0, requests=7))
+    assert str(exc.value) == (
+        "canary ctas512: pre-period: too little traffic to measure the hosts: the canaries finished 7/7/7/7 and the "
+        "baseline 7/7/7/7 requests in 4 window(s); each side needs 20 per window in at least 2 windows (a longer "
+        "--window, or more traffic); nothing was applied"
+    )
+
+
+def test_the_router_error_rate_is_a_guardrail(profile: Any, router: MemRouter) -> None:
+    report, _ = run(profile, FakeProm(1.0, router=(800, 1), router_after=(800, 40)))
+    assert report.verdict.verdict == "rollback"
+    assert report.verdict.reason == (
+        "the router failed 40 of 800 requests (5.00%) while the canaries served, against 4 of 3200 (0.12%) before "
+        "the change"
+    )
+
+
+def test_advisory_judges_and_changes_nothing_after_the_canary_apply(profile: Any, router: MemRouter) -> None:
+    kept: list[dict[str, Any]] = []
+    report, door = run(profile, FakeProm(0.55), advisory=True, kept=kept)
+    assert report.verdict.verdict == "rollback" and report.exit_code == 1
+    assert not any(line.startswith("play restore.yml h1") for line in door.log)  # h1 stays on the profile
+    assert report.followup == (
+        "advisory: the canaries (h1) stay on ctas512@2; the judge would roll back (rollback): "
+        "`knobfleet rollback --limit h1 --yes`; to promote instead: `apply-profile ctas512 --yes`"
+    )
+    report, door = run(profile, FakeProm(1.2), advisory=True)
+    assert report.verdict.verdict == "promote"
+    assert not any(line.startswith("play apply.yml") and "h3" in line for line in door.log)
+    assert "`apply-profile ctas512 --yes --limit h2,h3,h4`" in report.followup
+    # the record: rewritten after each window, the last one final and complete
+    assert [len(k["pre_period"]) for k in kept[:4]] == [1, 2, 3, 4]
+    last = kept[-1]
+    assert last["verdict"] == "rollback" and last["advisory"] and last["windows_pre"] == 4
+    assert last["intervals"]["tput"]["high"] < 0 and len(last["windows"]) == last["windows_counted"]
+
+
+def test_an_interrupt_while_judging_rolls_the_canaries_back(profile: Any, router: MemRouter) -> None:
+    from knobfleet.ops.interrupts import Interrupted
+
+    calls = {"n": 0}
+
+    def sleep(_s: float) -> None:
+        calls["n"] += 1
+        if calls["n"] == 6:  # the second judged window
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as exc:
+        run(profile, FakeProm(1.0), sleep=sleep)
+    assert str(exc.value).startswith("knobfleet: canary ctas512 interrupted: canaries rolled back to their previous")
+    assert exc.value.report.exit_code == 130
 
 
 def test_refusals_change_nothing(router: MemRouter) -> None:

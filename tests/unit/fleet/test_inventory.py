@@ -93,3 +93,35 @@ def test_errors_are_not_cached(inv: Path, monkeypatch: pytest.MonkeyPatch) -> No
         with pytest.raises(InventoryError, match="knob_serve_port: Input should be less than or equal to 65535"):
             inventory.load_hosts(inv)
     assert not list((inv.parent / "state").rglob("*.json"))
+
+
+def test_a_running_lab_that_carries_more_than_inventories_lab_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lab up -n 3 --router` wrote the router's vars: with lab1..lab3 up, inventories/lab (no router) would make a
+    rollout restart every engine with requests in flight and no drain."""
+    import os
+
+    from knobfleet import paths
+    from knobfleet.fleet import inventory as inv_mod
+
+    for var in ("KNOBFLEET_INVENTORY", "ANSIBLE_INVENTORY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(paths, "project", lambda: None)
+    monkeypatch.setattr(paths, "uses_collection", lambda: False)
+    lab = paths.state_dir() / "lab"
+    (lab / "run").mkdir(parents=True)
+    for i in (1, 2, 3):
+        (lab / "run" / f"lab{i}.pid").write_text(str(os.getpid()))
+    written = lab / "inventory"
+    (written / "group_vars" / "all").mkdir(parents=True)
+    (written / "hosts.yml").write_text("all: {}\n")
+    for name in ("main.yml", "lab_ssh.yml"):
+        (written / "group_vars" / "all" / name).write_text("{}\n")
+    assert inv_mod.default() == paths.default_inventory()  # a plain 3-host lab: the checkout's
+    (written / "group_vars" / "all" / "router.yml").write_text("knob_router_url: http://127.0.0.1:30080\n")
+    assert inv_mod.default() == written
+    (written / "group_vars" / "all" / "router.yml").unlink()
+    (written / "group_vars" / "vllm.yml").write_text("knob_engine: vllm\n")
+    assert inv_mod.default() == written

@@ -91,6 +91,23 @@ def test_serial_1_drains_each_host_restarts_it_and_puts_it_back_before_the_next(
     assert sorted(router.workers) == [f"http://127.0.1.{i}:30000" for i in range(1, 4)]
 
 
+def test_without_serial_the_rollout_follows_the_capacity_guard(profile: Any, router: MemRouter) -> None:
+    """`apply-profile ctas512 --yes` behind a router with max_unavailable 1: every host applied, one at a time,
+    never one refused by the guard (it used to fail 3 of 4: "taking ... out would leave 2 of 4 workers out")."""
+    hv = hosts(3)
+    door = FakeHosts({h.host: Host() for h in hv})
+    out_at_once: list[int] = []
+    door.during_play = lambda: out_at_once.append(3 - len(router.workers))
+    report = apply(profile, hv, door, Options())  # type: ignore[arg-type]
+    assert [o.status for o in report.hosts] == ["applied"] * 3, [o.message for o in report.hosts]
+    assert [o.batch for o in report.hosts] == [1, 2, 3]
+    assert out_at_once == [1, 1, 1]
+    plays = len(door.log)
+    with pytest.raises(UsageError, match=r"^--serial 2: a batch would take 2 workers of .* nothing was changed$"):
+        apply(profile, hv, door, Options(serial="2"))  # type: ignore[arg-type]
+    assert len(door.log) == plays
+
+
 def test_a_failed_restart_restores_then_puts_the_worker_back(profile: Any, router: MemRouter) -> None:
     hv = hosts(2)
     door = FakeHosts({"h1": Host(fail_at="ready"), "h2": Host()})

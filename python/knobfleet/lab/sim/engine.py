@@ -56,6 +56,7 @@ class Engine:
         self._running: list[Request] = []
         self._seq = 0
         self._drift = model.Drift(cfg.noise, random.Random(cfg.seed))
+        self._speed = model.HostSpeed()
         self.last_gen_throughput = 0.0
         self.generated_tokens = 0
         self.metrics = Metrics()
@@ -138,7 +139,7 @@ class Engine:
                         req.corrupt_at = model.corruption_start(req.prompt, req.seq, req.max_tokens)
             context = model.BASE_CONTEXT + sum(len(r.tokens) for r in batch) / len(batch)
             step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context, self.cfg.calibration)
-            step *= self._drift.factor(step)
+            step *= self._drift.factor(step) / self._speed.factor()
             dt = step * self.cfg.time_scale
             now = time.monotonic()
             if next_at < now - dt:  # idle before, or more than a step behind: start the clock afresh

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -159,3 +160,47 @@ def corruption_start(prompt: str, request_seq: int, max_tokens: int) -> int | No
 def corrupted_token(prompt: str, index: int, start: int) -> str:
     loop = ("expert", "router", "expert", "router", "shard")
     return loop[(index - start) % len(loop)]
+
+
+# A lab host can be made slower than the others by a fixed factor, the way a GPU of the same SKU runs a few percent
+# slower: a host-level file outside anything knobfleet manages (not the profile, the serve script, the unit or its
+# drop-ins), written by `knobfleet lab speed HOST FACTOR`. It holds the host's relative speed (0.92 = 8% slower)
+# and is read again at most once a second, so a change takes effect without a restart.
+HOST_SPEED_FILE = "/etc/knobfleet-lab/host-speed"
+HOST_SPEED_RANGE = (0.1, 10.0)
+
+
+class HostSpeed:
+    """The host's speed factor from ``HOST_SPEED_FILE`` (1.0 when absent or unreadable), re-read every second."""
+
+    def __init__(self, path: str = HOST_SPEED_FILE, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.path = path
+        self.clock = clock or time.monotonic
+        self.value = 1.0
+        self._read_at = float("-inf")
+
+    def factor(self) -> float:
+        now = self.clock()
+        if now - self._read_at >= 1.0:
+            self._read_at = now
+            self.value = parse_speed(self._read())
+        return self.value
+
+    def _read(self) -> str:
+        try:
+            with open(self.path, encoding="ascii") as fh:
+                return fh.read(64)
+        except (OSError, ValueError):
+            return ""
+
+
+def parse_speed(text: str) -> float:
+    """The factor a host-speed file holds; 1.0 for anything that is not one finite number in range."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return 1.0
+    lo, hi = HOST_SPEED_RANGE
+    return value if math.isfinite(value) and lo <= value <= hi else 1.0

@@ -1,0 +1,95 @@
+"""Experiment records on the controller: one JSON document per canary under ``<state>/canaries/``.
+
+A record is written when the canary starts measuring and rewritten after every window (atomically, through
+``safefile``), so an interrupted canary still leaves what it saw. ``history --canaries`` lists them and the
+report renders one again. Reads are bounded, and a corrupt record or one from a newer knobfleet is one line
+naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knobfleet import paths, safefile
+from knobfleet.errors import KnobfleetError
+
+SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+MAX_LISTED = 1000  # newest first; older records stay on disk
+
+
+class RecordError(KnobfleetError):
+    """A record that cannot be read: corrupt, too large, or from a newer knobfleet."""
+
+
+def canary_dir() -> Path:
+    return paths.state_dir() / "canaries"
+
+
+def new_path(profile: str, started: float, folder: Path | None = None) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in profile)[:64]
+    return (folder or canary_dir()) / f"{stamp}-{safe}.json"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: such a float becomes null (a record must parse anywhere)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write(path: Path, kind: str, body: dict[str, Any]) -> None:
+    doc = {"schema_version": SCHEMA_VERSION, "kind": kind} | _finite(body)
+    safefile.write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o600)
+
+
+def read(path: Path) -> dict[str, Any]:
+    try:
+        text = safefile.read_text(path, MAX_RECORD_BYTES, "record")
+    except safefile.FileRefused as exc:
+        raise RecordError(f"{paths.display(path)}: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise RecordError(f"{paths.display(path)}: not a knobfleet record ({str(exc)[:80]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("schema_version"), int):
+        raise RecordError(f"{paths.display(path)}: not a knobfleet record (no schema_version)")
+    if doc["schema_version"] > SCHEMA_VERSION:
+        raise RecordError(
+            f"{paths.display(path)}: record schema {doc['schema_version']} is newer than this knobfleet reads "
+            f"({SCHEMA_VERSION}); upgrade knobfleet to read it"
+        )
+    return doc
+
+
+@dataclass(frozen=True)
+class Listed:
+    path: Path
+    doc: dict[str, Any] | None  # None: unreadable (``error`` says why)
+    error: str = ""
+
+
+def list_canaries(folder: Path | None = None) -> list[Listed]:
+    """Every canary record, newest first (at most ``MAX_LISTED``); unreadable ones are listed with the reason."""
+    base = folder or canary_dir()
+    try:
+        names = sorted((p for p in base.iterdir() if p.suffix == ".json"), reverse=True)[:MAX_LISTED]
+    except OSError:
+        return []
+    out = []
+    for p in names:
+        try:
+            out.append(Listed(p, read(p)))
+        except KnobfleetError as exc:
+            out.append(Listed(p, None, str(exc)))
+    return out
