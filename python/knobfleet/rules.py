@@ -116,3 +116,15 @@ def is_loader_env(name: str) -> bool:
     """An env var that changes what a process loads or runs (LD_*, BASH_ENV, PATH, PYTHON*, …)."""
     loader = data()["loader_env"]
     return name in loader["names"] or name.startswith(tuple(loader["prefixes"]))
+
+
+def is_shell_reserved(name: str) -> bool:
+    """A name bash refuses to assign (``UID``, ``EUID``, ``BASH_VERSINFO`` …): an export of it kills the script."""
+    return name in data()["shell_reserved"]["names"]
+
+
+def is_reserved_unit(name: str) -> bool:
+    """A unit the host needs (sshd, systemd's own, the container runtime …): never knob_serve_service."""
+    units = data()["reserved_units"]
+    base = name.removesuffix(".service")
+    return base in units["names"] or base.startswith(tuple(units["prefixes"]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from knobfleet.errors import KnobfleetError
 
 
@@ -13,10 +15,12 @@ def parse_weights(text: str) -> dict[int, float]:
             c, w = int(conc), float(weight)
         except ValueError:
             raise KnobfleetError(f"--weights {text!r}: expected C=W pairs such as 48=0.3,64=0.3") from None
-        if not sep or c < 1 or w < 0:
-            raise KnobfleetError(f"--weights {text!r}: expected C=W pairs with C >= 1 and W >= 0")
+        if not sep or c < 1 or c > 1_000_000 or not math.isfinite(w) or w < 0:
+            raise KnobfleetError(
+                f"--weights {text[:80]!r}: expected C=W pairs with 1 <= C <= 1000000 and W a finite number >= 0"
+            )
         out[c] = w
-    if sum(out.values()) <= 0:
+    if not math.isfinite(sum(out.values())) or sum(out.values()) <= 0:
         raise KnobfleetError(f"--weights {text!r}: weights must add up to more than 0")
     return out
 

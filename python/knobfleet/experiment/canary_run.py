@@ -59,7 +59,7 @@ SERIES = {
 
 # The router's own counters (both router kinds the lab runs export SGLang router's smg_* names): every request it
 # answered and those that failed; the canary's guardrail compares their rate with the pre-period's.
-ROUTER_SERIES = ("smg_http_requests_total", "smg_http_responses_total", 'status_code=~"5.."')
+ROUTER_SERIES = ("smg_router_requests_total", "smg_http_responses_total", 'status_code=~"5.."')
 
 
 class PrePeriodTooQuiet(KnobfleetError):

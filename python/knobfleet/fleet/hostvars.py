@@ -198,6 +198,11 @@ class HostVars(BaseModel):
         why = rules.check("service", value)
         if why:
             raise ValueError(why)
+        if rules.is_reserved_unit(value):
+            raise ValueError(
+                f"{value!r} is a unit the host itself needs; an apply would write /etc/systemd/system/"
+                f"{value.removesuffix('.service')}.service over it and restart it: name the engine's own service"
+            )
         return value.removesuffix(".service")
 
     @field_validator("host_env")
@@ -207,6 +212,8 @@ class HostVars(BaseModel):
             why = rules.check("env_name", name)
             if why:
                 raise ValueError(f"{name!r} is not a valid env var name: {why}")
+            if rules.is_shell_reserved(name):
+                raise ValueError(f"{name!r}: bash will not let the serve script set it (read-only); remove it")
         return value
 
     @field_validator("host_args")

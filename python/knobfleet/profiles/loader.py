@@ -68,6 +68,8 @@ def _knob_problems(section: str, key: str, value: Any, allowed: set[str]) -> lis
             why = FIX[section]
         return [f"{section}.{shown}: invalid {kind} name; {why}"]
     out = []
+    if section == "env" and rules.is_shell_reserved(name):
+        return [f"env.{name}: bash will not let the serve script set {name} (read-only); it would exit at start"]
     if section == "env" and rules.is_loader_env(name) and name not in allowed:
         out.append(
             f"env.{name}: a loader variable (it changes what the engine's processes load or run); set it in the "

@@ -225,3 +225,22 @@ def test_refusals_change_nothing(router: MemRouter) -> None:
     with pytest.raises(UsageError, match=r"^canary: 2 canary host\(s\) need as many baseline hosts; 3 selected"):
         split(hosts(3), CanaryOptions(hosts=2))
     assert router.calls == []
+
+
+def test_window_queries_divide_tokens_by_the_time_requests_spent_in_flight() -> None:
+    """A mutation-audit survivor: the throughput divided by the wrong quantity (requests finished, or the running
+    gauge) promoted a canary 17% slower per request-second. The queries are pinned, per engine, to the catalog's
+    series: tokens / rate(e2e _sum) (Little's law), ITL as rate(_sum) / rate(_count)."""
+    from knobfleet.experiment.canary_run import window_values
+
+    prom = FakeProm(1.0)
+    window_values(prom, hosts(2), 1000.0, 15.0)  # type: ignore[arg-type]
+    sel = '{host=~"h1|h2"}'
+    assert prom.queries == [
+        f"sum by (host) (rate(sglang:generation_tokens_total{sel}[15s])) / "
+        f"sum by (host) (rate(sglang:e2e_request_latency_seconds_sum{sel}[15s]))",
+        f"sum by (host) (rate(sglang:inter_token_latency_seconds_sum{sel}[15s])) / "
+        f"sum by (host) (rate(sglang:inter_token_latency_seconds_count{sel}[15s]))",
+        f"sum by (host) (increase(sglang:num_requests_total{sel}[15s]))",
+        'max by (host) (process_start_time_seconds{job="engine",host=~"h1|h2"})',
+    ]

@@ -204,3 +204,20 @@ def test_a_render_reads_like_a_probe() -> None:
     argv = ["python3", "-m", "sglang_sim.launch_server", "--model-path=/m", "--host=127.0.1.2", "--node-rank=1"]
     s = from_rendered({"A": "1"}, argv, SGLANG, "1.0")
     assert s.model_path == "/m" and s.flags["node-rank"] == "1" and s.engine_version == "1.0"
+
+
+@pytest.mark.parametrize(
+    "name",
+    # names that share a prefix (or a suffix) with an allow-listed one: each must still be compared exactly
+    ["NCCL_ALGO", "NCCL_SOCKET_NTHREADS", "NCCL_IB_TIMEOUT", "CUDA_VISIBLE_DEVICES_ORDER", "GLOO_SOCKET_IFNAMES",
+     "HOSTNAME_SUFFIX", "XCUDA_VISIBLE_DEVICES"],
+)  # fmt: skip
+def test_the_allow_list_matches_whole_names_only(name: str) -> None:
+    """A mutation-audit survivor: an allow-list matched by prefix let ranks that differ in NCCL_ALGO pass."""
+    a, b = _env(**{name: "Ring"}), _env(**{name: "Tree"})
+    found = check(TP, {"lab1": a, "lab2": b})
+    assert [(f["kind"], f["name"], f["expected"], f["actual"]) for f in found] == [
+        (GROUP_MISMATCH, name, "Ring", "Tree")
+    ]
+    allowed = check(TP, {"lab1": _env(NCCL_SOCKET_IFNAME="eth0"), "lab2": _env(NCCL_SOCKET_IFNAME="ib0")})
+    assert allowed == []

@@ -1,0 +1,84 @@
+"""Third audit: allow-lists where deny-lists were (bash's read-only names, the GPU stack's injection and plugin
+libraries, units the host itself needs), finite numbers at every parse of free-form options."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from knobfleet import rules
+from knobfleet.cli.parse import parse_weights
+from knobfleet.errors import InventoryError, KnobfleetError
+from knobfleet.fleet.hostvars import from_inventory_vars
+from knobfleet.profiles.store import ProfileStore
+
+PROFILE = "name: x\nversion: 1\nextends: default\n"
+
+
+@pytest.mark.parametrize("name", ["UID", "EUID", "PPID", "BASH_VERSINFO", "SHELLOPTS", "GROUPS", "FUNCNAME"])
+def test_names_bash_will_not_assign_are_refused_in_profiles_and_host_env(profiles_dir: Path, name: str) -> None:
+    (profiles_dir / "x.yaml").write_text(PROFILE + f"env:\n  {name}: '1'\n")
+    with pytest.raises(Exception) as info:
+        ProfileStore(profiles_dir).resolve("x")
+    assert f"env.{name}: bash will not let the serve script set {name} (read-only)" in str(info.value)
+    with pytest.raises(InventoryError) as exc:
+        from_inventory_vars("h1", {"knob_serve_host_env": {name: "1"}}, "inv")
+    assert f"'{name}': bash will not let the serve script set it (read-only); remove it" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "LD_PRELOAD"]
+)
+def test_libraries_the_gpu_stack_loads_need_allow_unknown(profiles_dir: Path, name: str) -> None:
+    (profiles_dir / "x.yaml").write_text(PROFILE + f"env:\n  {name}: /opt/x.so\n")
+    with pytest.raises(Exception) as info:
+        ProfileStore(profiles_dir).resolve("x")
+    assert f"env.{name}: a loader variable" in str(info.value)
+    assert rules.is_loader_env(name)
+    # the operator's host vars may set one: they are trusted, the profile is not
+    assert from_inventory_vars("h1", {"knob_serve_host_env": {name: "/opt/x.so"}}, "inv").host_env[name]
+
+
+@pytest.mark.parametrize(
+    "service", ["ssh", "sshd", "ssh.service", "dbus", "systemd-journald", "systemd-anything", "getty@tty1", "docker"]
+)
+def test_the_engine_service_may_not_be_a_unit_the_host_needs(service: str) -> None:
+    with pytest.raises(InventoryError) as exc:
+        from_inventory_vars("h1", {"knob_serve_service": service}, "inv")
+    assert "is a unit the host itself needs" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("service", ["sglang-dsv4-decode", "vllm-tiny", "sshuttle-engine", "my-docker-engine"])
+def test_engine_services_with_near_names_are_kept(service: str) -> None:
+    assert from_inventory_vars("h1", {"knob_serve_service": service}, "inv").service == service
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-5, 2_000_000),
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8)),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_weights_are_finite_or_refused_in_one_line(pairs: list[tuple[int, object]]) -> None:
+    text = ",".join(f"{c}={w}" for c, w in pairs)
+    try:
+        out = parse_weights(text)
+    except KnobfleetError as exc:
+        assert str(exc).startswith("--weights ") and "\n" not in str(exc)
+        return
+    assert all(math.isfinite(w) and w >= 0 for w in out.values()) and sum(out.values()) > 0
+    assert all(1 <= c <= 1_000_000 for c in out)
+
+
+@pytest.mark.parametrize("text", ["48=nan", "48=inf", "48=1e400", "48=0.3,64=-inf", "9" * 5000 + "=1"])
+def test_non_finite_weights_are_refused(text: str) -> None:
+    with pytest.raises(KnobfleetError, match=r"^--weights "):
+        parse_weights(text)
