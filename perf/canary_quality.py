@@ -144,7 +144,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--quick", action="store_true", help="only the uneven fleet with the pre-period")
     args = ap.parse_args()
-    s = Settings()
+    s = Settings(window_s=args.window)
     print(
         f"canary decision quality: {args.aa_runs} simulated A/A canaries, {args.runs} per other change, "
         f"{args.hosts} canary + {args.hosts} baseline host(s), {args.window:g} s windows at time scale {TIME_SCALE} "

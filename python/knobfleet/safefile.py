@@ -146,16 +146,23 @@ def _existing_parent(path: Path) -> Path:
     return parent
 
 
-def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` atomically: a temp file in the same folder, renamed over ``path``, which must be a regular
-    file or absent (checked again just before the rename). A refusal or an OS error is one KnobfleetError line
-    naming the path; nothing is left behind."""
+    file or absent (checked again just before the rename). ``mode``: the new file's mode; None keeps an existing
+    file's mode (0644 for a new one). A refusal or an OS error is one KnobfleetError line naming the path; nothing
+    is left behind."""
     from knobfleet.errors import KnobfleetError
     from knobfleet.rules import shown
 
     tmp = None
     try:
         check_output(path)
+        if mode is None:
+            try:
+                st = os.lstat(path)
+                mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o644
+            except OSError:
+                mode = 0o644
         path.parent.mkdir(parents=True, exist_ok=True)
         import tempfile  # imported when a file is written: the read path never is
 
@@ -178,7 +185,7 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
                 os.unlink(tmp)
 
 
-def write_text(path: Path, text: str, mode: int = 0o644) -> None:
+def write_text(path: Path, text: str, mode: int | None = None) -> None:
     write_bytes(path, text.encode("utf-8"), mode)
 
 

@@ -175,9 +175,10 @@ def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet
 def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet) -> None:
     """Router, Prometheus and constant load, one host made 8% slower from outside (`lab speed`, a host-level file
     the stand-in reads, as a slower GPU): an identical profile is not rolled back with the slow host as the canary,
-    nor as the baseline; `canary nosplit` (split-K off: far slower at the lab's small batches) is rolled back; with
-    --advisory it is judged and left in place (history and the router's worker list show nothing more changed);
-    drift stays in sync on the slow host; no request fails through any of it; each canary leaves its record."""
+    nor as the baseline; `canary nosplit --advisory` (split-K off: far slower at the lab's small batches) is judged
+    a rollback and left in place (history and the router's worker list show nothing more changed) until the
+    printed rollback; drift stays in sync on the slow host; no request fails; each canary leaves its record. (The
+    judge's own promote/rollback actions are held by tests/unit/experiment/test_canary_run.py.)"""
     from knobfleet.lab import monitoring
     from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
@@ -186,7 +187,7 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
     lr = LabRouter(rfleet.lab.dir)
     model = rfleet.lab.router_model_dir()
     assert model
-    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=8000, max_seconds=900.0, max_tokens=256)
+    spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=14000, max_seconds=1500.0, max_tokens=256)
     records: list[loadgen.Record] = []
     started = threading.Event()
     stop = threading.Event()
@@ -194,7 +195,9 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
     )
     load.start()
-    common = ["--hosts", "1", "--window", "15s", "--pre-windows", "4", "--max-windows", "8", "--yes", "--json"]
+    # 30 s windows: at 15 s the stand-in's drift (30 s time constant, redrawn at each restart) leaves a 4-window
+    # pre-period too short to pin the host difference (2.2% simulated false rollbacks, docs/TESTING.md)
+    common = ["--hosts", "1", "--window", "30s", "--pre-windows", "4", "--max-windows", "6", "--yes", "--json"]
     verdicts: dict[str, dict[str, object]] = {}
     try:
         assert started.wait(10)
@@ -213,13 +216,10 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
             assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
             assert doc["windows_pre"] >= 2 and doc["canaries"] == ["lab1"] and doc["baseline"] == ["lab2"]
             assert abs(doc["intervals"]["tput"]["estimate"]) < 0.05, doc["intervals"]  # not the host's 8%
-        worse = rfleet.knobfleet("canary", "nosplit", *common, timeout=600)
-        doc = json.loads(worse.stdout)
-        assert worse.returncode == 1 and doc["verdict"] == "rollback", worse.stdout + worse.stderr
-        assert doc["intervals"]["tput"]["high"] < 0 and doc["followup"].startswith("canaries rolled back")
         advisory = rfleet.knobfleet("canary", "nosplit", "--advisory", *common, timeout=600)
         doc = json.loads(advisory.stdout)
-        assert doc["verdict"] == "rollback" and doc["advisory"], advisory.stdout + advisory.stderr
+        assert advisory.returncode == 1 and doc["verdict"] == "rollback", advisory.stdout + advisory.stderr
+        assert doc["advisory"] and doc["intervals"]["tput"]["high"] < 0
         assert "`knobfleet rollback --limit lab1 --yes`" in doc["followup"]
         hist = json.loads(rfleet.knobfleet("history", "--json").stdout)["hosts"]
         on = {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
@@ -228,7 +228,7 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         back = rfleet.knobfleet("rollback", "--limit", "lab1", "--yes", timeout=400)
         assert back.returncode == 0, back.stdout + back.stderr
         listed = rfleet.knobfleet("history", "--canaries")
-        assert listed.returncode == 0 and listed.stdout.count("default") >= 2 and "(advisory)" in listed.stdout
+        assert listed.returncode == 0 and listed.stdout.count(" default ") >= 2 and "(advisory)" in listed.stdout
         verified = rfleet.knobfleet("verify", "--json")
         assert verified.returncode == 0, verified.stdout
         assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"default"}

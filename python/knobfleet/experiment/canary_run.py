@@ -244,7 +244,10 @@ def canary(
     """The whole canary (module docstring). ``keep`` stores the report as it grows (the record)."""
     from knobfleet.ops.history import history
 
-    s = opts.settings
+    from dataclasses import replace
+
+    s = replace(opts.settings, window_s=opts.window_s)  # the correlation prior follows the window length
+    opts = replace(opts, settings=s)
     canaries, baseline, rest = split(hosts, opts)
     if not prom.ready():
         prom.query("up")  # the one-line "Prometheus unreachable" error, before anything changes

@@ -82,3 +82,19 @@ def test_weights_are_finite_or_refused_in_one_line(pairs: list[tuple[int, object
 def test_non_finite_weights_are_refused(text: str) -> None:
     with pytest.raises(KnobfleetError, match=r"^--weights "):
         parse_weights(text)
+
+
+def test_a_rewrite_keeps_the_files_mode(tmp_path: Path) -> None:
+    import os
+
+    from knobfleet import safefile
+
+    path = tmp_path / "out.json"
+    path.write_text("old")
+    os.chmod(path, 0o600)
+    safefile.write_text(path, "new")
+    assert path.read_text() == "new" and os.stat(path).st_mode & 0o777 == 0o600
+    safefile.write_text(tmp_path / "fresh.json", "x")
+    assert os.stat(tmp_path / "fresh.json").st_mode & 0o777 == 0o644
+    safefile.write_text(path, "again", mode=0o640)
+    assert os.stat(path).st_mode & 0o777 == 0o640

@@ -51,6 +51,7 @@ def _profile() -> Profile:
 
 
 PROFILE = _profile()
+DIGEST = re.compile(r"((?:hmac|sha256):)[0-9a-f]{8,64}")
 ENGINE = adapter(PROFILE.engine)
 
 
@@ -140,14 +141,17 @@ def sha(text: str) -> str:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(old=secrets_, new=secrets_, vaulted=secrets_, other=secrets_)
 def test_no_output_holds_a_secret_or_a_line_of_it(old: str, new: str, vaulted: str, other: str) -> None:
-    got = "\n".join(outputs(old, new, vaulted))
+    raw = "\n".join(outputs(old, new, vaulted))
+    # digests differ with the secret, and a short secret ("03") is found in a hex digest by chance: compare with
+    # the digests masked (a digest is no leak: it is what a secret is shown as)
+    got = DIGEST.sub(r"\1<hex>", raw)
     # the same outputs with secrets that share no text with these: what is there anyway
-    baseline = "\n".join(outputs("\x01OLD\x02", "\x01NEW\x02", "\x01VAULT\x02"))
+    baseline = DIGEST.sub(r"\1<hex>", "\n".join(outputs("\x01OLD\x02", "\x01NEW\x02", "\x01VAULT\x02")))
     for secret in (old, new, vaulted):
         for line in lines_of(secret):
             assert line not in got or line in baseline, (secret, line)
     for a, b in ((old, vaulted), (new, vaulted)):  # no plain digest of a script that holds them
-        assert sha(render_host(PROFILE, host(a, b), secret_key=KEY).script) not in got
+        assert sha(render_host(PROFILE, host(a, b), secret_key=KEY).script) not in raw
     # non-interference: other secrets change nothing but the markers (and digests of files that hold them)
     if other not in (old, new, vaulted):
         swapped = "\n".join(outputs(other, other + "\x01", other + "\x02"))
