@@ -242,9 +242,9 @@ def canary(
     keep: Callable[[CanaryReport], None] | None = None,
 ) -> CanaryReport:
     """The whole canary (module docstring). ``keep`` stores the report as it grows (the record)."""
-    from knobfleet.ops.history import history
-
     from dataclasses import replace
+
+    from knobfleet.ops.history import history
 
     s = replace(opts.settings, window_s=opts.window_s)  # the correlation prior follows the window length
     opts = replace(opts, settings=s)
