@@ -47,7 +47,8 @@ demo: venv system-deps router
 vllm: venv
 	$(BIN)/python -m knobfleet.lab.vllm_install
 
-# SGLang's router (sglang-router, pinned) for `lab up --router`: installed once into /var/cache/knobfleet, then a no-op.
+# The lab's routers (sglang-router 0.3.2 and SMG 1.13, pinned) for `lab up --router [KIND]`: installed once into
+# /var/cache/knobfleet, then a no-op.
 router: venv
 	$(BIN)/python -m knobfleet.lab.router_install
 

@@ -37,7 +37,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
     try:
-        hosts = lab.up(args.n, vllm, router=args.router, group_size=args.groups)
+        hosts = lab.up(args.n, vllm, router=args.router or False, group_size=args.groups)
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
@@ -175,9 +175,13 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--router",
-        action="store_true",
-        help="start SGLang's router (sglang-router, installed once into /var/cache/knobfleet) in front of every "
-        "host's engine, on 127.0.0.1 only",
+        nargs="?",
+        const="sglang-router",
+        default=None,
+        choices=("sglang-router", "smg"),
+        metavar="KIND",
+        help="start a router on 127.0.0.1 only, in front of every host's engine: sglang-router (0.3.2, the default) "
+        "or smg (SMG 1.13, what SGLang users run today); installed once into /var/cache/knobfleet",
     )
     p.add_argument(
         "--groups",

@@ -131,6 +131,10 @@ class Lab:
             out.append(Service("prometheus", monitoring.prometheus_url(), "running" if up else "stopped"))
         return out
 
+    @staticmethod
+    def _router_kind(router: bool | str) -> str:
+        return router if isinstance(router, str) else "sglang-router"
+
     def router_kind(self) -> str:
         try:
             return (self.dir / "router-kind").read_text().strip() or "sglang-router"
@@ -198,10 +202,13 @@ class Lab:
         if not self.key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
 
-    def up(self, count: int, vllm: tuple[str, ...] = (), router: bool = False, group_size: int = 0) -> list[HostStatus]:
+    def up(
+        self, count: int, vllm: tuple[str, ...] = (), router: bool | str = False, group_size: int = 0
+    ) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
         in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in.
-        ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only.
+        ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only: True or
+        ``"sglang-router"`` for sglang-router 0.3.2, ``"smg"`` for SMG 1.13.
         ``group_size``: the hosts form engine groups of that many consecutive hosts (one multi-node engine each,
         ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
         if not 1 <= count <= MAX_HOSTS:
@@ -225,7 +232,7 @@ class Lab:
         if router:
             from knobfleet.lab import router_install
 
-            router_install.ensure()
+            router_install.ensure(kind=self._router_kind(router))
             # The router loads each worker's tokenizer from the model path the worker reports: a local dir.
             self.router_model = str(self.vllm.model_dir)
         running = {h.name for h in hosts if self.pid(h) is not None}
@@ -265,6 +272,7 @@ class Lab:
         self._wait_ssh(hosts)
         if router:
             (self.dir / "router-model").write_text(f"{self.router_model}\n")
+            (self.dir / "router-kind").write_text(f"{self._router_kind(router)}\n")
         self.write_inventory(hosts)
         if router:
             self.start_router(hosts)
@@ -278,7 +286,7 @@ class Lab:
     def start_router(self, hosts: list[LabHost]) -> None:
         from knobfleet.lab.router_lab import LabRouter
 
-        LabRouter(self.dir).start(self.worker_urls(hosts))
+        LabRouter(self.dir).start(self.worker_urls(hosts), self.router_kind())
 
     def router_model_dir(self) -> str | None:
         try:
@@ -574,6 +582,7 @@ class Lab:
         if LabRouter(self.dir).stop():
             self.notes.append("lab: stopped the router")
         (self.dir / "router-model").unlink(missing_ok=True)
+        (self.dir / "router-kind").unlink(missing_ok=True)
         stopped = []
         hosts = self.known()
         for host in hosts:

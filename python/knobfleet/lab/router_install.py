@@ -1,9 +1,12 @@
-"""Install SGLang's router (``sglang-router``, a Rust binary behind a small Python launcher) for the lab: pinned,
-cached, idempotent, offline after the first install.
+"""Install the lab's routers for the lab: pinned, cached, idempotent, offline after the first install. Two kinds,
+both a Rust binary behind a small Python launcher with the same ``launch`` command line and worker API:
+
+- ``sglang-router`` 0.3.2 (2026-01), SGLang's router as it was published under that name;
+- ``smg`` 1.13.0 (2026-10), the same router renamed the SGLang Model Gateway, then SMG: what SGLang users run today.
 
 Layout (outside /tmp, next to the lab's vLLM: ``knobfleet.lab.vllm_install``)::
 
-    /var/cache/knobfleet/sglang-router-0.3.2/
+    /var/cache/knobfleet/sglang-router-0.3.2/   (or smg-1.13.0/)
         venv/             its own virtualenv (never the project's): sglang-router and its launcher's deps
         installed.json    the stamp: written last, so a half-built install is rebuilt, never used
         install.log       pip's output from the last build
@@ -28,6 +31,9 @@ from knobfleet.errors import LabError
 
 ROUTER_VERSION = "0.3.2"
 PIP_PACKAGE = "sglang-router"
+# kind -> (pip package, pinned version, console script)
+KINDS = {"sglang-router": ("sglang-router", "0.3.2", "sglang-router"), "smg": ("smg", "1.13.0", "smg")}
+DEFAULT_KIND = "sglang-router"
 # Bump when the venv recipe changes: an existing install with another recipe is rebuilt.
 RECIPE = 1
 PIP_TIMEOUT_S = 900.0
@@ -40,21 +46,26 @@ class RouterInstall:
     venv: Path
     python: Path
     router: Path
+    package: str = PIP_PACKAGE
 
     def as_json(self) -> dict[str, str]:
-        return {k: str(getattr(self, k)) for k in ("version", "root", "venv", "python", "router")}
+        return {k: str(getattr(self, k)) for k in ("package", "version", "root", "venv", "python", "router")}
 
 
-def layout(version: str = ROUTER_VERSION, root: Path | None = None) -> RouterInstall:
-    """Where an install of ``version`` lives (whether or not it exists)."""
-    base = (root or cache_root()) / f"sglang-router-{version}"
+def layout(version: str | None = None, root: Path | None = None, kind: str = DEFAULT_KIND) -> RouterInstall:
+    """Where an install of ``kind`` at ``version`` (default: the pinned one) lives (whether or not it exists)."""
+    if kind not in KINDS:
+        raise LabError(f"lab router: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    package, pinned, script = KINDS[kind]
+    version = version or pinned
+    base = (root or cache_root()) / f"{package}-{version}"
     venv = base / "venv"
-    return RouterInstall(version, base, venv, venv / "bin" / "python", venv / "bin" / "sglang-router")
+    return RouterInstall(version, base, venv, venv / "bin" / "python", venv / "bin" / script, package)
 
 
 def stamp(inst: RouterInstall) -> dict[str, object]:
     """What ``installed.json`` must hold for ``inst`` to count as installed."""
-    return {"package": PIP_PACKAGE, "version": inst.version, "recipe": RECIPE}
+    return {"package": inst.package, "version": inst.version, "recipe": RECIPE}
 
 
 def is_installed(inst: RouterInstall) -> bool:
@@ -81,15 +92,18 @@ def _run(cmd: list[str], log: Path, timeout: float = PIP_TIMEOUT_S) -> None:
 
 
 def ensure(
-    version: str = ROUTER_VERSION, root: Path | None = None, say: Callable[[str], None] | None = None
+    version: str | None = None,
+    root: Path | None = None,
+    say: Callable[[str], None] | None = None,
+    kind: str = DEFAULT_KIND,
 ) -> RouterInstall:
-    """Install ``sglang-router==version`` under the cache folder unless it is there; return where. A file lock
-    serialises concurrent builds; LabError (with the tail of pip's log) when the install is impossible."""
-    inst = layout(version, root)
+    """Install ``kind`` (its pinned version, or ``version``) under the cache folder unless it is there; return
+    where. A file lock serialises concurrent builds; LabError (with the tail of pip's log) when it is impossible."""
+    inst = layout(version, root, kind)
     if is_installed(inst):
         return inst
     emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with _locked(inst.root.parent / f".sglang-router-{version}.lock"):
+    with _locked(inst.root.parent / f".{inst.package}-{inst.version}.lock"):
         if is_installed(inst):
             return inst
         inst.root.mkdir(parents=True, exist_ok=True)
@@ -102,9 +116,9 @@ def ensure(
 
             shutil.rmtree(inst.venv)
         _run([_base_python(), "-m", "venv", str(inst.venv)], log)
-        emit(f"router install: pip install {PIP_PACKAGE}=={version} into {inst.venv}")
+        emit(f"router install: pip install {inst.package}=={inst.version} into {inst.venv}")
         _run([str(inst.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-input",
-              f"{PIP_PACKAGE}=={version}"], log)  # fmt: skip
+              f"{inst.package}=={inst.version}"], log)  # fmt: skip
         _run([str(inst.router), "launch", "--help"], log, timeout=60)
         tmp = inst.root / "installed.json.tmp"
         tmp.write_text(json.dumps(stamp(inst), sort_keys=True) + "\n")
@@ -115,17 +129,19 @@ def ensure(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m knobfleet.lab.router_install", description=__doc__.split("\n")[0])
-    ap.add_argument("--version", default=ROUTER_VERSION, help=f"sglang-router version (default {ROUTER_VERSION})")
+    ap.add_argument("--kind", choices=sorted(KINDS), action="append", help="router kind (default: every kind)")
+    ap.add_argument("--version", default=None, help="version (default: the kind's pinned one)")
     ap.add_argument("--cache", type=Path, default=None, help="cache folder (default $KNOBFLEET_VLLM_CACHE or "
                     "/var/cache/knobfleet)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the paths as one JSON object")
     ns = ap.parse_args(argv)
-    try:
-        inst = ensure(ns.version, ns.cache)
-    except LabError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    print(json.dumps(inst.as_json(), sort_keys=True) if ns.json else f"router  {inst.router}")
+    for kind in ns.kind or list(KINDS):
+        try:
+            inst = ensure(ns.version, ns.cache, kind=kind)
+        except LabError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+        print(json.dumps(inst.as_json(), sort_keys=True) if ns.json else f"router  {kind:<14} {inst.router}")
     return 0
 
 

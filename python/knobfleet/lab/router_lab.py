@@ -132,12 +132,13 @@ class LabRouter:
             return None
         return pid if _start_time(pid) == started else None
 
-    def start(self, workers: list[str]) -> RouterInfo:
-        """Start the router in front of ``workers`` (already running one: stopped first) and wait until it lists
-        every worker healthy; LabError with the log's tail when it does not within START_TIMEOUT_S."""
+    def start(self, workers: list[str], kind: str = "sglang-router") -> RouterInfo:
+        """Start the router of ``kind`` (``router_install.KINDS``) in front of ``workers`` (already running one:
+        stopped first) and wait until it lists every worker healthy; LabError with the log's tail when it does not
+        within START_TIMEOUT_S."""
         from knobfleet.lab import router_install
 
-        inst = router_install.ensure()
+        inst = router_install.ensure(kind=kind)
         self.stop()
         argv = router_argv(str(inst.router), workers, self.port, self.prometheus_port)
         (self.dir / "run").mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ class LabRouter:
         self.pid_file.write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         self.wait_healthy(workers, proc)
         info = {"url": self.url, "metrics_url": f"http://{ROUTER_HOST}:{self.prometheus_port}/metrics",
-                "workers": workers, "log": str(self.log)}  # fmt: skip
+                "workers": workers, "log": str(self.log), "kind": kind, "version": inst.version}  # fmt: skip
         self.info_file.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         return self.info()
 

@@ -85,3 +85,17 @@ def test_router_install_layout_and_stamp(tmp_path: object) -> None:
     assert router_install.is_installed(inst)
     (inst.root / "installed.json").write_text('{"package": "sglang-router", "recipe": 0, "version": "0.3.2"}')
     assert not router_install.is_installed(inst)
+
+
+def test_each_router_kind_has_its_own_pinned_install(tmp_path: object) -> None:
+    smg = router_install.layout(None, tmp_path, "smg")  # type: ignore[arg-type]
+    assert (smg.package, smg.version, smg.root.name, smg.router.name) == ("smg", "1.13.0", "smg-1.13.0", "smg")
+    assert router_install.stamp(smg) == {"package": "smg", "version": "1.13.0", "recipe": router_install.RECIPE}
+    old = router_install.layout(None, tmp_path)  # type: ignore[arg-type]
+    assert (old.package, old.version) == ("sglang-router", "0.3.2") and old.root != smg.root
+    import pytest
+
+    from knobfleet.errors import LabError
+
+    with pytest.raises(LabError, match=r"^lab router: unknown kind 'nginx'; known: sglang-router, smg$"):
+        router_install.layout(None, tmp_path, "nginx")  # type: ignore[arg-type]
