@@ -210,20 +210,25 @@ def pre_period_shortfall(pre: Sequence[Window], s: Settings) -> str | None:
     )
 
 
+def rate_excess(errors: int, requests: int, base_errors: int, base_requests: int, z: float) -> bool:
+    """A one-sided two-proportion z-test: is errors/requests significantly above base_errors/base_requests?"""
+    if requests == 0 or base_requests == 0 or errors == 0:
+        return False
+    p = (errors + base_errors) / (requests + base_requests)
+    se = math.sqrt(max(p * (1 - p) * (1 / requests + 1 / base_requests), 1e-12))
+    return (errors / requests - base_errors / base_requests) / se > z
+
+
 def _router_excess(pre: Sequence[Window], post: Sequence[Window], z: float) -> str | None:
     """The router's error rate while the canaries serve against its rate over the pre-period (one-sided)."""
     pr, pe = sum(w.router_requests for w in pre), sum(w.router_errors for w in pre)
     cr, ce = sum(w.router_requests for w in post), sum(w.router_errors for w in post)
-    if cr == 0 or pr == 0 or ce == 0:
+    if not rate_excess(ce, cr, pe, pr, z):
         return None
-    p = (ce + pe) / (cr + pr)
-    se = math.sqrt(max(p * (1 - p) * (1 / cr + 1 / pr), 1e-12))
-    if (ce / cr - pe / pr) / se > z:
-        return (
-            f"the router failed {ce} of {cr} requests ({ce / cr:.2%}) while the canaries served, against {pe} of "
-            f"{pr} ({pe / pr:.2%}) before the change"
-        )
-    return None
+    return (
+        f"the router failed {ce} of {cr} requests ({ce / cr:.2%}) while the canaries served, against {pe} of "
+        f"{pr} ({pe / pr:.2%}) before the change"
+    )
 
 
 def _error_excess(windows: Sequence[Window], z: float) -> str | None:
@@ -232,16 +237,12 @@ def _error_excess(windows: Sequence[Window], z: float) -> str | None:
     br = sum(w.baseline_requests for w in windows)
     ce = sum(w.canary_errors for w in windows)
     be = sum(w.baseline_errors for w in windows)
-    if cr == 0 or br == 0 or ce == 0:
+    if not rate_excess(ce, cr, be, br, z):
         return None
-    p = (ce + be) / (cr + br)
-    se = math.sqrt(max(p * (1 - p) * (1 / cr + 1 / br), 1e-12))
-    if (ce / cr - be / br) / se > z:
-        return (
-            f"the canaries failed {ce} of {cr} requests ({ce / cr:.2%}) against {be} of {br} ({be / br:.2%}) on the "
-            "baseline"
-        )
-    return None
+    return (
+        f"the canaries failed {ce} of {cr} requests ({ce / cr:.2%}) against {be} of {br} ({be / br:.2%}) on the "
+        "baseline"
+    )
 
 
 def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = ()) -> Verdict:
