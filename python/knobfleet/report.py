@@ -44,8 +44,21 @@ def _human(render: Callable[P, str]) -> Callable[P, str]:
     return wrapper
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as None: JSON has neither (``Infinity`` breaks strict parsers)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False)
+    return json.dumps(finite(data), indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False)
 
 
 def terminal_width() -> int | None:

@@ -106,6 +106,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     opts = CanaryOptions(
         hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
     )
+    prom = Prometheus(args.prometheus)  # a URL that is not http(s): one line, before the question
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
     common.confirm(
@@ -134,7 +135,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         )
 
     with interrupts.handled():
-        result = canary(profile, hosts, door, Prometheus(args.prometheus), opts, on_window=progress, keep=keep)
+        result = canary(profile, hosts, door, prom, opts, on_window=progress, keep=keep)
     if args.json:
         _out(report.to_json(result.as_json()))
     else:

@@ -9,7 +9,6 @@ naming the file, never a traceback.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,19 +36,10 @@ def new_path(profile: str, started: float, folder: Path | None = None) -> Path:
     return (folder or canary_dir()) / f"{stamp}-{safe}.json"
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or Infinity: such a float becomes null (a record must parse anywhere)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write(path: Path, kind: str, body: dict[str, Any]) -> None:
-    doc = {"schema_version": SCHEMA_VERSION, "kind": kind} | _finite(body)
+    from knobfleet.report import finite
+
+    doc = {"schema_version": SCHEMA_VERSION, "kind": kind} | finite(body)
     safefile.write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o600)
 
 

@@ -114,3 +114,111 @@ def test_unreachable_names_the_url_and_the_fix() -> None:
     assert str(info.value).startswith(f"http://127.0.0.1:{port}: Prometheus unreachable (")
     assert str(info.value).endswith("start it (`knobfleet lab up --monitoring` in the lab) or pass --prometheus URL")
     assert "\n" not in str(info.value)
+
+
+def test_only_http_and_https_are_opened() -> None:
+    for url in ("file:///etc/passwd", "ftp://127.0.0.1/x", "127.0.0.1:9090", "http://"):
+        with pytest.raises(PromError, match=r"http:// or https:// only|not a URL"):
+            Prometheus(url)
+
+
+def test_credentials_are_sent_and_never_shown() -> None:
+    import base64
+
+    seen: list[str] = []
+
+    class Auth(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        prom = Prometheus(f"http://admin:s3cr%40t@127.0.0.1:{server.server_port}")
+        with pytest.raises(PromError) as exc:
+            prom.query("up")
+        assert "s3cr" not in str(exc.value) and "admin" not in str(exc.value)
+        assert str(exc.value).startswith(f"http://***@127.0.0.1:{server.server_port}/api/v1/query: HTTP 500")
+        assert seen == ["Basic " + base64.b64encode(b"admin:s3cr@t").decode()]
+    finally:
+        server.shutdown()
+
+
+def test_a_trickling_server_cannot_hold_a_request_past_its_deadline() -> None:
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(200):  # a byte every 50 ms: each read is quick, the whole answer takes 10 s
+            if stop.is_set():
+                break
+            try:
+                conn.sendall(b"{")
+            except OSError:
+                break
+            time.sleep(0.05)
+        conn.close()
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(PromError, match=r"no complete answer within 1s"):
+            Prometheus(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=1.0).query("up")
+        assert time.monotonic() - started < 3.0
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"status": "success", "data": []}',
+        b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}',
+        b'{"status": "success", "data": {"resultType": "vector", "result": [{"value": "x"}]}}',
+        b'{"status": "success", "data": {"resultType": "scalar", "result": 5}}',
+        b"[1, 2]",
+        b"[" * 50000 + b"]" * 50000,
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_one_line(body: bytes) -> None:
+    class Odd(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(PromError) as exc:
+            Prometheus(f"http://127.0.0.1:{server.server_port}").query("up")
+        assert "not a Prometheus API answer" in str(exc.value) and "\n" not in str(exc.value)
+    finally:
+        server.shutdown()
+
+
+def test_json_output_never_holds_infinity() -> None:
+    from knobfleet import report
+
+    text = report.to_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
