@@ -134,9 +134,9 @@ def script_env_argv(text: str) -> tuple[dict[str, str], list[str]]:
 # guess against; without a key, ``<secret>`` (show less: nothing to test a guess against either).
 
 # Anywhere in the name, inside a word too (AWS_SECRET_ACCESS_KEY, DBPASSWORD).
-SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE")
+SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
 # Whole words anywhere in the name (TOKEN, not TOKENS or TOKENIZER: max-total-tokens is a size).
-SECRET_WORDS = (("TOKEN",), ("API", "KEY"), ("APIKEY",), ("PRIVATE", "KEY"), ("AUTH", "KEY"))
+SECRET_WORDS = (("TOKEN",), ("API", "KEY"), ("APIKEY",), ("PRIVATE", "KEY"), ("AUTH", "KEY"), ("PASS",))
 MARKER_PREFIX = "<secret"
 _GLOB = "*?["
 
@@ -183,7 +183,7 @@ def _by_default(words: list[str]) -> bool:
     joined = "_".join(words)
     if any(part in joined for part in SECRET_PARTS):
         return True
-    if "TOKEN" not in joined and "KEY" not in joined:  # every word sequence below has one of them
+    if "TOKEN" not in joined and "KEY" not in joined and "PASS" not in joined:  # every sequence below has one
         return False
     for seq in SECRET_WORDS:
         for k in range(len(words) - len(seq) + 1):

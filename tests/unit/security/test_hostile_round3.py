@@ -98,3 +98,31 @@ def test_a_rewrite_keeps_the_files_mode(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "fresh.json").st_mode & 0o777 == 0o644
     safefile.write_text(path, "again", mode=0o640)
     assert os.stat(path).st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("DB_PASS", True),
+        ("REDIS_PASS", True),
+        ("--db-pass", True),
+        ("dbPass", True),
+        ("AWS_CREDENTIALS", True),
+        ("MY_CREDENTIAL_FILE_BODY", True),
+        ("SGLANG_DIAG_BYPASS_HEALTH_GENERATE", False),  # BYPASS is another word
+        ("SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES", False),
+        ("VLLM_ENABLE_PREGRAD_PASSES", False),
+        ("--max-total-tokens", False),
+    ],
+)
+def test_the_secret_rule_knows_pass_and_credentials(name: str, secret: bool) -> None:
+    from knobfleet.module_utils.knob_redact import is_secret
+
+    assert is_secret(name) is secret
+
+
+def test_a_profile_may_not_set_a_password(profiles_dir: Path) -> None:
+    (profiles_dir / "x.yaml").write_text(PROFILE + "env:\n  DB_PASS: hunter2\n")
+    with pytest.raises(Exception) as info:
+        ProfileStore(profiles_dir).resolve("x")
+    assert "a secret does not belong in a profile" in str(info.value) and "hunter2" not in str(info.value)
