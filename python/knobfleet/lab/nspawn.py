@@ -313,6 +313,14 @@ class Lab:
         )
         root = hdir / "root"
         _write(root / "etc/hostname", f"{host.name}\n")
+        # The host's /tmp is this machine's /tmp under the overlay (``_boot``); Debian's tmpfiles.d/tmp.conf says
+        # `D /tmp`, which empties it at boot, and in an overlay that whiteouts every file below, a checkout under
+        # /tmp included (the machine's own /tmp is never touched: whiteouts live in the host's upper layer).
+        # Same name in /etc overrides it: create, do not clean.
+        _write(
+            root / "etc/tmpfiles.d/tmp.conf",
+            "# Written by `knobfleet lab up`: keep /tmp at boot\nd /tmp 1777 root root -\n",
+        )
         _write(root / "etc/machine-id", os.urandom(16).hex() + "\n")
         _write(root / "etc/ssh/sshd_config.d/knobfleet-lab.conf", hostfiles.sshd_config(host))
         key = root / "etc/ssh/ssh_host_ed25519_key"
