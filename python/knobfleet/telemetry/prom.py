@@ -96,7 +96,7 @@ class Prometheus:
                     raise TimeoutError("answer not complete")
                 if sock is not None:
                     sock.settimeout(left)
-                chunk = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
+                chunk = resp.read1(CHUNK)  # what has arrived (chunked or not), up to CHUNK
                 if not chunk:
                     break
                 chunks.append(chunk)

@@ -3,7 +3,6 @@ line naming the file."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -53,4 +52,5 @@ def test_hostile_nodes_are_refused_not_read(tmp_path: Path) -> None:
 
 def test_an_absent_folder_lists_nothing(tmp_path: Path) -> None:
     assert records.list_canaries(tmp_path / "none") == []
-    assert json.loads(json.dumps([])) == []
+    (tmp_path / "notes.txt").write_text("not a record")  # only *.json files are records
+    assert records.list_canaries(tmp_path) == []
