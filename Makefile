@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm router clean lab-down mutation mutation-quick \
+.PHONY: demo test unit integration lint perf system-deps venv vllm sglang router clean lab-down mutation mutation-quick \
 	coverage monitoring-check
 
 $(STAMP): requirements.lock pyproject.toml
@@ -47,12 +47,17 @@ demo: venv system-deps router
 vllm: venv
 	$(BIN)/python -m knobfleet.lab.vllm_install
 
+# Real SGLang 0.5.23 (CPU path, knobfleet's placeholder sgl_kernel, the tiny model) for `lab up --sglang HOSTS`:
+# installed once into /var/cache/knobfleet (~3 min, 6.4 GB), then a no-op.
+sglang: venv
+	$(BIN)/python -m knobfleet.lab.sglang_install
+
 # The lab's routers (sglang-router 0.3.2 and SMG 1.13, pinned) for `lab up --router [KIND]`: installed once into
 # /var/cache/knobfleet, then a no-op.
 router: venv
 	$(BIN)/python -m knobfleet.lab.router_install
 
-test: venv system-deps vllm router
+test: venv system-deps vllm sglang router
 	$(BIN)/python -m pytest -q tests/unit
 	$(MAKE) --no-print-directory monitoring-check
 	$(BIN)/knobfleet lab down

@@ -36,8 +36,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     lab = Lab()
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
+    sglang = tuple(h for h in (args.sglang or "").split(",") if h)
     try:
-        hosts = lab.up(args.n, vllm, router=args.router or False, group_size=args.groups)
+        hosts = lab.up(args.n, vllm, router=args.router or False, group_size=args.groups, sglang=sglang)
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
@@ -172,6 +173,13 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         metavar="HOSTS",
         help="hosts that run real vLLM (CPU build, tiny local model) instead of the stand-in, e.g. lab3 "
         "(installs vLLM once into /var/cache/knobfleet: ~2 min, 3.4 GB)",
+    )
+    p.add_argument(
+        "--sglang",
+        default=None,
+        metavar="HOSTS",
+        help="hosts that run real SGLang 0.5.23 (CPU path, tiny local model) instead of the stand-in, e.g. lab1 "
+        "(installs SGLang once into /var/cache/knobfleet: ~3 min, 6.4 GB; ~3 GiB of memory per host)",
     )
     p.add_argument(
         "--router",

@@ -92,11 +92,25 @@ VLLM_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "VLLM_SERVER_DEV_MODE": "1",
 }
+# A lab host can run real SGLang (0.5.23 on its CPU path, the same tiny model: knobfleet.lab.sglang_install).
+SGLANG_SERVICE = "sglang-tiny"
+SGLANG_SCRIPT_PATH = "/root/serve_sglang.sh"
+SGLANG_PORT = 30000
+# SGLang's CPU platform is picked only with SGLANG_USE_CPU_ENGINE=1; nothing is loaded from a hub.
+SGLANG_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "SGLANG_USE_CPU_ENGINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+# The lab's own flags on every launch: the CPU device, a KV pool of 65,536 tokens (SGLang sizes it from the
+# machine's RAM otherwise: ~15 M tokens, a minute to allocate) and the /metrics endpoint the router and canary read.
+SGLANG_HOST_ARGS: dict[str, str | bool] = {"device": "cpu", "max-total-tokens": "65536", "enable-metrics": True}
 KEEP_WANTS = (
     "ssh.service",
     "dbus.service",
     f"{SERVICE}.service",
     f"{VLLM_SERVICE}.service",
+    f"{SGLANG_SERVICE}.service",
     "remote-fs.target",
 )
 
@@ -184,6 +198,23 @@ def vllm_serve_script(host: LabHost, vllm: str, model: str) -> str:
         f"exec {vllm} serve {model} --host {host.address} --port {VLLM_PORT} \\\n"
         "    --max-model-len 512 --dtype float32 --enforce-eager\n"
     )
+
+
+def sglang_serve_script(host: LabHost, python: str, model: str) -> str:
+    """The hand-written SGLang serve script of an SGLang lab host (adopted as generation 0 by the first apply)."""
+    env = "".join(f"export {k}={v}\n" for k, v in sorted(SGLANG_ENV.items()))
+    flags = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in SGLANG_HOST_ARGS.items())
+    return (
+        "#!/bin/bash\n"
+        "# tiny-llama on SGLang (CPU) -- started by hand\n"
+        f"{env}"
+        f"exec {python} -m sglang.launch_server --model-path {model} --host {host.address} --port {SGLANG_PORT} \\\n"
+        f"    {flags}\n"
+    )
+
+
+def sglang_serve_unit() -> str:
+    return serve_unit("SGLang tiny-llama server", SGLANG_SCRIPT_PATH)
 
 
 def vllm_serve_unit() -> str:

@@ -65,6 +65,8 @@ class Lab:
         self.dir = (state or paths.state_dir() / "lab").resolve()
         self.vllm: Any = None  # a vllm_install.VllmInstall while booting vLLM hosts
         self.vllm_hosts: set[str] = set()
+        self.sglang: Any = None  # a sglang_install.SglangInstall while booting real-SGLang hosts
+        self.sglang_hosts: set[str] = set()
         self.router_model: str | None = None  # `up --router`: the local model dir the stand-ins report
         self.ssh_dir = self.dir / "ssh"
         self.key = self.ssh_dir / "id_ed25519"
@@ -203,32 +205,47 @@ class Lab:
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "knobfleet-lab", "-f", str(self.key)])
 
     def up(
-        self, count: int, vllm: tuple[str, ...] = (), router: bool | str = False, group_size: int = 0
+        self,
+        count: int,
+        vllm: tuple[str, ...] = (),
+        router: bool | str = False,
+        group_size: int = 0,
+        sglang: tuple[str, ...] = (),
     ) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
         in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in.
         ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only: True or
         ``"sglang-router"`` for sglang-router 0.3.2, ``"smg"`` for SMG 1.13.
+        Hosts named in ``sglang`` run real SGLang 0.5.23 (CPU path, the same tiny model; ``sglang_install``).
         ``group_size``: the hosts form engine groups of that many consecutive hosts (one multi-node engine each,
         ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
         if not 1 <= count <= MAX_HOSTS:
             raise LabError(f"lab up: -n {count}: choose 1..{MAX_HOSTS} hosts")
         if group_size and (group_size < 2 or count % group_size):
             raise LabError(f"lab up: --groups {group_size}: a group size of 2 or more that divides -n {count}")
-        if group_size and (vllm or router):
+        if group_size and (vllm or router or sglang):
             raise LabError(
-                "lab up: --groups runs the stand-in as multi-node engines; it does not combine with --vllm or --router"
+                "lab up: --groups runs the stand-in as multi-node engines; it does not combine with --vllm, "
+                "--sglang or --router"
             )
         hosts = [LabHost(i) for i in range(1, count + 1)]
-        unknown = sorted(set(vllm) - {h.name for h in hosts})
-        if unknown:
-            raise LabError(f"lab up: --vllm {','.join(unknown)}: not among lab1..lab{count}")
+        for opt, names in (("--vllm", vllm), ("--sglang", sglang)):
+            unknown = sorted(set(names) - {h.name for h in hosts})
+            if unknown:
+                raise LabError(f"lab up: {opt} {','.join(unknown)}: not among lab1..lab{count}")
+        both = sorted(set(vllm) & set(sglang))
+        if both:
+            raise LabError(f"lab up: {','.join(both)} named by both --vllm and --sglang; a host runs one engine")
         self.preflight()
         self.ensure_keys()
         if vllm or router:
             from knobfleet.lab import vllm_install
 
             self.vllm = vllm_install.ensure()  # before any host boots: a host's writes land in its own tmpfs
+        if sglang:
+            from knobfleet.lab import sglang_install
+
+            self.sglang = sglang_install.ensure()
         if router:
             from knobfleet.lab import router_install
 
@@ -243,12 +260,18 @@ class Lab:
                 "path; `knobfleet lab down` first"
             )
         self.vllm_hosts = set(vllm) | (self.vllm_host_names() & running)
+        self.sglang_hosts = set(sglang) | (self.sglang_host_names() & running)
+        if self.sglang_hosts and self.sglang is None:
+            from knobfleet.lab import sglang_install
+
+            self.sglang = sglang_install.layout()
         if running and self.group_size() != group_size:
             now = f"groups of {self.group_size()}" if self.group_size() else "no groups"
             raise LabError(f"lab up: {', '.join(sorted(running))} already run with {now}; `knobfleet lab down` first")
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "group-size").write_text(f"{group_size}\n")
         (self.dir / "vllm-hosts").write_text("".join(f"{h}\n" for h in sorted(self.vllm_hosts)))
+        (self.dir / "sglang-hosts").write_text("".join(f"{h}\n" for h in sorted(self.sglang_hosts)))
         new = [h for h in hosts if h.name not in running]
         try:
             self.notes += [c.message() for c in limits.raise_for(len(new), self.dir / "run")]
@@ -339,6 +362,10 @@ class Lab:
             script = hostfiles.vllm_serve_script(host, str(self.vllm.vllm), str(self.vllm.model_dir))
             service, unit = hostfiles.VLLM_SERVICE, hostfiles.vllm_serve_unit()
             _write(root / hostfiles.VLLM_SCRIPT_PATH.lstrip("/"), script, 0o755)
+        elif host.name in self.sglang_hosts and self.sglang is not None:
+            script = hostfiles.sglang_serve_script(host, str(self.sglang.python), str(self.sglang.model_dir))
+            service, unit = hostfiles.SGLANG_SERVICE, hostfiles.sglang_serve_unit()
+            _write(root / hostfiles.SGLANG_SCRIPT_PATH.lstrip("/"), script, 0o755)
         else:
             service, unit = hostfiles.SERVICE, hostfiles.serve_unit()
             model = self.router_model or hostfiles.SIM_MODEL_PATH
@@ -497,20 +524,25 @@ class Lab:
             "    decode:",
             "      hosts:",
         ]
-        vllm_hosts = self.vllm_host_names()
+        vllm_hosts, sglang_hosts = self.vllm_host_names(), self.sglang_host_names()
         for host in hosts:
-            if host.name not in vllm_hosts:
+            if host.name not in vllm_hosts | sglang_hosts:
                 lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
-        if vllm_hosts & {h.name for h in hosts}:
-            lines += ["    vllm:", "      hosts:"]
-            for host in hosts:
-                if host.name in vllm_hosts:
-                    lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
+        for group, members in (("vllm", vllm_hosts), ("sglang", sglang_hosts)):
+            if members & {h.name for h in hosts}:
+                lines += [f"    {group}:", "      hosts:"]
+                for host in hosts:
+                    if host.name in members:
+                        lines += [f"        {host.name}:", f"          ansible_host: {host.address}"]
         _write(inv / "hosts.yml", "\n".join(lines) + "\n")
         default = paths.default_inventory() / "group_vars" / "all"
         shutil.copy2(default / "main.yml", inv / "group_vars" / "all" / "main.yml")
         if vllm_hosts:
             _write(inv / "group_vars" / "vllm.yml", self.vllm_group_vars())
+        if sglang_hosts:
+            _write(inv / "group_vars" / "sglang.yml", self.sglang_group_vars())
+        else:
+            (inv / "group_vars" / "sglang.yml").unlink(missing_ok=True)
         groups_yml = inv / "group_vars" / "all" / "groups.yml"
         if self.group_size():
             _write(groups_yml, self.groups_vars(len(hosts)))
@@ -537,8 +569,15 @@ class Lab:
             return 0
 
     def vllm_host_names(self) -> set[str]:
+        return self._host_names("vllm-hosts")
+
+    def sglang_host_names(self) -> set[str]:
+        """The lab hosts that run real SGLang (``lab up --sglang``)."""
+        return self._host_names("sglang-hosts")
+
+    def _host_names(self, file: str) -> set[str]:
         try:
-            return {ln.strip() for ln in (self.dir / "vllm-hosts").read_text().splitlines() if ln.strip()}
+            return {ln.strip() for ln in (self.dir / file).read_text().splitlines() if ln.strip()}
         except OSError:
             return set()
 
@@ -576,6 +615,30 @@ class Lab:
             "knob_serve_timeout_stop_s: 45\n"
             "knob_serve_host_args:\n  shutdown-timeout: '20'\n"
             f"knob_serve_host_env:\n{env}"
+        )
+
+    def sglang_group_vars(self) -> str:
+        """Host vars of the lab's real-SGLang hosts (group ``sglang``): its service, launcher, model and flags."""
+        import yaml
+
+        from knobfleet.lab import sglang_install
+
+        inst = self.sglang or sglang_install.layout()
+        doc = {
+            "knob_engine": "sglang",
+            "knob_serve_service": hostfiles.SGLANG_SERVICE,
+            "knob_serve_script_path": hostfiles.SGLANG_SCRIPT_PATH,
+            "knob_serve_launcher": [str(inst.python), "-m", "sglang.launch_server"],
+            "knob_serve_model_path": str(inst.model_dir),
+            "knob_serve_port": hostfiles.SGLANG_PORT,
+            # 40-100 s from start to ready on a loaded 2-core machine (imports dominate), more at --tp 2.
+            "knob_serve_readiness_timeout_s": 300,
+            "knob_serve_host_args": dict(hostfiles.SGLANG_HOST_ARGS),
+            "knob_serve_host_env": dict(hostfiles.SGLANG_ENV),
+        }
+        return (
+            "# Written by `knobfleet lab up --sglang`: these hosts run real SGLang 0.5.23 (CPU path, knobfleet's\n"
+            "# placeholder sgl_kernel) on a tiny local model.\n" + yaml.safe_dump(doc, sort_keys=False)
         )
 
     # --- down -----------------------------------------------------------------------------------

@@ -98,17 +98,26 @@ def _base_python() -> str:
     return str(Path(base).resolve())
 
 
-def _run(cmd: list[str], log: Path, timeout: float = PIP_TIMEOUT_S) -> None:
+def _run(
+    cmd: list[str],
+    log: Path,
+    timeout: float = PIP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    what: str = "vllm install",
+) -> None:
+    """Run one build step with its output appended to ``log``; a failure is a LabError with the log's tail."""
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
         try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            proc = subprocess.run(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False, env=env
+            )
         except subprocess.TimeoutExpired as exc:
-            raise LabError(f"vllm install: {cmd[2:5]} timed out after {timeout:.0f}s; see {log}") from exc
+            raise LabError(f"{what}: {cmd[2:5]} timed out after {timeout:.0f}s; see {log}") from exc
     if proc.returncode != 0:
         tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-15:])
-        raise LabError(f"vllm install: {' '.join(cmd[:6])} … exited {proc.returncode}; see {log}\n{tail}")
+        raise LabError(f"{what}: {' '.join(cmd[:6])} … exited {proc.returncode}; see {log}\n{tail}")
 
 
 def _site_packages(inst: VllmInstall) -> Path:
