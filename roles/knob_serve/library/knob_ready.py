@@ -126,6 +126,7 @@ probe:
   type: dict
 """
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -144,10 +145,14 @@ def show(module, service):
     return parse_props(out)
 
 
-def journal(module, service, lines=15):
+def journal(module, service, lines=15, scan=400, since=None):
     """The unit's last log lines, with the serve script's secret values hidden (an engine may log its arguments:
-    SGLang prints its server args, --api-key included)."""
-    rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
+    SGLang prints its server args, --api-key included). The last ``lines`` are kept; when the engine's own last
+    error (see ``last_error``) is further up, it is put first, so that the cause of a failed start survives the
+    restart noise systemd logs after it. ``since`` (UNIX time): only lines logged from then on, so that an earlier
+    start's error is never taken for this one's."""
+    window = ["--since", "@%d" % int(since)] if since else []
+    rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(scan)] + window + ["--no-pager", "-o", "cat"])
     if rc != 0:
         return []
     p = module.params
@@ -157,7 +162,29 @@ def journal(module, service, lines=15):
             values = secret_values(read_bounded(p["script_path"])[0].decode("utf-8", "replace"), p.get("secret") or [])
         except OSError:
             values = []
-    return redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()
+    text = redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()
+    tail = text[-lines:]
+    cause = last_error(text)
+    return ([cause] if cause and cause not in tail else []) + tail
+
+
+# A Python exception line as a traceback ends it ("NotImplementedError: ...", "ValueError: ...", "a.b.CustomError: ...").
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+
+
+def last_error(lines):
+    """The last line of the log that is a Python exception (what a traceback ends with), or None."""
+    for line in reversed(lines):
+        text = line.strip()
+        if len(text) <= 2000 and _ERROR_LINE.match(text):
+            return text
+    return None
+
+
+def failed(journal_lines):
+    """The message suffix naming the engine's own last error, when its log has one."""
+    cause = last_error(journal_lines)
+    return "; the engine's last error: %s" % cause if cause else ""
 
 
 def health(url):
@@ -212,6 +239,7 @@ def main():
     )
     p = module.params
     timings = {}
+    begun = time.time() - 1  # journal lines of this start only (journalctl --since has whole seconds)
     done = bring_up(module, p, timings)
     changed = any(verb != "daemon-reload" for verb in done)
     if module.check_mode:
@@ -225,12 +253,14 @@ def main():
         now = show(module, p["service"])
         restarts = int(now.get("NRestarts", "0") or 0)
         if now.get("ActiveState") in ("failed", "inactive") or now.get("MainPID", "0") == "0":
-            module.fail_json(step="ready", msg="engine exited %s (unit %s, exit status %s)" % (
-                phase, now.get("ActiveState"), now.get("ExecMainStatus")), journal=journal(module, p["service"]),
+            log = journal(module, p["service"], since=begun)
+            module.fail_json(step="ready", msg="engine exited %s (unit %s, exit status %s)%s" % (
+                phase, now.get("ActiveState"), now.get("ExecMainStatus"), failed(log)), journal=log,
                 state=now, waited_s=round(time.monotonic() - started, 2))
         if restarts > restarts0 or (pid0 != "0" and now.get("MainPID") != pid0):
-            module.fail_json(step="ready", msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)" % (
-                phase, pid0, now.get("MainPID"), restarts0, restarts), journal=journal(module, p["service"]),
+            log = journal(module, p["service"], since=begun)
+            module.fail_json(step="ready", msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)%s" % (
+                phase, pid0, now.get("MainPID"), restarts0, restarts, failed(log)), journal=log,
                 state=now, waited_s=round(time.monotonic() - started, 2))
         return now
 
@@ -241,9 +271,10 @@ def main():
         if status == 200:
             break
         if time.monotonic() > deadline:
-            module.fail_json(step="ready", msg="not ready after %ds: %s answered %s" % (p["timeout_s"], p["url"], status or
-                                                                         "nothing (connection refused)"),
-                             journal=journal(module, p["service"]), state=state,
+            log = journal(module, p["service"], since=begun)
+            module.fail_json(step="ready", msg="not ready after %ds: %s answered %s%s" % (
+                p["timeout_s"], p["url"], status or "nothing (connection refused)", failed(log)),
+                             journal=log, state=state,
                              waited_s=round(time.monotonic() - started, 2))
         time.sleep(0.1)
     ready_s = time.monotonic() - started

@@ -48,11 +48,12 @@ class Systemd:
         self.fail: dict[str, str] = {}  # verb -> stderr of a failing systemctl
         self.shows = 0
         self.on_show: Any = None
+        self.log = "engine: loading\nengine: boom\n"
 
     def run_command(self, argv: list[str], **_: Any) -> tuple[int, str, str]:
         self.ran.append(list(argv))
         if argv[0] == "journalctl":
-            return 0, "engine: loading\nengine: boom\n", ""
+            return 0, self.log, ""
         verb = argv[1]
         if verb in self.fail:
             return 1, "", self.fail[verb]
@@ -171,6 +172,57 @@ def test_an_engine_that_exits_during_start_up(systemd: Systemd, url: str, capsys
     assert rc == 1 and res["step"] == "ready"
     assert res["msg"] == "engine exited during start-up (unit failed, exit status 1)"
     assert res["journal"] == ["engine: loading", "engine: boom"] and res["state"]["ActiveState"] == "failed"
+
+
+CRASH_LOG = (
+    "Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "memory_pool.py", line 9, in alloc\n'
+    "    copy_all_layer_kv_cache_cpu(\n"
+    "NotImplementedError: sgl_kernel.copy_all_layer_kv_cache_cpu: no sgl_kernel CPU kernels in this install\n"
+    + "".join(f"systemd: restart noise {i}\n" for i in range(20))
+)
+
+
+def test_the_engines_last_error_reaches_the_message_through_the_restart_noise(
+    systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crash whose traceback is further up than the journal tail systemd's restart lines fill: the exception
+    line is put first in the journal and named in the message; journalctl reads this start's lines only."""
+    Health.answers = [503]
+    systemd.log = CRASH_LOG
+
+    def crash(s: Systemd) -> None:
+        if s.shows >= 3:
+            s.active, s.pid, s.status = "failed", "0", "9"
+
+    systemd.on_show = crash
+    rc, res = ready(capsys, url=url, restart=True)
+    cause = "NotImplementedError: sgl_kernel.copy_all_layer_kv_cache_cpu: no sgl_kernel CPU kernels in this install"
+    assert rc == 1 and res["msg"] == f"engine exited during start-up (unit failed, exit status 9); the engine's last error: {cause}"
+    assert res["journal"][0] == cause and len(res["journal"]) == 16 and res["journal"][-1] == "systemd: restart noise 19"
+    (cmd,) = [c for c in systemd.ran if c[0] == "journalctl"]
+    assert cmd[cmd.index("--since") + 1].startswith("@")
+
+
+@pytest.mark.parametrize(
+    ("lines", "cause"),
+    [
+        (["ValueError: bad", "later: fine"], "ValueError: bad"),
+        (["KeyError: 'x'", "RuntimeError: second"], "RuntimeError: second"),
+        (["torch.OutOfMemoryError: CUDA out of memory"], "torch.OutOfMemoryError: CUDA out of memory"),
+        (["SystemExit"], "SystemExit"),
+        (["KeyboardInterrupt"], "KeyboardInterrupt"),
+        (["  NotImplementedError: indented  "], "NotImplementedError: indented"),
+        (["error: lowercase is a log line, not an exception"], None),
+        (["INFO Error handling is on"], None),
+        (["The Error: prose"], None),
+        (["E" * 3000 + "Error: huge"], None),
+        ([], None),
+    ],
+)
+def test_last_error_is_the_last_exception_line(lines: list[str], cause: str | None) -> None:
+    assert kr.last_error(lines) == cause
+    assert kr.failed(lines) == (f"; the engine's last error: {cause}" if cause else "")
 
 
 def test_an_engine_systemd_restarted_is_not_ready(
