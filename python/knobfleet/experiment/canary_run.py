@@ -11,8 +11,8 @@
    gauge aliases with regular traffic) and mean inter-token latency (``rate(_sum)/rate(_count)``: exact means), and
    requests served, and the router's requests and errors; ``experiment.canary.judge`` decides on the change
    against the pre-period (difference-in-differences). A window
-   in which a host of either side restarted (``process_start_time_seconds`` moved) does not count: counters reset
-   there.
+   in which a host of either side restarted (its finished-requests counter reset: ``resets()``, which every engine
+   has; real SGLang exports no ``process_start_time_seconds``) does not count.
 5. Promote: the rest of the fleet gets the profile. Roll back (or inconclusive): the canaries go back to their
    previous generation. ``advisory``: neither; the canaries stay on the profile and the report names the exact
    command for either decision. An interrupt (SIGINT, SIGTERM) after the canary apply rolls the canaries back.
@@ -159,11 +159,12 @@ def router_values(prom: Prometheus, end: float, window_s: float) -> tuple[int, i
 def window_values(
     prom: Prometheus, hosts: Sequence[HostVars], end: float, window_s: float
 ) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
-    """Per host at ``end``: {metric: value} for tput and itl, requests finished, and the engine's start time."""
+    """Per host at ``end``: {metric: value} for tput and itl, requests finished, and the counter resets in the window
+    (an engine restart)."""
     w = f"{max(1, round(window_s))}s"
     values: dict[str, dict[str, float]] = {"tput": {}, "itl": {}}
     requests: dict[str, float] = {}
-    started: dict[str, float] = {}
+    resets: dict[str, float] = {}
     for engine in sorted({_engine(hv) for hv in hosts}):
         tokens, e2e, itl, done = SERIES[engine]
         names = "|".join(hv.host for hv in hosts if _engine(hv) == engine)
@@ -172,7 +173,7 @@ def window_values(
             "tput": f"sum by (host) (rate({tokens}{sel}[{w}])) / sum by (host) (rate({e2e}_sum{sel}[{w}]))",
             "itl": f"sum by (host) (rate({itl}_sum{sel}[{w}])) / sum by (host) (rate({itl}_count{sel}[{w}]))",
             "requests": f"sum by (host) (increase({done}{sel}[{w}]))",
-            "started": f'max by (host) (process_start_time_seconds{{job="engine",host=~"{names}"}})',
+            "resets": f"max by (host) (resets({done}{sel}[{w}]))",
         }
         for key, expr in queries.items():
             for s in prom.query(expr, at=end):
@@ -184,8 +185,8 @@ def window_values(
                 elif key == "requests":
                     requests[host] = s.value
                 else:
-                    started[host] = s.value
-    return values, requests, started
+                    resets[host] = s.value
+    return values, requests, resets
 
 
 def _measure(
@@ -200,12 +201,12 @@ def _measure(
     """One window: its row for the report, and the judge's ``Window`` (None: the window does not count)."""
     side = {"canary": [h.host for h in canaries], "baseline": [h.host for h in baseline]}
     try:
-        values, requests, started = window_values(prom, list(canaries) + list(baseline), end, window_s)
+        values, requests, resets = window_values(prom, list(canaries) + list(baseline), end, window_s)
         router_requests, router_errors = router_values(prom, end, window_s)
     except PromError as exc:
         return {"window": k, "end": end, "skipped": str(exc)}, None
     absent = [h for names in side.values() for h in names if h not in values["tput"] or h not in values["itl"]]
-    restarted = [h for h in side["canary"] + side["baseline"] if started.get(h, 0) > end - window_s]
+    restarted = [h for h in side["canary"] + side["baseline"] if resets.get(h, 0) > 0]
     row: dict[str, Any] = {
         "window": k,
         "end": end,

@@ -251,7 +251,7 @@ class Lab:
 
             router_install.ensure(kind=self._router_kind(router))
             # The router loads each worker's tokenizer from the model path the worker reports: a local dir.
-            self.router_model = str(self.vllm.model_dir)
+            self.router_model = str((self.sglang or self.vllm).model_dir)
         running = {h.name for h in hosts if self.pid(h) is not None}
         if router and running and self.router_model_dir() != self.router_model:
             # Their engines report another model path: the router would reach for a hub to load its tokenizer.
