@@ -309,7 +309,9 @@ class Lab:
     def start_router(self, hosts: list[LabHost]) -> None:
         from knobfleet.lab.router_lab import LabRouter
 
-        LabRouter(self.dir).start(self.worker_urls(hosts), self.router_kind())
+        # real SGLang workers are ready 40-100 s after their host boots (imports dominate on 2 loaded cores)
+        slow = bool(self.sglang_host_names() & {h.name for h in hosts})
+        LabRouter(self.dir).start(self.worker_urls(hosts), self.router_kind(), timeout_s=300.0 if slow else 60.0)
 
     def router_model_dir(self) -> str | None:
         try:

@@ -132,10 +132,10 @@ class LabRouter:
             return None
         return pid if _start_time(pid) == started else None
 
-    def start(self, workers: list[str], kind: str = "sglang-router") -> RouterInfo:
+    def start(self, workers: list[str], kind: str = "sglang-router", timeout_s: float = START_TIMEOUT_S) -> RouterInfo:
         """Start the router of ``kind`` (``router_install.KINDS``) in front of ``workers`` (already running one:
         stopped first) and wait until it lists every worker healthy; LabError with the log's tail when it does not
-        within START_TIMEOUT_S."""
+        within ``timeout_s`` (real SGLang workers take 40-100 s to start)."""
         from knobfleet.lab import router_install
 
         inst = router_install.ensure(kind=kind)
@@ -155,19 +155,21 @@ class LabRouter:
                 close_fds=True,
             )
         self.pid_file.write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
-        self.wait_healthy(workers, proc)
+        self.wait_healthy(workers, proc, timeout_s)
         info = {"url": self.url, "metrics_url": f"http://{ROUTER_HOST}:{self.prometheus_port}/metrics",
                 "workers": workers, "log": str(self.log), "kind": kind, "version": inst.version}  # fmt: skip
         self.info_file.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         return self.info()
 
-    def wait_healthy(self, workers: list[str], proc: subprocess.Popen[bytes] | None = None) -> None:
+    def wait_healthy(
+        self, workers: list[str], proc: subprocess.Popen[bytes] | None = None, timeout_s: float = START_TIMEOUT_S
+    ) -> None:
         from knobfleet.fleet.router import RouterError
         from knobfleet.fleet.router_kinds import SGLangRouter
 
         client = SGLangRouter(self.url, timeout=2.0)
         want = {w.rstrip("/") for w in workers}
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         seen = "not answering"
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -181,7 +183,7 @@ class LabRouter:
                 pass
             time.sleep(0.25)
         raise LabError(
-            f"lab router: not every worker healthy after {START_TIMEOUT_S:.0f}s ({seen}); see {self.log}\n{self.tail()}"
+            f"lab router: not every worker healthy after {timeout_s:.0f}s ({seen}); see {self.log}\n{self.tail()}"
         )
 
     def info(self) -> RouterInfo:
