@@ -73,10 +73,20 @@ def proc_lines(fleet: Fleet, host: str, pid: int, what: str) -> list[str]:
 
 
 def processes(fleet: Fleet, host: str) -> dict[int, str]:
-    """pid -> comm of every process in the engine's cgroup."""
-    cgroup = f"$(systemctl show -p ControlGroup --value {SGLANG_SERVICE})"
-    out = fleet.ssh(host, f"for p in $(cat /sys/fs/cgroup{cgroup}/cgroup.procs); do echo $p $(cat /proc/$p/comm); done")
-    return {int(p): c for p, _, c in (ln.partition(" ") for ln in out.stdout.splitlines() if ln.strip())}
+    """pid -> comm of the engine's main process and every descendant (from ps, as the test sees them)."""
+    main = main_pid(fleet, host)
+    rows = [ln.split(None, 2) for ln in fleet.ssh(host, "ps -e -o pid=,ppid=,comm=").stdout.splitlines()]
+    parent = {int(pid): int(ppid) for pid, ppid, _ in rows}
+    comm = {int(pid): c.strip() for pid, _, c in rows}
+
+    def under(pid: int) -> bool:
+        while pid > 1:
+            if pid == main:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    return {pid: comm[pid] for pid in comm if under(pid)}
 
 
 def server_info(host: str) -> dict[str, Any]:
@@ -190,8 +200,8 @@ def test_the_lab_runs_real_sglang_from_local_files_only(sfleet: Fleet) -> None:
         assert info["attention_backend"] == "torch_native" and info["max_total_num_tokens"] == 65536
         comms = set(processes(sfleet, host).values())
         assert {"sglang::schedul", "sglang::detoken"} <= comms, comms
-    venv = sfleet.ssh("lab1", f"readlink -f /proc/{main_pid(sfleet, 'lab1')}/exe").stdout.strip()
-    version = sfleet.ssh("lab1", f"{venv} -c 'import sgl_kernel; print(sgl_kernel.__version__)'").stdout.strip()
+    python = proc_lines(sfleet, "lab1", main_pid(sfleet, "lab1"), "cmdline")[0]  # the venv's (exe is its base)
+    version = sfleet.ssh("lab1", f"{python} -c 'import sgl_kernel; print(sgl_kernel.__version__)'").stdout.strip()
     assert version.endswith("+knobfleet.placeholder"), version
     router = SGLangRouter(LabRouter(sfleet.lab.dir).url)
     assert sorted(w.url for w in router.list_workers() if w.healthy) == sorted(

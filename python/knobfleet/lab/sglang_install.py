@@ -177,7 +177,9 @@ def ensure(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m knobfleet.lab.sglang_install", description=__doc__.split("\n")[0])
     ap.add_argument("--version", default=SGLANG_VERSION, help=f"SGLang version (default {SGLANG_VERSION})")
-    ap.add_argument("--cache", type=Path, default=None, help="cache folder (default $KNOBFLEET_VLLM_CACHE or /var/cache/knobfleet)")
+    ap.add_argument(
+        "--cache", type=Path, default=None, help="cache folder (default $KNOBFLEET_VLLM_CACHE or /var/cache/knobfleet)"
+    )
     ap.add_argument("--json", action="store_true", help="print the paths as one JSON object")
     ns = ap.parse_args(argv)
     try:

@@ -315,12 +315,13 @@ def redact_env(env: dict[str, str], secret: Any = (), key: str = "") -> dict[str
 
 def redact_argv(argv: list[str], secret: Any = (), key: str = "") -> list[str]:
     """A command line with the value of every secret flag replaced: ``--api-key=V`` and ``--api-key V`` (the
-    word after a bare secret flag, unless it is another ``--`` option)."""
+    word after a bare secret flag, whatever it looks like: a secret may start with ``--``, and no secret flag is
+    a bare switch, so the next word can only be its value or a broken command line)."""
     out: list[str] = []
     hide_next = False
     for token in argv:
         token = str(token)
-        if hide_next and not token.startswith("--"):
+        if hide_next:
             out.append(redact_value(token, key))
             hide_next = False
             continue
@@ -381,7 +382,7 @@ def _redact_words(
     for words in statements:
         hide_next = False
         for word, start, end in words:
-            if hide_next and not word.startswith("--"):
+            if hide_next:  # as in redact_argv: the word after a bare secret flag is its value, whatever it looks like
                 edits.append((start, end, "'%s'" % redact_value(word, key)))
                 found.append(word)
                 hide_next = False

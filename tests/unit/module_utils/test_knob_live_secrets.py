@@ -144,7 +144,10 @@ def test_redact_env_hides_only_secrets() -> None:
     [
         (["e", "--api-key=a\u2028b", "--port=1"], ["e", "--api-key=M(a\u2028b)", "--port=1"]),
         (["e", "--api-key", "a b", "--tp", "2"], ["e", "--api-key", "M(a b)", "--tp", "2"]),
-        (["e", "--api-key", "--port=1"], ["e", "--api-key", "--port=1"]),  # bare: nothing to hide
+        # the word after a bare secret flag is hidden whatever it looks like: a secret may start with "--" (the
+        # property test found "--0" shown in a hand-written unit); no secret flag is a bare switch
+        (["e", "--api-key", "--port=1"], ["e", "--api-key", "M(--port=1)"]),
+        (["e", "--api-key", "--0"], ["e", "--api-key", "M(--0)"]),
         (["e", "--api-key", "-x"], ["e", "--api-key", "M(-x)"]),
         (["e", "--admin-api-key=", "x"], ["e", "--admin-api-key=M()", "x"]),
         (["e", "--api-k=z"], ["e", "--api-k=M(z)"]),
@@ -278,3 +281,14 @@ def test_a_names_words_are_the_regex_reading_of_them(name: str) -> None:
 
     camel = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).upper()
     assert _words(name) == [w for w in re.split(r"[^A-Za-z0-9*?\[\]!]+", camel) if w]
+
+
+@pytest.mark.parametrize("engine_name", ["sglang", "vllm"])
+def test_no_secret_flag_of_a_shipped_catalog_is_a_bare_switch(engine_name: str) -> None:
+    """redact_argv hides the word after a bare secret flag whatever it looks like; that is only right while no
+    secret flag takes no value (a switch would hide the flag after it)."""
+    from knobfleet.profiles.catalog import catalog_for
+
+    cat = catalog_for(engine_name)
+    switches = [n for n, k in cat.knobs.items() if k.kind == "flag" and k.type == "bool" and cat.is_secret_flag(n)]
+    assert switches == []

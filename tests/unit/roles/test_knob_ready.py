@@ -198,8 +198,14 @@ def test_the_engines_last_error_reaches_the_message_through_the_restart_noise(
     systemd.on_show = crash
     rc, res = ready(capsys, url=url, restart=True)
     cause = "NotImplementedError: sgl_kernel.copy_all_layer_kv_cache_cpu: no sgl_kernel CPU kernels in this install"
-    assert rc == 1 and res["msg"] == f"engine exited during start-up (unit failed, exit status 9); the engine's last error: {cause}"
-    assert res["journal"][0] == cause and len(res["journal"]) == 16 and res["journal"][-1] == "systemd: restart noise 19"
+    assert (
+        rc == 1
+        and res["msg"]
+        == f"engine exited during start-up (unit failed, exit status 9); the engine's last error: {cause}"
+    )
+    assert (
+        res["journal"][0] == cause and len(res["journal"]) == 16 and res["journal"][-1] == "systemd: restart noise 19"
+    )
     (cmd,) = [c for c in systemd.ran if c[0] == "journalctl"]
     assert cmd[cmd.index("--since") + 1].startswith("@")
 

@@ -110,9 +110,7 @@ def _run(
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
         try:
-            proc = subprocess.run(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False, env=env
-            )
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False, env=env)
         except subprocess.TimeoutExpired as exc:
             raise LabError(f"{what}: {cmd[2:5]} timed out after {timeout:.0f}s; see {log}") from exc
     if proc.returncode != 0:
