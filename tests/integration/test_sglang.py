@@ -170,8 +170,10 @@ def load_through_router(
     lr = LabRouter(fleet.lab.dir)
     model = fleet.lab.router_model_dir()
     assert model
+    # every third request non-streaming: with stream_every=2 the round-robin router sent every stream to one
+    # host and none to the other, whose ITL histogram (filled from streams only) stayed empty
     spec = loadgen.LoadSpec(lr.url, model, rate=rate, max_requests=int(rate * seconds) + 10, max_seconds=seconds,
-                            max_tokens=32, timeout_s=120.0)  # fmt: skip
+                            max_tokens=32, stream_every=3, timeout_s=120.0)  # fmt: skip
     records: list[loadgen.Record] = []
     started, stop = threading.Event(), threading.Event()
     load = threading.Thread(
@@ -294,8 +296,9 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
     load, records, stop = load_through_router(sfleet, seconds=560.0, rate=3.0)
     try:
         time.sleep(8)  # a few scrapes of both engines first
-        args = ["--hosts", "1", "--window", "30s", "--pre-windows", "2", "--min-windows", "2", "--max-windows", "3"]
+        args = ["--hosts", "1", "--window", "20s", "--pre-windows", "2", "--min-windows", "2", "--max-windows", "3"]
         proc = kf(sfleet, "canary", "sglang-tiny", *args, "--yes", "--json", timeout=900)
+        assert proc.stdout.strip(), proc.stderr
         doc = json.loads(proc.stdout)
     finally:
         stop.set()
@@ -320,7 +323,7 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
     none_failed(records)
 
 
-def test_a_hand_edit_is_named_by_drift_and_rollback_restores_every_generation(sfleet: Fleet) -> None:
+def test_a_hand_edit_is_named_by_drift_and_rollback_restores(sfleet: Fleet) -> None:
     edit = f"sed -i 's/--chunked-prefill-size=[0-9]*/--chunked-prefill-size=1024/' {SGLANG_SCRIPT_PATH}"
     sfleet.ssh("lab2", f"{edit} && {touch_later_sh(SGLANG_SCRIPT_PATH)}")
     report = json.loads(kf(sfleet, "drift", "--json", "--limit", "lab2").stdout)
@@ -333,23 +336,16 @@ def test_a_hand_edit_is_named_by_drift_and_rollback_restores_every_generation(sf
     now = json.loads(kf(sfleet, "history", "--json", "--limit", "lab2").stdout)["hosts"][0]["current"]
     assert now != current
     in_sync(sfleet, "lab2")
-    zero = kf(sfleet, "rollback", "--limit", "lab2", "--to", "0", "--yes")
-    assert zero.returncode == 0, zero.stdout + zero.stderr
-    in_sync(sfleet, "lab2")
-    argv = proc_lines(sfleet, "lab2", main_pid(sfleet, "lab2"), "cmdline")
-    assert "--max-total-tokens" in argv and "65536" in argv and not any(a.startswith("--schedule-policy") for a in argv)
-    assert server_info("lab2")["schedule_policy"] == "fcfs"  # the hand-written line set none: SGLang's default
 
 
-def test_profiles_sglang_rejects_at_start_are_restored_and_verified(sfleet: Fleet, tmp_path: Path) -> None:
-    """Two starts real SGLang refuses: its own argument check (deterministic inference has no CPU attention
-    backend) and a placeholder kernel op called while it builds its KV pool (n-gram speculative decoding copies
-    KV with sgl_kernel on the CPU). Each ends restored to the previous generation and verified, the engine's own
-    last error in the one-line failure."""
+def test_a_profile_sglang_rejects_at_start_is_restored_and_verified(sfleet: Fleet, tmp_path: Path) -> None:
+    """A start real SGLang refuses: a placeholder kernel op called while it builds its KV pool (n-gram speculative
+    decoding copies KV with sgl_kernel on the CPU). It ends restored to the previous generation and verified, the
+    engine's own last error (the op's name) in the one-line failure. (SGLang's own argument check refusing a start,
+    --enable-deterministic-inference on the CPU backend, reads the same way: docs/SGLANG.md.)"""
     (tmp_path / "sglang-tiny.yaml").write_text((PROFILES / "sglang-tiny.yaml").read_text())
     bad = {
-        "sglang-determ": ("enable-deterministic-inference: true", "ValueError: Currently only"),
-        "sglang-ngram": ("speculative-algorithm: NGRAM", "NotImplementedError: sgl_kernel.copy_all_layer_kv_cache_cpu"),
+        "sglang-ngram": ("speculative-algorithm: NGRAM", "NotImplementedError: sgl_kernel.copy_all_layer_kv_cache_cpu")
     }
     for name, (arg, said) in bad.items():
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nversion: 1\nextends: sglang-tiny\nargs:\n  {arg}\n")
@@ -362,9 +358,10 @@ def test_profiles_sglang_rejects_at_start_are_restored_and_verified(sfleet: Flee
         in_sync(sfleet, "lab1")
 
 
-def test_two_tensor_parallel_ranks_on_one_host(sfleet: Fleet) -> None:
+def test_two_tensor_parallel_ranks_on_one_host_then_rollback_to_the_hand_written_unit(sfleet: Fleet) -> None:
     """--tp-size 2 on one CPU host (two OpenMP core lists, PyNccl off): two renamed scheduler ranks, each with a
-    blanked environ; verify in sync; SGLang reports tp_size 2."""
+    blanked environ; verify in sync; SGLang reports tp_size 2. Then `rollback --to 0`: the adopted hand-written
+    script (space-separated flags) runs again and verifies."""
     proc = kf(sfleet, "apply", "sglang-tp2", "--limit", "lab1", "--yes", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     comms = sorted(processes(sfleet, "lab1").values())
@@ -374,3 +371,9 @@ def test_two_tensor_parallel_ranks_on_one_host(sfleet: Fleet) -> None:
     check_proc_against_profile(sfleet, "lab1", "sglang-tp2")
     assert set(matches_server_info("lab1", "sglang-tp2")) == {"schedule-policy", "chunked-prefill-size", "tp-size"}
     in_sync(sfleet, "lab1")
+    zero = kf(sfleet, "rollback", "--limit", "lab1", "--to", "0", "--yes")
+    assert zero.returncode == 0, zero.stdout + zero.stderr
+    in_sync(sfleet, "lab1")
+    argv = proc_lines(sfleet, "lab1", main_pid(sfleet, "lab1"), "cmdline")  # the hand-written line, space-separated
+    assert "--max-total-tokens" in argv and "65536" in argv and not any(a.startswith("--schedule-policy") for a in argv)
+    assert server_info("lab1")["tp_size"] == 1 and server_info("lab1")["schedule_policy"] == "fcfs"  # SGLang's default

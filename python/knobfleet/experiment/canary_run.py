@@ -35,7 +35,7 @@ from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops.apply import ApplyReport, Options, apply
 from knobfleet.profiles.model import Profile
-from knobfleet.telemetry.prom import PromError, Prometheus
+from knobfleet.telemetry.prom import PromError, Prometheus, series
 
 # Per engine: (output tokens counter, end-to-end latency histogram prefix, ITL histogram prefix, finished-requests
 # counter). The time requests spent in flight per second, rate(e2e _sum), is the mean number running over the window
@@ -168,12 +168,16 @@ def window_values(
     for engine in sorted({_engine(hv) for hv in hosts}):
         tokens, e2e, itl, done = SERIES[engine]
         names = "|".join(hv.host for hv in hosts if _engine(hv) == engine)
-        sel = f'{{host=~"{names}"}}'
+        sel = f'host=~"{names}"'
+
+        def of(name: str, sel: str = sel) -> str:  # either spelling Prometheus stored it under (prom.series)
+            return series(name, sel)
+
         queries = {
-            "tput": f"sum by (host) (rate({tokens}{sel}[{w}])) / sum by (host) (rate({e2e}_sum{sel}[{w}]))",
-            "itl": f"sum by (host) (rate({itl}_sum{sel}[{w}])) / sum by (host) (rate({itl}_count{sel}[{w}]))",
-            "requests": f"sum by (host) (increase({done}{sel}[{w}]))",
-            "resets": f"max by (host) (resets({done}{sel}[{w}]))",
+            "tput": f"sum by (host) (rate({of(tokens)}[{w}])) / sum by (host) (rate({of(e2e + '_sum')}[{w}]))",
+            "itl": f"sum by (host) (rate({of(itl + '_sum')}[{w}])) / sum by (host) (rate({of(itl + '_count')}[{w}]))",
+            "requests": f"sum by (host) (increase({of(done)}[{w}]))",
+            "resets": f"max by (host) (resets({of(done)}[{w}]))",
         }
         for key, expr in queries.items():
             for s in prom.query(expr, at=end):
@@ -205,7 +209,12 @@ def _measure(
         router_requests, router_errors = router_values(prom, end, window_s)
     except PromError as exc:
         return {"window": k, "end": end, "skipped": str(exc)}, None
-    absent = [h for names in side.values() for h in names if h not in values["tput"] or h not in values["itl"]]
+    absent = [
+        f"{h} ({', '.join(m for m in ('tput', 'itl') if h not in values[m])})"
+        for names in side.values()
+        for h in names
+        if h not in values["tput"] or h not in values["itl"]
+    ]
     restarted = [h for h in side["canary"] + side["baseline"] if resets.get(h, 0) > 0]
     row: dict[str, Any] = {
         "window": k,
@@ -215,7 +224,11 @@ def _measure(
         "router": {"requests": router_requests, "errors": router_errors},
     }
     if absent:
-        row["skipped"] = f"metric missing on {', '.join(absent)} (an engine without --enable-metrics?)"
+        # ITL comes from streamed requests only (real SGLang fills its histogram there): a host sent none has none
+        row["skipped"] = (
+            f"metric missing on {', '.join(absent)}: an engine without --enable-metrics, or (itl) no streamed "
+            "request in the window"
+        )
     elif restarted and end - window_s >= fresh_since:
         row["skipped"] = f"{', '.join(restarted)} restarted during the window (counters reset)"
     if "skipped" in row:

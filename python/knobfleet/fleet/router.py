@@ -119,11 +119,12 @@ def parse_inflight(text: str, engine: str) -> int:
     names = INFLIGHT_METRICS.get(engine)
     if names is None:
         raise ValueError(f"no in-flight gauges known for engine {engine!r}; known: {', '.join(INFLIGHT_METRICS)}")
+    escaped = {n.replace(":", "_") for n in names}  # an OpenMetrics answer with escaping=underscores (prom.series)
     total = 0.0
     seen = False
     for line in text.splitlines():
         m = _SAMPLE_RE.match(line)
-        if m and m.group(1) in names:
+        if m and (m.group(1) in names or m.group(1) in escaped):
             value = float(m.group(3))
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{m.group(1)} = {m.group(3)}: not a count")

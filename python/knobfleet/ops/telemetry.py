@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from knobfleet.telemetry.loadprofile import RUNNING, LoadProfile, profile
-from knobfleet.telemetry.prom import PromError, Prometheus
+from knobfleet.telemetry.prom import PromError, Prometheus, series
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,10 @@ def load_profile(
     values: list[float] = []
     hosts: set[str] = set()
     for metric in RUNNING.values():
-        expr = f'{metric}{{host=~"{host_regex}"}}'
-        for labels, series in prom.query_range(expr, end - window_s, end, step_s):
+        expr = series(metric, f'host=~"{host_regex}"')
+        for labels, points in prom.query_range(expr, end - window_s, end, step_s):
             hosts.add(labels.get("host", labels.get("instance", "?")))
-            values.extend(series)
+            values.extend(points)
     if not hosts:
         raise PromError(
             f"{prom.url}: no running-request series ({', '.join(RUNNING.values())}) in the last {window_s:g}s; "

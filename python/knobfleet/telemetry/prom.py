@@ -29,6 +29,20 @@ CHUNK = 64 * 1024
 # client speaks HTTP itself (http.client), so no proxy variable is ever read.
 
 
+def series(name: str, matchers: str = "") -> str:
+    """A PromQL selector of metric ``name`` in either spelling Prometheus may have stored it under.
+
+    Engines name their metrics with colons (``sglang:num_running_reqs``); prometheus_client 0.2x answers a scrape
+    that asks for OpenMetrics 1.0 (Prometheus's default Accept) with ``escaping=underscores`` and every colon turned
+    into ``_`` (seen with real SGLang 0.5.23 under Prometheus 2.42: ``sglang_num_running_reqs``), while a plain-text
+    scrape keeps the colons. ``matchers``: more label matchers, e.g. ``host=~"lab1|lab2"``. Pure."""
+    escaped = name.replace(":", "_")
+    if escaped == name:
+        return f"{name}{{{matchers}}}" if matchers else name
+    both = f'__name__=~"{name}|{escaped}"'
+    return f"{{{both}, {matchers}}}" if matchers else f"{{{both}}}"
+
+
 class PromError(KnobfleetError):
     """Prometheus could not answer the question."""
 

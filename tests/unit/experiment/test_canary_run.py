@@ -142,7 +142,10 @@ def test_windows_with_a_restarted_host_or_a_missing_metric_do_not_count(profile:
     prom = FakeProm(0.55, restarts={"h2": 1})  # h2's engine keeps "restarting": every window spans it
     with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 4 windows measured \(h2 restarted during"):
         run(profile, prom)
-    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 4 windows measured \(metric missing on h2"):
+    with pytest.raises(
+        PrePeriodTooQuiet,
+        match=r"pre-period: 0 of 4 windows measured \(metric missing on h2 \(tput, itl\): an engine without",
+    ):
         run(profile, FakeProm(0.55, missing={"h2"}))
 
 
@@ -238,12 +241,15 @@ def test_window_queries_divide_tokens_by_the_time_requests_spent_in_flight() -> 
 
     prom = FakeProm(1.0)
     window_values(prom, hosts(2), 1000.0, 15.0)  # type: ignore[arg-type]
-    sel = '{host=~"h1|h2"}'
+
+    def of(name: str) -> str:  # both spellings: colons, and OpenMetrics' escaping=underscores (real SGLang)
+        return f'{{__name__=~"sglang:{name}|sglang_{name}", host=~"h1|h2"}}'
+
     assert prom.queries == [
-        f"sum by (host) (rate(sglang:generation_tokens_total{sel}[15s])) / "
-        f"sum by (host) (rate(sglang:e2e_request_latency_seconds_sum{sel}[15s]))",
-        f"sum by (host) (rate(sglang:inter_token_latency_seconds_sum{sel}[15s])) / "
-        f"sum by (host) (rate(sglang:inter_token_latency_seconds_count{sel}[15s]))",
-        f"sum by (host) (increase(sglang:num_requests_total{sel}[15s]))",
-        f"max by (host) (resets(sglang:num_requests_total{sel}[15s]))",
+        f"sum by (host) (rate({of('generation_tokens_total')}[15s])) / "
+        f"sum by (host) (rate({of('e2e_request_latency_seconds_sum')}[15s]))",
+        f"sum by (host) (rate({of('inter_token_latency_seconds_sum')}[15s])) / "
+        f"sum by (host) (rate({of('inter_token_latency_seconds_count')}[15s]))",
+        f"sum by (host) (increase({of('num_requests_total')}[15s]))",
+        f"max by (host) (resets({of('num_requests_total')}[15s]))",
     ]

@@ -88,7 +88,14 @@ vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0
 
 @pytest.mark.parametrize(
     ("text", "engine", "count"),
-    [(SGLANG_METRICS, "sglang", 9), (VLLM_METRICS, "vllm", 4), ("sglang:num_running_reqs 0\n", "sglang", 0)],
+    [
+        (SGLANG_METRICS, "sglang", 9),
+        (VLLM_METRICS, "vllm", 4),
+        ("sglang:num_running_reqs 0\n", "sglang", 0),
+        # OpenMetrics with escaping=underscores (real SGLang 0.5.23 when the scrape asks for OpenMetrics 1.0)
+        (SGLANG_METRICS.replace("sglang:", "sglang_"), "sglang", 9),
+        ('sglang_num_running_reqs{tp_rank="0"} 2.0\nsglang_num_queue_reqs{tp_rank="0"} 1.0\n', "sglang", 3),
+    ],
 )
 def test_parse_inflight(text: str, engine: str, count: int) -> None:
     assert parse_inflight(text, engine) == count

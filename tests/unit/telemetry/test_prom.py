@@ -222,3 +222,22 @@ def test_json_output_never_holds_infinity() -> None:
 
     text = report.to_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+@pytest.mark.parametrize(
+    ("name", "matchers", "selector"),
+    [
+        ("sglang:num_running_reqs", "", '{__name__=~"sglang:num_running_reqs|sglang_num_running_reqs"}'),
+        (
+            "vllm:e2e_request_latency_seconds_sum",
+            'host=~"a|b"',
+            '{__name__=~"vllm:e2e_request_latency_seconds_sum|vllm_e2e_request_latency_seconds_sum", host=~"a|b"}',
+        ),
+        ("smg_router_requests_total", "", "smg_router_requests_total"),  # no colon: one spelling
+        ("up", 'job="engine"', 'up{job="engine"}'),
+    ],
+)
+def test_series_matches_both_spellings_of_a_colon_name(name: str, matchers: str, selector: str) -> None:
+    from knobfleet.telemetry.prom import series
+
+    assert series(name, matchers) == selector
