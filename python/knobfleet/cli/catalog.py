@@ -1,20 +1,53 @@
-"""``catalog sync ENGINE``: regenerate an engine's catalog from the engine's own registry (pinned version)."""
+"""``catalog sync ENGINE``: regenerate an engine's catalog from the engine's own registry (pinned version).
+
+SGLang's catalog comes from its wheel's source by default; ``--from-install [VENV_PYTHON]`` reads it from an
+installed SGLang instead, by import (default: the lab's install, ``knobfleet.lab.sglang_install``). The two are
+compared in docs/sglang-catalog-diff.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from knobfleet.cli.common import Sub
 from knobfleet.cli.common import out as _out
-from knobfleet.errors import EXIT_OK
+from knobfleet.errors import EXIT_OK, KnobfleetError, UsageError
+
+# --from-install given without a value: the lab's SGLang install (resolved only then).
+LAB_INSTALL = "lab"
+
+
+def lab_sglang_python(version: str | None = None) -> Path:
+    """The python of the lab's SGLang install of ``version`` (default: its pinned one), whether or not built."""
+    from knobfleet.lab import sglang_install
+
+    return sglang_install.layout(version or sglang_install.SGLANG_VERSION).python
 
 
 def cmd_catalog_sync(args: argparse.Namespace) -> int:
     from knobfleet import paths
     from knobfleet.engines import sync
 
-    path = sync.sync(args.engine, paths.catalogs_dir() / "generated", version=args.version)
-    _out(f"{paths.display(path)}: regenerated from {args.engine} {args.version or sync.pinned_version(args.engine)}")
+    out_dir = Path(args.out_dir) if args.out_dir else paths.catalogs_dir() / "generated"
+    from_install = getattr(args, "from_install", None)
+    if from_install is None:
+        path = sync.sync(args.engine, out_dir, version=args.version)
+        origin = f"{args.engine} {args.version or sync.pinned_version(args.engine)}"
+    else:
+        if args.engine != "sglang":
+            raise UsageError(
+                f"--from-install is for sglang only ({args.engine}'s catalog always comes from its install)"
+            )
+        python = lab_sglang_python(args.version) if from_install == LAB_INSTALL else Path(from_install)
+        if from_install == LAB_INSTALL and not python.exists():
+            raise KnobfleetError(
+                f"no SGLang install at {python.parent.parent}: build it with python -m knobfleet.lab.sglang_install, "
+                "or name a venv's python: --from-install VENV/bin/python"
+            )
+        path = sync.sync(args.engine, out_dir, version=args.version, from_install=python)
+        origin = f"sglang {args.version or sync.pinned_version('sglang')} installed for {python}"
+    _out(f"{paths.display(path)}: regenerated from {origin}")
     return EXIT_OK
 
 
@@ -28,4 +61,19 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "engine", choices=("vllm", "sglang"), help="vllm: from an installed vLLM; sglang: its wheel's source"
     )
     p.add_argument("--version", default=None, help="engine version (default: the pinned one)")
+    p.add_argument(
+        "--from-install",
+        nargs="?",
+        const=LAB_INSTALL,
+        default=None,
+        metavar="VENV_PYTHON",
+        help="sglang: read the registry from an installed SGLang by importing it, under VENV_PYTHON (default: the "
+        "lab's install, python -m knobfleet.lab.sglang_install builds it), instead of from its wheel's source",
+    )
+    p.add_argument(
+        "--out-dir",
+        default=None,
+        metavar="DIR",
+        help="write DIR/ENGINE.yaml instead (default: the shipped profiles/catalogs/generated)",
+    )
     p.set_defaults(func=cmd_catalog_sync)
