@@ -212,36 +212,32 @@ def test_the_lab_runs_real_sglang_from_local_files_only(sfleet: Fleet) -> None:
     assert download_attempts(LabRouter(sfleet.lab.dir).log.read_text(errors="replace")) == []
 
 
-def test_apply_adopts_the_hand_written_unit_and_verifies_without_false_findings(sfleet: Fleet) -> None:
-    plan = kf(sfleet, "plan", "sglang-tiny")
+def test_apply_adopts_the_hand_written_units_under_load_through_the_router(sfleet: Fleet) -> None:
+    """`plan`, then a plain `apply sglang-sched` (real knobs: --max-running-requests 8, --chunked-prefill-size 512,
+    --schedule-policy lpm, SGLANG_TIMEOUT_KEEP_ALIVE, SGLANG_WARMUP_TIMEOUT) behind the router under constant load:
+    each host's hand-written files adopted as generation 0, the host drained (SGLang's own running+queued gauges
+    read 0), stopped, restarted, verified and put back; no request fails. The test's own /proc reading and
+    /get_server_info agree with the profile; verify and drift find nothing (SGLang's five own variables in its
+    children are no finding); systemd never had to SIGKILL SGLang (its SIGTERM path: a watchdog that polls every
+    5 s, then stops the children)."""
+    plan = kf(sfleet, "plan", "sglang-sched")
     assert plan.returncode == 2 and "would install" in plan.stdout, plan.stdout
-    proc = kf(sfleet, "apply", "sglang-tiny", "--yes", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(proc.stdout)
-    assert [(h["status"], h["live"]["ok"]) for h in doc["hosts"]] == [("applied", True)] * 2, doc
-    print("apply sglang-tiny: start-to-ready " + ", ".join(f"{h['host']} {h['ready_s']:.1f}s" for h in doc["hosts"]))
-    for host in HOSTS:
-        check_proc_against_profile(sfleet, host, "sglang-tiny")
-        assert set(matches_server_info(host, "sglang-tiny")) == {"schedule-policy", "chunked-prefill-size"}
-    in_sync(sfleet)
-    assert kf(sfleet, "drift").returncode == 0
-
-
-def test_a_knob_change_rolls_through_the_router_under_load_and_sglang_reports_it(sfleet: Fleet) -> None:
-    """A plain apply behind the router, constant load: each host drained (SGLang's own running+queued gauges read
-    0), stopped, restarted, verified and put back; no request fails; every knob /get_server_info reports matches;
-    systemd never had to SIGKILL SGLang (its SIGTERM path: the watchdog polls every 5 s, then stops the children)."""
     since = sfleet.ssh("lab1", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     load, records, stop = load_through_router(sfleet, seconds=400.0)
     try:
         time.sleep(3)
         proc = kf(sfleet, "apply", "sglang-sched", "--yes", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert [(h["status"], h["batch"]) for h in json.loads(proc.stdout)["hosts"]] == [("applied", 1), ("applied", 2)]
         time.sleep(3)
     finally:
         stop.set()
         load.join(timeout=200)
+    doc = json.loads(proc.stdout)
+    assert [(h["status"], h["batch"], h["live"]["ok"]) for h in doc["hosts"]] == [
+        ("applied", 1, True),
+        ("applied", 2, True),
+    ]
+    print("apply sglang-sched: start-to-ready " + ", ".join(f"{h['host']} {h['ready_s']:.1f}s" for h in doc["hosts"]))
     summary = none_failed(records)
     print(f"rolling apply under load through the router: {summary}")
     assert summary["sent"] >= 40
@@ -252,7 +248,10 @@ def test_a_knob_change_rolls_through_the_router_under_load_and_sglang_reports_it
         stops = stop_seconds(sfleet, host, since)
         print(f"{host}: SGLang stopped on SIGTERM in {stops} s")
         assert len(stops) == 1
+    hist = json.loads(kf(sfleet, "history", "--json").stdout)["hosts"]
+    assert all([g["status"] for g in h["generations"] if g["number"] == 0] == ["adopted"] for h in hist), hist
     in_sync(sfleet)
+    assert kf(sfleet, "drift").returncode == 0
     assert all(w.healthy for w in SGLangRouter(LabRouter(sfleet.lab.dir).url).list_workers())
 
 
@@ -285,9 +284,12 @@ def test_bench_with_both_tools_and_the_consistency_check(sfleet: Fleet) -> None:
 
 
 def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
-    """canary sglang-tiny on lab1 (both on sglang-sched), lab2 the baseline, Prometheus scraping SGLang's own
-    /metrics and the router's: every window measured from real series (streamed requests fill the ITL histogram),
-    the pre-period counted, a verdict acted on, its record kept, no request failed."""
+    """canary sglang-tiny --advisory on lab1 (both on sglang-sched), lab2 the baseline, Prometheus scraping SGLang's
+    own /metrics and the router's: every window measured from real series (streamed requests fill the ITL
+    histogram), the pre-period counted, a verdict given with the command for it and nothing done after the canary
+    apply (advisory: the canaries stay on the profile), its record kept, no request failed. (A verdict acted on is
+    the stand-in's test, tests/integration/test_router.py: on 2 shared cores real SGLang's windows are too noisy
+    for a verdict other than inconclusive in a lab-sized run, docs/SGLANG.md.)"""
     from knobfleet.lab import monitoring
     from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
@@ -296,8 +298,8 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
     load, records, stop = load_through_router(sfleet, seconds=560.0, rate=3.0)
     try:
         time.sleep(8)  # a few scrapes of both engines first
-        args = ["--hosts", "1", "--window", "20s", "--pre-windows", "2", "--min-windows", "2", "--max-windows", "3"]
-        proc = kf(sfleet, "canary", "sglang-tiny", *args, "--yes", "--json", timeout=900)
+        args = ["--hosts", "1", "--window", "20s", "--pre-windows", "2", "--min-windows", "2", "--max-windows", "2"]
+        proc = kf(sfleet, "canary", "sglang-tiny", "--advisory", *args, "--yes", "--json", timeout=900)
         assert proc.stdout.strip(), proc.stderr
         doc = json.loads(proc.stdout)
     finally:
@@ -315,10 +317,11 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
             assert set(row["values"][metric]) == set(HOSTS) and all(v > 0 for v in row["values"][metric].values())
     hist = json.loads(kf(sfleet, "history", "--json").stdout)["hosts"]
     on = {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
-    want = "sglang-tiny" if doc["verdict"] == "promote" else "sglang-sched"
-    assert on == {"lab1": want, "lab2": want}, (doc["verdict"], on)
+    assert on == {"lab1": "sglang-tiny", "lab2": "sglang-sched"}, (doc["verdict"], on)
+    assert doc["advisory"] and doc["followup"].startswith("advisory: the canaries (lab1) stay on sglang-tiny"), doc
+    assert "`knobfleet rollback --limit lab1 --yes`" in doc["followup"], doc["followup"]
     listed = kf(sfleet, "history", "--canaries")
-    assert listed.returncode == 0 and "sglang-tiny" in listed.stdout, listed.stdout
+    assert listed.returncode == 0 and "sglang-tiny" in listed.stdout and "(advisory)" in listed.stdout, listed.stdout
     in_sync(sfleet)
     none_failed(records)
 
