@@ -231,7 +231,13 @@ def apply_summary(result: Any) -> str:
         for s in ("applied", "unchanged", "failed", "refused", "rolled-back", "not-run", "pending", "in-sync")
     }
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    forced = [h for h in result.hosts if h.dropped is not None]
+    if forced:
+        dropped = sum(h.dropped or 0 for h in forced)
+        summary += f"; --force-restart dropped {dropped} request(s) on {len(forced)} host(s)"
     out.append(f"{summary}; {result.wall_s:.1f}s")
+    for h in forced:
+        out.append(f"warning: {h.host}: drain timed out; restarted with {h.dropped} request(s) still in flight")
     for h in result.hosts:
         if h.status == "refused":
             out.append(f"error: {h.host}: refused, nothing was changed: {h.message}")

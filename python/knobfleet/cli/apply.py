@@ -44,6 +44,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         via=args.via,
         foreign_dropins=args.foreign_dropins,
         overrides=overrides,
+        force_restart=getattr(args, "force_restart", False),
     )
     try:
         with interrupts.handled(), Progress(enabled=not args.json) as progress:
@@ -138,6 +139,12 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--diff", action="store_true", help="with --check: show file diffs")
     p.add_argument("--serial", type=types.serial, default=None, help="batch size: N hosts or N%% at a time")
     p.add_argument("--canary", action="store_true", help="one host first, then the rest")
+    p.add_argument(
+        "--force-restart",
+        action="store_true",
+        help="behind a router: when a drain times out, restart anyway and count the requests dropped "
+        "(default: the host fails and stays in service on its old generation)",
+    )
     p.add_argument(
         "--max-fail-percent",
         type=types.PERCENT,

@@ -75,6 +75,7 @@ class StepResult:
     seconds: float = 0.0
     inflight: int | None = None
     in_router: bool = True
+    forced: bool = False  # a drain that timed out, restarted anyway (--force-restart): ``inflight`` were dropped
 
     @property
     def ok(self) -> bool:
@@ -218,6 +219,7 @@ class DrainStep:
     poll_s: float = 0.25
     out: set[str] = field(default_factory=set)
     name: str = "drain"
+    force: bool = False  # --force-restart: a drain that times out goes on, counting the requests it drops
 
     def do(self) -> StepResult:
         t0 = self.clock.now()
@@ -243,17 +245,28 @@ class DrainStep:
             try:
                 last = self.inflight()
             except RouterError as exc:
-                return self._result(exc.outcome, str(exc), t0, in_router=False)
+                return self._put_back(exc.outcome, str(exc), t0, None)
             zeros = zeros + 1 if last == 0 else 0
             if zeros >= 2:  # twice: a request the router dispatched just before the removal has arrived
                 return self._result(Outcome.OK, f"{url} out of {self.router.url}, 0 in flight", t0, False, last)
+            if self.clock.now() >= deadline and self.force:
+                return StepResult(
+                    self.name,
+                    self.host,
+                    Outcome.OK,
+                    f"{url}: {last} request(s) still in flight after the drain timeout ({self.drain_timeout_s:g}s); "
+                    f"restarted anyway (--force-restart): {last} dropped",
+                    self.clock.now() - t0,
+                    last,
+                    False,
+                    forced=True,
+                )
             if self.clock.now() >= deadline:
-                return self._result(
+                return self._put_back(
                     Outcome.DRAIN_TIMEOUT,
                     f"{url}: {last} request(s) still in flight after the drain timeout "
                     f"({self.drain_timeout_s:g}s); raise knob_drain_timeout or use --force-restart",
                     t0,
-                    False,
                     last,
                 )
             self.clock.sleep(self.poll_s)
@@ -262,6 +275,14 @@ class DrainStep:
         return ReadmitStep(
             self.host, self.router, self.worker_url, self.clock, self.healthy_timeout_s, self.poll_s, self.out
         ).do()
+
+    def _put_back(self, outcome: Outcome, message: str, t0: float, inflight: int | None) -> StepResult:
+        """A drain that fails after the worker was taken out puts it back itself (a failed step is never undone by
+        the rollout, and the engine still serves its old generation): the failure, and whether that worked."""
+        back = self.undo()
+        if not back.ok:
+            message += f"; putting it back failed too: {back.message}"
+        return self._result(outcome, message, t0, back.in_router, inflight)
 
     def _result(
         self, outcome: Outcome, message: str, t0: float, in_router: bool, inflight: int | None = None

@@ -197,12 +197,17 @@ def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callabl
 
 
 def router_steps(
-    hv: HostVars, out: set[str], clock: Clock | None = None, max_unavailable: str | None = None
+    hv: HostVars,
+    out: set[str],
+    clock: Clock | None = None,
+    max_unavailable: str | None = None,
+    force_restart: bool = False,
 ) -> tuple[DrainStep, ReadmitStep] | None:
     """The drain and readmit steps of one host from its host vars (``knob_router_url``, ``knob_router_kind``,
     ``knob_drain_timeout``, ``knob_router_max_unavailable``), or None when no router fronts it. ``out`` is the
     rollout's shared set of worker URLs taken out (the capacity guard counts it); RouterError for an unknown
-    kind. The worker is the engine's own URL (``knob_serve_listen_host``:``knob_serve_port``)."""
+    kind. The worker is the engine's own URL (``knob_serve_listen_host``:``knob_serve_port``). ``force_restart``: a
+    drain that times out goes on with the restart and counts what was still in flight (``StepResult.forced``)."""
     if not hv.router_url:
         return None
     router = router_for(hv.router_kind, hv.router_url)
@@ -219,6 +224,7 @@ def router_steps(
         max_unavailable=max_unavailable or hv.router_max_unavailable,
         healthy_timeout_s=max(hv.readiness_timeout_s, 30),
         out=out,
+        force=force_restart,
     )
     readmit = ReadmitStep(hv.host, router, worker, clk, healthy_timeout_s=max(hv.readiness_timeout_s, 30), out=out)
     return drain, readmit

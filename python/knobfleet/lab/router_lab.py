@@ -153,6 +153,7 @@ class LabRouter:
                 env=router_env(dict(os.environ), hf_home),
                 start_new_session=True,
                 close_fds=True,
+                cwd=self.dir / "run",  # smg writes smg.pid into its working directory
             )
         self.pid_file.write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         self.wait_healthy(workers, proc, timeout_s)

@@ -89,6 +89,8 @@ class Kind(str, Enum):
     # The ranks of one engine group (knob_engine_groups; live/groups.py): found across hosts, never on one alone.
     GROUP_MISMATCH = "group_mismatch"
     GROUP_RANK_DOWN = "group_rank_down"
+    # Read from the host's router (knob_router_url), not from the host: drift and verify only.
+    OUT_OF_ROUTER = "out_of_router"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -151,6 +153,13 @@ RULES: dict[Kind, Rule] = {
         Action.RESTART,
         False,
         "a rank of an engine group is not running or not joined (its health proves nothing)",
+    ),
+    Kind.OUT_OF_ROUTER: Rule(
+        "error",
+        Action.NONE,
+        True,
+        "the host's router does not list its worker (a rollout took it out and did not put it back): it serves no "
+        "traffic; `knobfleet router readd --limit HOST` or the next apply puts it back",
     ),
 }
 # /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie

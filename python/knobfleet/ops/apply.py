@@ -62,6 +62,7 @@ class HostOutcome:
     committed: bool = False  # the run changed files or restarted the engine: a failure must be restored
     restored: Any = None  # RestoreOutcome when a failure was rolled back
     group: str = ""  # the engine group this host is a rank of ("dsv4-a rank 0"): restarts with its group
+    dropped: int | None = None  # --force-restart: requests still in flight when its drain timed out
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -82,6 +83,8 @@ class HostOutcome:
             out["restored"] = self.restored.as_json()
         if self.group:
             out["group"] = self.group
+        if self.dropped is not None:
+            out["dropped"] = self.dropped
         out["live"] = {"ok": not self.findings, "findings": [f.as_json() for f in self.findings], "seen": self.seen}
         if self.knob_changes or self.diffs:
             out["knob_changes"] = self.knob_changes
@@ -130,6 +133,7 @@ class Options:
     via: str = "auto"
     foreign_dropins: str | None = None  # None: each host's knob_serve_foreign_dropins
     overrides: dict[str, Any] = field(default_factory=dict)
+    force_restart: bool = False  # behind a router: a drain that times out restarts anyway (requests dropped)
 
 
 def _diff_text(d: dict[str, Any], path: str) -> str:
@@ -299,7 +303,7 @@ def apply(
     if slots is None:  # hosts behind a router are drained first and put back once verified (ops/routing.py)
         from knobfleet.ops.routing import paced_serial, router_slots
 
-        slots = None if opts.check else router_slots(hosts)
+        slots = None if opts.check else router_slots(hosts, force_restart=opts.force_restart)
         if slots is not None:  # batches follow the routers' capacity guard unless --serial says otherwise
             serial = paced_serial(hosts, opts.serial, opts.canary)
             if serial != opts.serial:
@@ -487,6 +491,7 @@ class _Rollout:
         try:
             self.checkpoint("slot-before")
             live = []
+            forced: dict[str, tuple[int, str]] = {}
             for h in group:
                 results = [] if self.opts.check else run_slot(self.slots.before, h, "slot-before", before[h])
                 self.journal.add(*results)
@@ -494,6 +499,7 @@ class _Rollout:
                     batch_out[h] = HostOutcome(h, "failed", n, message=f"before the restart: {results[-1].message}")
                 else:
                     live.append(h)
+                    forced.update(_forced(h, results))
             self.checkpoint("install")
             if live:
                 result = ahead if ahead is not None else self.playbook(live, new_run_id())
@@ -519,6 +525,9 @@ class _Rollout:
                     out = batch_out[h]
                     if self.journal.reached(h, "ready") and not self.opts.check:
                         self.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
+            for h, (dropped, why) in forced.items():
+                batch_out[h].dropped = dropped
+                batch_out[h].message = "; ".join(m for m in (batch_out[h].message, why) if m)
             self.outcomes += [batch_out[h] for h in group]
             self.checkpoint("slot-after")
             for h in group:
@@ -604,6 +613,15 @@ class _Rollout:
         restored = [o for o in batch_out.values() if o.restored is not None and o.restored.ok]
         what = f"; restored {len(restored)} host(s) to their previous generation" if restored else ""
         raise interrupts.Interrupted(f"knobfleet: interrupted: no further hosts were touched{what}", self.report())
+
+
+def _forced(host: str, results: list[Any]) -> dict[str, tuple[int, str]]:
+    """The drain of ``host`` that timed out and went on under --force-restart: {host: (dropped, its line)}."""
+    for r in results:
+        d = getattr(r, "detail", None)
+        if getattr(d, "forced", False):
+            return {host: (int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", "")))}
+    return {}
 
 
 def speculative(

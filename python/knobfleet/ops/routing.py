@@ -88,9 +88,12 @@ def paced_serial(hosts: Sequence[HostVars], serial: str | None, canary: bool = F
     return serial
 
 
-def router_slots(hosts: Sequence[HostVars], max_unavailable: str | None = None) -> Slots | None:
+def router_slots(
+    hosts: Sequence[HostVars], max_unavailable: str | None = None, force_restart: bool = False
+) -> Slots | None:
     """The drain/readmit slots of the hosts routers front, or None when none is. A unit whose stop timeout does
-    not cover the drain is refused before anything changes (one line per host, the first shown)."""
+    not cover the drain is refused before anything changes (one line per host, the first shown).
+    ``force_restart``: a drain that times out restarts the engine anyway, counting the requests dropped."""
     problems = [p for hv in hosts if hv.router_url for p in [stop_covers_drain(hv)] if p]
     if problems:
         raise UsageError(problems[0] + (f" (and {len(problems) - 1} more host(s))" if len(problems) > 1 else ""))
@@ -98,7 +101,7 @@ def router_slots(hosts: Sequence[HostVars], max_unavailable: str | None = None) 
     drains: dict[str, Any] = {}
     readmits: dict[str, Any] = {}
     for hv in hosts:
-        pair = router_steps(hv, out, max_unavailable=max_unavailable)
+        pair = router_steps(hv, out, max_unavailable=max_unavailable, force_restart=force_restart)
         if pair is not None:
             drains[hv.host], readmits[hv.host] = pair
     if not drains:

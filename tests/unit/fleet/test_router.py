@@ -246,16 +246,36 @@ def test_drain_waits_for_zero_twice_then_undo_puts_it_back() -> None:
     assert router.workers["http://h1:1"] is False and router.calls[-3:] == ["list", "add http://h1:1", "list"]
 
 
-def test_drain_timeout_is_one_line_and_undo_readmits() -> None:
+def test_drain_timeout_is_one_line_and_puts_the_worker_back() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     step = DrainStep("lab1", router, "http://h1:1", counts(3), FakeClock(), drain_timeout_s=2, poll_s=0.5)
     res = step.do()
-    assert res.outcome is Outcome.DRAIN_TIMEOUT and not res.in_router and res.inflight == 3
+    assert res.outcome is Outcome.DRAIN_TIMEOUT and res.in_router and res.inflight == 3
     assert res.message == (
         "http://h1:1: 3 request(s) still in flight after the drain timeout (2s); raise knob_drain_timeout or use "
         "--force-restart"
     )
+    assert "http://h1:1" in router.workers and step.out == set(), "a failed drain puts its worker back itself"
     assert step.undo().ok and "http://h1:1" in router.workers
+
+
+def test_force_restart_goes_on_after_the_timeout_and_counts_what_it_drops() -> None:
+    router = MemRouter({"http://h1:1": True, "http://h2:1": True})
+    clock = FakeClock()
+    step = DrainStep("lab1", router, "http://h1:1", counts(4, 3), clock, drain_timeout_s=2, poll_s=0.5, force=True)
+    res = step.do()
+    assert (res.outcome, res.forced, res.inflight, res.in_router) == (Outcome.OK, True, 3, False)
+    assert res.message == (
+        "http://h1:1: 3 request(s) still in flight after the drain timeout (2s); restarted anyway (--force-restart): "
+        "3 dropped"
+    )
+    assert "http://h1:1" not in router.workers and step.out == {"http://h1:1"}  # readmitted after the restart
+
+
+def test_force_restart_changes_nothing_when_the_drain_finishes() -> None:
+    router = MemRouter({"http://h1:1": True, "http://h2:1": True})
+    res = DrainStep("lab1", router, "http://h1:1", counts(1, 0, 0), FakeClock(), drain_timeout_s=30, force=True).do()
+    assert (res.outcome, res.forced, res.inflight) == (Outcome.OK, False, 0)
 
 
 @pytest.mark.parametrize(
@@ -302,7 +322,15 @@ def test_drain_engine_metrics_unreadable() -> None:
 
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     res = DrainStep("lab1", router, "http://h1:1", broken, FakeClock()).do()
-    assert res.outcome is Outcome.ENGINE_METRICS and not res.in_router
+    assert res.outcome is Outcome.ENGINE_METRICS and res.in_router and "http://h1:1" in router.workers
+
+
+def test_a_failed_drain_that_cannot_put_its_worker_back_says_so() -> None:
+    router = MemRouter({"http://h1:1": True, "http://h2:1": True})
+    router.fail["add"] = RouterError(Outcome.UNREACHABLE, "http://r: unreachable")
+    res = DrainStep("lab1", router, "http://h1:1", counts(3), FakeClock(), drain_timeout_s=1, poll_s=0.5).do()
+    assert res.outcome is Outcome.DRAIN_TIMEOUT and not res.in_router
+    assert res.message.endswith("; putting it back failed too: http://r: unreachable")
 
 
 def test_drain_respects_the_rollouts_shared_out_set() -> None:

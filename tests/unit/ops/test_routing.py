@@ -120,6 +120,37 @@ def test_a_failed_restart_restores_then_puts_the_worker_back(profile: Any, route
     assert i_restore > door.log.index("play apply.yml h1")
 
 
+@pytest.mark.parametrize(
+    ("force", "statuses", "dropped"),
+    [(False, ["failed", "not-run"], [None, None]), (True, ["applied", "applied"], [2, None])],
+    ids=["drain-timeout-fails-the-host", "force-restart-restarts-and-counts"],
+)
+def test_a_drain_that_times_out(
+    profile: Any, router: MemRouter, monkeypatch: pytest.MonkeyPatch, force: bool, statuses: list[str],
+    dropped: list[int | None],
+) -> None:  # fmt: skip
+    """h1's engine keeps 2 requests in flight past knob_drain_timeout: without --force-restart h1 fails and stays in
+    service on its old generation; with it, h1 is restarted anyway, put back, and its 2 dropped requests counted."""
+    monkeypatch.setattr(
+        router_kinds, "engine_inflight", lambda url, engine: (lambda: 2) if "127.0.1.1" in url else (lambda: 0)
+    )
+    hv = hosts(2)
+    door = FakeHosts({h.host: Host() for h in hv})
+    report = apply(profile, hv, door, Options(serial="1", force_restart=force))  # type: ignore[arg-type]
+    assert [o.status for o in report.hosts] == statuses, [o.message for o in report.hosts]
+    assert [o.dropped for o in report.hosts] == dropped
+    assert door.hosts["h1"].current == (4 if force else 3)
+    assert "http://127.0.1.1:30000" in router.workers, "a host is never left out of its router"
+    if force:
+        assert "restarted anyway (--force-restart): 2 dropped" in report.hosts[0].message
+        assert report.hosts[0].as_json()["dropped"] == 2
+        from knobfleet.report import apply_summary
+
+        assert "--force-restart dropped 2 request(s) on 1 host(s)" in apply_summary(report)
+    else:
+        assert "raise knob_drain_timeout or use --force-restart" in report.hosts[0].message
+
+
 def test_the_last_healthy_worker_is_never_taken_out(profile: Any, router: MemRouter) -> None:
     router.workers = {"http://127.0.1.1:30000": True, "http://127.0.1.2:30000": False}  # h2 unhealthy already
     router.healthy_after = 10**6
