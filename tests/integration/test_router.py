@@ -125,6 +125,29 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
     assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
 
 
+def test_a_worker_left_out_is_drift_and_router_readd_puts_it_back(rfleet: Fleet) -> None:
+    """What a killed rollout leaves: lab3's worker removed from the real router by hand. `drift` names it
+    (out_of_router, exit 2) from the router's own list, `router status` shows it OUT, `router readd` puts it back
+    once its engine answers, and drift is clean again."""
+    router = SGLangRouter(LabRouter(rfleet.lab.dir).url)
+    worker = f"http://{LabHost(3).address}:30000"
+    router.remove(worker)
+    try:
+        drifted = rfleet.knobfleet("drift", "--json")
+        assert drifted.returncode == 2, drifted.stdout + drifted.stderr
+        hosts = {h["host"]: h for h in json.loads(drifted.stdout)["hosts"]}
+        assert [f["kind"] for f in hosts["lab3"]["findings"]] == ["out_of_router"]
+        assert hosts["lab1"]["status"] == hosts["lab2"]["status"] == "in_sync"
+        status = rfleet.knobfleet("router", "status")
+        assert status.returncode == 2 and "OUT: not listed" in status.stdout, status.stdout + status.stderr
+    finally:
+        readd = rfleet.knobfleet("router", "readd", "--yes")
+    assert readd.returncode == 0 and "lab3: " in readd.stdout, readd.stdout + readd.stderr
+    assert worker in {w.url for w in router.list_workers() if w.healthy}
+    clean = rfleet.knobfleet("drift", "--json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
 def test_a_rolling_apply_and_a_rollback_under_load_drop_no_request(rfleet: Fleet) -> None:
     rolling_apply_and_rollback(rfleet, by_url=True)
 

@@ -27,6 +27,7 @@ COMMANDS = (
     "apply",
     "drift",
     "history",
+    "router",
     "bench",
     "telemetry",
     "kernel",

@@ -69,6 +69,7 @@ def _check_once(
         import time
 
         head += f" · round {watch_round} at {time.strftime('%H:%M:%S')}"
+    routers: dict[str, str] = {}  # routers that could not be read: URL -> why
     with StatusLine(enabled=text, what=args.command, total=len(names), forks=forks) as status:
         if text:
             status.write(("\n" if watch_round and watch_round > 1 else "") + report.drift_head(head, names))
@@ -78,6 +79,7 @@ def _check_once(
             on_event=status.event,
             save_probes=Path(args.save_probes) if args.save_probes else None,
             liveness=args.command == "verify",
+            routers=routers,
         ):
             verdicts.append(v)
             status.done(v.status)
@@ -87,6 +89,10 @@ def _check_once(
                 status.write(report.drift_rows(v, names))
     verdicts.sort(key=lambda v: order[v.host])
     summary = verify.summary(verdicts)
+    if routers:
+        summary = {**summary, "routers_unreadable": routers}
+        for url, why in sorted(routers.items()):
+            common.err(f"warning: router {url} could not be read ({why}): whether its hosts are in it is unknown")
     if watch_round is not None:
         summary = {**summary, "round": watch_round}
     code = verify.exit_code(verdicts)

@@ -55,6 +55,7 @@ class ReadHost:
     engine: str | None = None
     profile: str | None = None
     group: dict[str, Any] | None = None  # the engine group this host is a rank of (groups.EngineGroup as JSON)
+    router: dict[str, str] | None = None  # the router that fronts it: {"kind", "url", "worker"} (knob_router_*)
 
 
 class LazyRules(Mapping[str, dict[str, Any]]):
@@ -116,7 +117,8 @@ def from_hostvars(hv: HostVars) -> ReadHost:
     from knobfleet.fleet.probe import probe_args
 
     group = asdict(hv.group) if hv.group is not None else None
-    return ReadHost(hv.host, hv.address, dict(hv.connection), probe_args(hv), hv.engine, hv.profile, group)
+    router = {"kind": hv.router_kind, "url": hv.router_url, "worker": hv.base_url} if hv.router_url else None
+    return ReadHost(hv.host, hv.address, dict(hv.connection), probe_args(hv), hv.engine, hv.profile, group, router)
 
 
 def plan_from_hostvars(hosts: Sequence[HostVars]) -> ReadPlan:
@@ -182,6 +184,7 @@ def from_json(text: str) -> ReadPlan:
             h.get("engine"),
             h.get("profile"),
             h.get("group"),
+            h.get("router"),
         )
         for h in data["hosts"]
     ]

@@ -159,7 +159,7 @@ RULES: dict[Kind, Rule] = {
         Action.NONE,
         True,
         "the host's router does not list its worker (a rollout took it out and did not put it back): it serves no "
-        "traffic; `knobfleet router readd --limit HOST` or the next apply puts it back",
+        "traffic; `knobfleet router readd --limit HOST` puts it back",
     ),
 }
 # /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie

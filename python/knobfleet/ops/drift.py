@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hosts import Hosts, door
-from knobfleet.live.verify import Declared, HostVerdict, unreachable, verify_host
+from knobfleet.live.verify import Declared, Finding, HostVerdict, unreachable, verify_host
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hosts import Outcome
@@ -71,10 +71,14 @@ def stream(
     via: str = "auto",
     forks: int | None = None,
     liveness: bool = False,
+    routers: dict[str, str] | None = None,
 ) -> Iterator[HostVerdict]:
     """Each host's verdict as its probe arrives (at most ``forks`` hosts probed at once). Nothing but the verdict
     is kept of a host once it is yielded: its probe document is dropped (or saved to ``save_probes``).
-    ``liveness`` (verify): engines whose health check does not generate also get a one-token completion."""
+    ``liveness`` (verify): engines whose health check does not generate also get a one-token completion.
+    Hosts a router fronts are also looked up in its worker list, read once per router while the probes run: a
+    worker it does not list is an ``out_of_router`` finding; a router that cannot be read is put in ``routers``
+    (URL -> one line) and its hosts judged without it."""
     import dataclasses
 
     hosts = [
@@ -89,12 +93,88 @@ def stream(
         save_probes.mkdir(parents=True, exist_ok=True)
     gate = door(inventory, via, forks)
     ranks = _Ranks(plan, hosts)
-    for o in gate.stream(hosts, on_event) if hosts else ():
-        if save_probes is not None and o.doc is not None:
-            import json
+    lists = RouterLists.start(hosts)
+    try:
+        for o in gate.stream(hosts, on_event) if hosts else ():
+            if save_probes is not None and o.doc is not None:
+                import json
 
-            write_atomic(save_probes / f"{o.host}.json", json.dumps(o.doc, indent=1, sort_keys=True) + "\n")
-        yield from ranks.add(by_name[o.host], o, _verdict(plan, by_name[o.host], o, cache))
+                write_atomic(save_probes / f"{o.host}.json", json.dumps(o.doc, indent=1, sort_keys=True) + "\n")
+            verdict = _verdict(plan, by_name[o.host], o, cache)
+            if lists is not None:
+                verdict = lists.judge(by_name[o.host], verdict)
+            yield from ranks.add(by_name[o.host], o, verdict)
+    finally:
+        if lists is not None:
+            lists.close()
+            if routers is not None:
+                routers.update(lists.problems)
+
+
+class RouterLists:
+    """The worker list of every router that fronts a host being read, each read once in its own thread as soon
+    as the read starts (a router answers while the hosts' probes run)."""
+
+    def __init__(self, routers: set[tuple[str, str]]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=min(len(routers), 8), thread_name_prefix="router")
+        self.futures = {url: self.pool.submit(_listed, kind, url) for kind, url in sorted(routers)}
+        self.problems: dict[str, str] = {}
+
+    @classmethod
+    def start(cls, hosts: list[ReadHost]) -> RouterLists | None:
+        routers = {(h.router["kind"], h.router["url"]) for h in hosts if h.router}
+        return cls(routers) if routers else None
+
+    def judge(self, host: ReadHost, verdict: HostVerdict) -> HostVerdict:
+        """``verdict`` with an ``out_of_router`` finding when the host's router does not list its worker."""
+        if host.router is None or verdict.status not in ("in_sync", "drift"):
+            return verdict
+        listed = self.futures[host.router["url"]].result()
+        if isinstance(listed, str):
+            self.problems[host.router["url"]] = listed
+            return verdict
+        found = out_of_router(host.host, host.router, listed)
+        if found is None:
+            return verdict
+        import dataclasses
+
+        return dataclasses.replace(verdict, status="drift", findings=[*verdict.findings, found])
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _listed(kind: str, url: str) -> set[str] | str:
+    """The worker URLs ``url`` lists, or why it cannot be read (one line)."""
+    from knobfleet.fleet.router import RouterError
+    from knobfleet.fleet.router_kinds import router_for
+
+    try:
+        return {w.url for w in router_for(kind, url).list_workers()}
+    except RouterError as exc:
+        return str(exc)
+
+
+def out_of_router(host: str, router: dict[str, str], listed: set[str]) -> Finding | None:
+    """The ``out_of_router`` finding of ``host`` when its worker (``router["worker"]``) is not among ``listed``,
+    the URLs its router lists; None when it is. Pure."""
+    from knobfleet.fleet.router import normalize_url
+    from knobfleet.module_utils.knob_live import RULES, Kind
+
+    worker = normalize_url(router["worker"])
+    if worker in listed:
+        return None
+    rule = RULES[Kind.OUT_OF_ROUTER]
+    return Finding(
+        Kind.OUT_OF_ROUTER,
+        f"{router['url']} does not list {worker} among its {len(listed)} worker(s): it sends this host no traffic; "
+        f"`knobfleet router readd --limit {host}` puts it back",
+        rule.severity,
+        rule.action,
+        expected=worker,
+    )
 
 
 class _Ranks:

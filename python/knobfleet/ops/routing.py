@@ -107,3 +107,87 @@ def router_slots(
     if not drains:
         return None
     return Slots(before=[RouterSlot("drain", drains)], after=[RouterSlot("readmit", readmits)])
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One routed host as its router sees it: listed or not, healthy or not (``error``: the router's one line)."""
+
+    host: str
+    router: str
+    worker: str
+    listed: bool = False
+    healthy: bool = False
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"host": self.host, "router": self.router, "worker": self.worker, "listed": self.listed,
+                "healthy": self.healthy, "error": self.error}  # fmt: skip
+
+
+def worker_states(hosts: Sequence[HostVars]) -> list[WorkerState]:
+    """Every routed host of ``hosts`` as its router lists it (each router read once), in the order given."""
+    from knobfleet.fleet.router import RouterError, normalize_url
+    from knobfleet.fleet.router_kinds import router_for
+
+    listed: dict[str, dict[str, bool] | str] = {}
+    for hv in hosts:
+        if hv.router_url and hv.router_url not in listed:
+            try:
+                listed[hv.router_url] = {
+                    w.url: w.healthy for w in router_for(hv.router_kind, hv.router_url).list_workers()
+                }
+            except RouterError as exc:
+                listed[hv.router_url] = str(exc)
+    out = []
+    for hv in hosts:
+        if not hv.router_url:
+            continue
+        got, worker = listed[hv.router_url], normalize_url(hv.base_url)
+        if isinstance(got, str):
+            out.append(WorkerState(hv.host, hv.router_url, worker, error=got))
+        else:
+            out.append(WorkerState(hv.host, hv.router_url, worker, worker in got, got.get(worker, False)))
+    return out
+
+
+def readd(hosts: Sequence[HostVars], engine_ready: Any = None) -> list[tuple[str, bool, str]]:
+    """Put back every routed host of ``hosts`` its router does not list (what an interrupted rollout left out),
+    one at a time, each only once its engine answers its health check: (host, ok, one line) per host out.
+    Hosts already listed are left alone. ``engine_ready(hv)``: None when ready, else why not (default: HTTP)."""
+    from knobfleet.fleet.router_kinds import router_steps
+
+    ready = engine_ready or _engine_ready
+    by_name = {hv.host: hv for hv in hosts}
+    done: list[tuple[str, bool, str]] = []
+    for state in worker_states(hosts):
+        if state.error is not None:
+            done.append((state.host, False, state.error))
+            continue
+        if state.listed:
+            continue
+        hv = by_name[state.host]
+        why = ready(hv)
+        if why is not None:
+            done.append(
+                (hv.host, False, f"not put back: its engine is not ready ({why}); fix it first (knobfleet verify)")
+            )
+            continue
+        pair = router_steps(hv, set())
+        assert pair is not None  # routed: worker_states lists only hosts with a router
+        result = pair[1].do()
+        done.append((hv.host, result.ok, result.message))
+    return done
+
+
+def _engine_ready(hv: HostVars) -> str | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(hv.health_url, timeout=10) as resp:
+            return None if resp.status == 200 else f"{hv.health_url}: HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return f"{hv.health_url}: HTTP {exc.code}"
+    except OSError as exc:
+        return f"{hv.health_url}: {getattr(exc, 'reason', exc)}"
