@@ -231,7 +231,7 @@ def apply_summary(result: Any) -> str:
         for s in ("applied", "unchanged", "failed", "refused", "rolled-back", "not-run", "pending", "in-sync")
     }
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    forced = [h for h in result.hosts if h.dropped is not None]
+    forced = [h for h in result.hosts if getattr(h, "dropped", None) is not None]
     if forced:
         dropped = sum(h.dropped or 0 for h in forced)
         summary += f"; --force-restart dropped {dropped} request(s) on {len(forced)} host(s)"

@@ -25,6 +25,8 @@ class FileInfo(_FileRequired, total=False):
     mode: str  # "0755"
     owner: str
     group: str
+    uid: int  # compared with the generation's recorded owner (file_access_changed)
+    gid: int
     mtime: float
     size: int
     truncated: bool

@@ -169,15 +169,17 @@ def lstat(path: str) -> os.stat_result:
         os.close(dfd)
 
 
-def same_content(path: str, data: bytes) -> bool:
-    """Whether the file at ``path`` is a single-link regular file holding exactly ``data``. Compared by size
-    first: a larger file, a FIFO or a device is read not at all (it simply differs), so an oversized or special
-    file there can always be replaced."""
+def same_content(path: str, data: bytes, access: tuple[int, int, int] | None = None) -> bool:
+    """Whether the file at ``path`` is a single-link regular file holding exactly ``data`` (and, with ``access``
+    = (mode, uid, gid), with exactly that mode and owner). Compared by size first: a larger file, a FIFO or a
+    device is read not at all (it simply differs), so an oversized or special file there can always be replaced."""
     try:
         st = lstat(path)
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size != len(data):
+        return False
+    if access is not None and (st.st_mode & 0o7777, st.st_uid, st.st_gid) != access:
         return False
     try:
         return read_stat(path, max(len(data), 1), single_link=True)[0] == data

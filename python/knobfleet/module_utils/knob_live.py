@@ -73,6 +73,7 @@ STALE_TOLERANCE_S = 1.0
 class Kind(str, Enum):
     FILE_CHANGED = "file_changed"
     FILE_MISSING = "file_missing"
+    FILE_ACCESS_CHANGED = "file_access_changed"
     DROPIN_PRESENT = "dropin_present"
     DAEMON_RELOAD_NEEDED = "daemon_reload_needed"
     STALE_PROCESS = "stale_process"
@@ -126,6 +127,9 @@ class Rule(NamedTuple):
 RULES: dict[Kind, Rule] = {
     Kind.FILE_CHANGED: Rule("error", Action.INSTALL, False, "a managed file differs from the generation"),
     Kind.FILE_MISSING: Rule("error", Action.INSTALL, False, "a managed file is gone"),
+    Kind.FILE_ACCESS_CHANGED: Rule(
+        "error", Action.INSTALL, False, "a managed file has the right content but another mode or owner"
+    ),
     Kind.DROPIN_PRESENT: Rule("warning", Action.REFUSE, True, "a drop-in knobfleet did not write changes the unit"),
     Kind.DAEMON_RELOAD_NEEDED: Rule("warning", Action.DAEMON_RELOAD, False, "systemd runs an older unit file"),
     Kind.STALE_PROCESS: Rule("error", Action.RESTART, False, "the engine started before its files changed"),
@@ -157,7 +161,7 @@ RULES: dict[Kind, Rule] = {
     Kind.OUT_OF_ROUTER: Rule(
         "error",
         Action.NONE,
-        True,
+        False,
         "the host's router does not list its worker (a rollout took it out and did not put it back): it serves no "
         "traffic; `knobfleet router readd --limit HOST` puts it back",
     ),
@@ -189,6 +193,8 @@ def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None
         if isinstance(want, dict) and want.get("path"):
             copy = stored.get(want.get("name", "")) or {}
             files[key] = {"path": want["path"], "sha256": want.get("sha256"), "content": copy.get("content")}
+            if all(isinstance(want.get(k), int) for k in ("mode", "uid", "gid")):  # recorded since 0.x: compared
+                files[key]["access"] = [want["mode"], want["uid"], want["gid"]]
     script = (files.get("script") or {}).get("content") or ""
     env, argv = script_env_argv(script) if script else ({}, [])
     profile = {k: meta.get(k) for k in ("profile", "version", "hash")}
@@ -347,6 +353,28 @@ def _files(doc: dict[str, Any], expected: dict[str, Any], out: list[dict[str, An
                     else None,
                 )
             )
+        elif want.get("access") and _access(have) not in (None, tuple(want["access"])):
+            mode, uid, gid = want["access"]
+            got = _access(have)
+            assert got is not None
+            out.append(
+                finding(
+                    Kind.FILE_ACCESS_CHANGED,
+                    "%s is mode %04o owner %d:%d; %s installed it mode %04o owner %d:%d (a chmod or chown by hand?)"
+                    % (want["path"], got[0], got[1], got[2], where, mode, uid, gid),
+                    path=want["path"],
+                    expected="%04o %d:%d" % (mode, uid, gid),
+                    actual="%04o %d:%d" % got,
+                )
+            )
+
+
+def _access(have: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(mode, uid, gid) of a probed file, None when the probe did not report them (an older probe)."""
+    try:
+        return int(str(have["mode"]), 8), int(have["uid"]), int(have["gid"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _stale(doc: dict[str, Any], main: dict[str, Any], out: list[dict[str, Any]]) -> None:

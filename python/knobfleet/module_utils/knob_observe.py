@@ -137,6 +137,8 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
         "mode": "%04o" % (st.st_mode & 0o7777),
         "owner": owner,
         "group": group,
+        "uid": st.st_uid,
+        "gid": st.st_gid,
         "mtime": st.st_mtime,
         "size": st.st_size,
     }

@@ -76,9 +76,10 @@ def stream(
     """Each host's verdict as its probe arrives (at most ``forks`` hosts probed at once). Nothing but the verdict
     is kept of a host once it is yielded: its probe document is dropped (or saved to ``save_probes``).
     ``liveness`` (verify): engines whose health check does not generate also get a one-token completion.
-    Hosts a router fronts are also looked up in its worker list, read once per router while the probes run: a
-    worker it does not list is an ``out_of_router`` finding; a router that cannot be read is put in ``routers``
-    (URL -> one line) and its hosts judged without it."""
+    With ``routers`` (a dict: ``drift`` and ``verify`` pass one; a rollout's own checks do not, since it takes hosts
+    out on purpose), hosts a router fronts are also looked up in its worker list, read once per router while the
+    probes run: a worker it does not list is an ``out_of_router`` finding; a router that cannot be read is put in
+    ``routers`` (URL -> one line) and its hosts judged without it."""
     import dataclasses
 
     hosts = [
@@ -93,7 +94,7 @@ def stream(
         save_probes.mkdir(parents=True, exist_ok=True)
     gate = door(inventory, via, forks)
     ranks = _Ranks(plan, hosts)
-    lists = RouterLists.start(hosts)
+    lists = RouterLists.start(hosts) if routers is not None else None
     try:
         for o in gate.stream(hosts, on_event) if hosts else ():
             if save_probes is not None and o.doc is not None:

@@ -765,8 +765,11 @@ def commit(module, store, p):
     except FileNotFoundError:
         module.fail_json(msg="staged files missing in %s; the stage action must run first" % store.staging)
     want = {"script": hashlib.sha256(script).hexdigest(), "unit": hashlib.sha256(unit).hexdigest()}
-    # What is installed is compared, never read whole: an oversized file, a FIFO or a device there differs.
-    files_differ = not (same_content(p["script_path"], script) and same_content(p["unit_path"], unit))
+    # What is installed is compared, never read whole: an oversized file, a FIFO or a device there differs; so
+    # does a right file with another mode or owner (a chmod by hand is drift, repaired by a new generation).
+    mode, gid = script_access(module, p, script)
+    files_differ = not (same_content(p["script_path"], script, (mode, 0, gid))
+                        and same_content(p["unit_path"], unit, (UNIT_MODE, 0, 0)))
     current = store.current()
     profile = p["profile"] or {}
     current_hash = None
@@ -795,7 +798,6 @@ def commit(module, store, p):
         result["changed"] = True
         return result
     number = store.next_number()
-    mode, gid = script_access(module, p, script)
     meta = {
         "generation": number, "status": "installing", "profile": profile.get("name"),
         "version": profile.get("version"), "hash": profile.get("hash"),

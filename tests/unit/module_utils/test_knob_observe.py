@@ -53,6 +53,8 @@ def test_file_info_of_a_regular_file(tmp_path: Path) -> None:
         "exists": True,
         "sha256": hashlib.sha256(b"#!/bin/bash\nexec x\n").hexdigest(),
         "mode": "0750",
+        "uid": f.stat().st_uid,
+        "gid": f.stat().st_gid,
         "owner": "root",
         "group": "root",
         "mtime": f.stat().st_mtime,

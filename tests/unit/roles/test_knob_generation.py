@@ -429,6 +429,25 @@ def test_commit_of_unchanged_files_asks_the_live_rule(host: Host, monkeypatch: p
     assert host.generations() == ["0000", "0001"]
 
 
+@pytest.mark.parametrize(
+    "by_hand",
+    [lambda h: h.script.chmod(0o777), lambda h: h.unit.chmod(0o600), lambda h: os.chown(h.unit, 0, 1)],
+    ids=["chmod-script", "chmod-unit", "chgrp-unit"],
+)
+def test_commit_of_right_files_with_another_mode_or_owner_stores_a_generation(host: Host, by_hand: Any) -> None:
+    """A chmod or chown by hand is drift (file_access_changed): the next apply installs a new generation, which
+    puts the recorded mode and owner back."""
+    host.hand_written()
+    host.apply(1)
+    by_hand(host)
+    host.call("begin")
+    host.stage(script(1), unit(1))
+    res = host.call("commit", profile=profile(1))
+    assert (res["changed"], res["generation"], res["files_changed"]) == (True, 2, True)
+    assert (mode(host.script), mode(host.unit)) == (0o755, 0o644)
+    assert (host.unit.stat().st_uid, host.unit.stat().st_gid) == (0, 0)
+
+
 def test_commit_of_the_same_files_under_another_profile_hash_stores_a_generation(host: Host) -> None:
     host.hand_written()
     host.apply(1)
