@@ -4,6 +4,8 @@ declaration (one declaration, every member sees it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from knobfleet.errors import RenderError
@@ -82,3 +84,35 @@ def test_bad_declarations_are_one_line_each(decl: object, message: str) -> None:
     with pytest.raises(GroupError) as info:
         hosts(decl)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_render_vars_carries_each_ranks_flags_for_plain_ansible_playbook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`render --what vars -i INV`: the extra vars a plain ansible-playbook needs, knob_serve_groups included (the
+    role's vars/main.yml reads each rank's flags from it), so a rank renders its own --node-rank there too."""
+    import yaml
+
+    from knobfleet import cli
+
+    inv = tmp_path / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    hosts_yml = "".join(
+        f"    {h}:\n      ansible_host: {a}\n      knob_serve_listen_host: {a}\n" for h, a in ADDR.items()
+    )
+    (inv / "hosts.yml").write_text("all:\n  hosts:\n" + hosts_yml)
+    (inv / "group_vars" / "all" / "groups.yml").write_text(yaml.safe_dump({"knob_engine_groups": DECL}))
+    assert cli.run(["render", "ctas512", "--what", "vars", "-i", str(inv)]) == 0
+    loader = type("L", (yaml.SafeLoader,), {})
+    loader.add_constructor("!unsafe", lambda ld, node: ld.construct_scalar(node))  # type: ignore[arg-type]
+    doc = yaml.load(capsys.readouterr().out, Loader=loader)
+    groups = doc["knob_serve_groups"]
+    assert sorted(groups) == ["a", "b"], "c is in no group"
+    assert groups["b"]["name"] == "g" and groups["b"]["hosts"] == ["a", "b"]
+    assert groups["b"]["args"] == {"nnodes": "2", "node-rank": "1", "dist-init-addr": "127.0.2.1:5100"}
+    assert doc["knob_serve_profile"]["name"] == "ctas512"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "hosts.yml").write_text("all:\n  hosts:\n    c:\n      ansible_host: 127.0.2.3\n")
+    assert cli.run(["render", "ctas512", "--what", "vars", "-i", str(plain)]) == 0
+    assert "knob_serve_groups" not in capsys.readouterr().out

@@ -14,12 +14,12 @@ from knobfleet.errors import EXIT_OK, KnobfleetError
 
 def cmd_render(args: argparse.Namespace) -> int:
     from knobfleet import report
+    from knobfleet.cli.common import inventory
     from knobfleet.ops import profiles as app
 
     if args.what == "vars":
-        sys.stdout.write(app.render_vars(args.profile))
+        sys.stdout.write(app.render_vars(args.profile, inventory(args)))
         return EXIT_OK
-    from knobfleet.cli.common import inventory
 
     rendered = app.render(args.profile, inventory(args), args.host)
     if args.json:
@@ -102,8 +102,8 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "--what",
         choices=["script", "unit", "env", "argv", "vars"],
         default="script",
-        help="what to print: script, unit, env, argv, or vars: the profile and its engine as extra vars "
-        "(tagged !unsafe) for plain ansible-playbook (-e @FILE)",
+        help="what to print: script, unit, env, argv, or vars: the profile, its engine and the inventory's engine "
+        "groups (knob_serve_groups) as extra vars (tagged !unsafe) for plain ansible-playbook (-e @FILE)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_render)

@@ -386,7 +386,7 @@ class _Rollout:
                         # names the controller knows are secret beyond the inventory's own (vault-sourced values)
                         "knob_serve_secret_vaulted": {h: list(self.by_name[h].secret_env) for h in group},
                         **(
-                            {"knob_serve_groups": ranks.role_vars(self.groups, self.rendered, self.engine.name)}
+                            {"knob_serve_groups": ranks.role_vars(self.groups, self.engine.name, self.rendered)}
                             if self.groups
                             else {}
                         ),

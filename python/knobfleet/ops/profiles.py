@@ -62,14 +62,24 @@ def _hosts(inventory: Path | None, limit: str | None) -> list[Any]:
     return hosts(inventory, limit)
 
 
-def render_vars(profile_name: str) -> str:
-    """``render --what vars``: the profile and its engine as the role's extra vars (YAML, strings !unsafe)."""
+def render_vars(profile_name: str, inventory: Path | None = None) -> str:
+    """``render --what vars``: the profile and its engine as the role's extra vars (YAML, strings !unsafe), and
+    with ``inventory``, its engine groups' per-rank vars (``knob_serve_groups``: what knobfleet passes to the role
+    so that each rank renders its own --node-rank), so a plain ``ansible-playbook -e @FILE`` renders every host
+    as ``apply`` would."""
     from knobfleet.engines.adapter import engine
     from knobfleet.fleet.runner import dump_vars
     from knobfleet.render import profile_vars
 
     profile = store().resolve(profile_name)
-    unsafe = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": engine(profile.engine).role_vars()}
+    adapter = engine(profile.engine)
+    unsafe: dict[str, Any] = {"knob_serve_profile": profile_vars(profile), "knob_serve_engine": adapter.role_vars()}
+    if inventory is not None:
+        from knobfleet.ops import ranks
+
+        groups = ranks.of(_hosts(inventory, None))
+        if groups:
+            unsafe["knob_serve_groups"] = ranks.role_vars(groups, adapter.name)
     return dump_vars({}, unsafe)
 
 

@@ -14,7 +14,7 @@ Pure: the caller hands in outcomes, rendered state and probe documents."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.groups import EngineGroup, units
@@ -41,15 +41,16 @@ def restart_units(hosts: list[str], groups: Mapping[str, EngineGroup]) -> list[t
     return list(units(hosts, list(groups.values())).units)
 
 
-def role_vars(groups: Mapping[str, EngineGroup], rendered: Mapping[str, Rendered], engine: str) -> dict[str, Any]:
-    """``knob_serve_groups`` for the role: each rank's group name, hosts and per-rank flags."""
+def role_vars(groups: Mapping[str, EngineGroup], engine: str, only: Collection[str] | None = None) -> dict[str, Any]:
+    """``knob_serve_groups`` for the role: each rank's group name, hosts and per-rank flags (of the ranks in
+    ``only``, when given: the hosts this apply rendered)."""
     from knobfleet.groups import rank_flags
 
     return {
         m.host: {"name": g.name, "hosts": g.hosts, "args": rank_flags(g, m.host, engine)}
         for g in groups.values()
         for m in g.members
-        if m.host in rendered
+        if only is None or m.host in only
     }
 
 
