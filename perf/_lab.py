@@ -33,12 +33,12 @@ def boot(n: int) -> tuple[Lab, Path]:
 CPU: list[float] = []  # controller CPU seconds (user + sys of the command and its children) per run()
 
 
-def run(cmd: list[str], ok: tuple[int, ...] = (0,)) -> float:
+def run(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict[str, str] | None = None) -> float:
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     took = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)

@@ -1,5 +1,5 @@
 import sys
 
-from knobfleet.cli import main
+from knobfleet._entry import main
 
 sys.exit(main())

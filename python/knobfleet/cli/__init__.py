@@ -53,6 +53,7 @@ environment:
   KNOBFLEET_VERBOSE=1|2, KNOBFLEET_EXAMPLES=1            as -v / -vv and --examples
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
   KNOBFLEET_INVENTORY_CACHE=0                            re-read the inventory and host views every time
+  KNOBFLEET_HEADSTART=0                                  drift/verify: no probe started before the imports
   KNOBFLEET_VLLM_CACHE                                   where the lab's real vLLM is installed (/var/cache/knobfleet)
   KNOBFLEET_PROMETHEUS                                   load-profile's --prometheus
   ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
@@ -61,8 +62,39 @@ shell completion: pip install 'knobfleet[completion]'; eval "$(register-python-a
 """
 
 
+def _width() -> int:
+    """The help's width as argparse computes it (``shutil.get_terminal_size``), without importing shutil: argparse
+    builds a formatter for every ``add_argument`` and shutil (with bz2, lzma, zlib) cost every command ~5 ms."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return max(columns or 80, 22) - 2
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _width() if width is None else width)
+
+
+class _RawFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """The top parser's: its epilog (exit codes, environment) is laid out by hand."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on a bad command line; here that is 64, so it never reads as "drift found"."""
+    """argparse exits 2 on a bad command line; here that is 64, so it never reads as "drift found". Every parser
+    (and sub-parser) formats its help with ``_Formatter`` unless it asks for another."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         from knobfleet.cli.types import REFUSED
@@ -81,7 +113,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="knobfleet",
         description="Deploy and verify GPU engine knob profiles.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawFormatter,
     )
     parser.add_argument("--version", action="version", version=f"knobfleet {__version__}")
     _global_options(parser, None)

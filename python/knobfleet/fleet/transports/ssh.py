@@ -12,11 +12,13 @@ so a drift right after an apply reuses the apply's connections and vice versa. H
 cannot reach exactly as Ansible would (another connection plugin, a password, become) are reported by
 ``ineligible`` and the caller uses the playbook instead.
 
-Speculative start (``warm_up``, lives here and nowhere else): the argv of every host is saved under
+Speculative start (``warm_up``, lives here and in ``knobfleet.headstart``): the argv of every host is saved under
 ``<state>/cache/fastpath`` keyed by the inventory fingerprint and the module's source; the next command with
 the same key starts those ssh processes first thing, before the slow imports, and ``SshTransport.run`` keeps
 each only if the argv computed from the validated host vars is identical (else it is stopped and started
-again). Reads only, so a wrong guess costs nothing; processes nobody collected are stopped at exit.
+again). Reads only, so a wrong guess costs nothing; processes nobody collected are stopped at exit. The console
+script's entry starts the same processes even earlier, before argparse (``knobfleet.headstart``), for a command line
+it has seen before; ``warm_up`` takes those over when they were started for its key.
 
 Scale: at most ``forks`` ssh processes run at once (``--forks``, else ``KNOBFLEET_FORKS``, else ansible.cfg's
 ``forks``, else 32); each host's process has its own deadline from its own start, so a hung host holds one slot
@@ -41,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
@@ -283,8 +285,12 @@ def iter_function(
         return [*reach, cmd], code is None, key
 
     if plan_key is not None:  # what the next run starts first thing: the hosts it will work on first
+        from knobfleet import headstart
+
         plan = {hv.host: argv_of(hv)[:2] for hv in hosts[:limit]}
         _save_plan(_plan_file(plan_key, source, control_dir), plan)
+        pairs = [(h, a, full) for h, (a, full) in plan.items()]
+        headstart.remember(plan_key, pairs, source, probecache.short_payload(source))
 
     lock = threading.Lock()
     todo = iter(hosts)
@@ -568,9 +574,14 @@ class SshTransport:
         stop_unused()
 
     def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
+        from knobfleet import headstart
+
         stop_unused()
         _EARLY_KEY[0] = key
-        _EARLY.update(start_planned(key, source, forks if forks is not None else default_forks()))
+        # started by the console script's entry, before the imports, for this very command line (Spawned: the part
+        # of Popen the transport uses)
+        early = cast(Started, headstart.take(key))
+        _EARLY.update(early or start_planned(key, source, forks if forks is not None else default_forks()))
 
     def stream(
         self,

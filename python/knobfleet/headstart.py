@@ -1,0 +1,257 @@
+"""The head start of a read-only command, before argparse and the heavy imports: the console script's entry
+(``knobfleet._entry``) calls ``start(argv)`` first thing, and the ssh probes the same command line started last
+time, in the same folder with the same environment, run a few milliseconds after the interpreter is up.
+
+How a command line finds its probes: ``SshTransport.warm_up`` (which runs once the command has parsed its
+arguments and found its inventory) calls ``remember``, which writes one record per command line under
+``$KNOBFLEET_STATE_DIR/cache/headstart`` (else ``~/.cache/knobfleet/headstart``), named by ``recall_key``: the
+digest of the folder, the arguments and the environment variables that change what they mean. The record holds
+the speculative-start plan (each host's ssh argv) and the bytes each process reads on stdin; ``start`` launches
+them. ``SshTransport.warm_up`` then ``take``\\ s them if the plan key it computed is the one they were started
+for, and ``iter_function`` keeps each only if its argv is still the one the validated host vars give (else stops
+it and starts it again), exactly as for the speculative start. Reads only, so a stale record costs a wasted probe,
+never a wrong answer; whatever nobody took is stopped at exit.
+
+Why so spare: this runs before anything else is imported, and each import before the first ``ssh`` delays every
+host's answer (``subprocess`` and ``pathlib`` alone are ~15 ms each here). So: ``os`` and builtins only
+(``marshal`` for the record, ``os.posix_spawnp`` for the processes: ``Spawned`` does what the transport needs of
+a ``Popen``); the rest is imported when the command itself has loaded it anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+import marshal
+import os
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import; only the type checker reads what follows
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+COMMANDS = ("drift", "verify")  # the read-only commands the entry starts probes for
+# What changes which hosts a command line reads, or how it reaches them, besides the arguments and the folder.
+ENV = (
+    "KNOBFLEET_INVENTORY",
+    "KNOBFLEET_LIMIT",
+    "KNOBFLEET_VIA",
+    "KNOBFLEET_FORKS",
+    "KNOBFLEET_HOME",
+    "KNOBFLEET_STATE_DIR",
+    "KNOBFLEET_INVENTORY_CACHE",
+    "ANSIBLE_INVENTORY",
+    "ANSIBLE_CONFIG",
+    "HOME",
+)
+SCHEMA = 1
+
+STARTED: dict[str, tuple[list[str], Spawned]] = {}
+KEY: list[str | None] = [None]  # the plan key of what ``start`` launched
+INVOCATION: list[str | None] = [None]  # this command line's recall key (None: not a command that starts early)
+
+
+def _sha256(data: bytes) -> str:
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.11
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return str(sha256(data).hexdigest())
+
+
+def recall_key(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str | None:
+    """The digest naming this command line's record, or None when it is not one to start early (another command,
+    --help, the playbook path, --watch, which keeps its own interpreters, or ``KNOBFLEET_HEADSTART=0``). Pure."""
+    if not argv or argv[0] not in COMMANDS or env.get("KNOBFLEET_HEADSTART", "1") == "0":
+        return None
+    rest = list(argv[1:])
+    if any(a in ("-h", "--help", "--watch") or a.startswith("--watch=") for a in rest):
+        return None
+    if "--via=ansible" in rest or any(a == "--via" and b == "ansible" for a, b in itertools.pairwise(rest)):
+        return None
+    parts = [cwd, *argv, "\0", *(f"{k}={env.get(k, chr(0))}" for k in ENV)]
+    return _sha256("\n".join(parts).encode("utf-8", "surrogateescape"))[:32]
+
+
+def folder(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    state = env.get("KNOBFLEET_STATE_DIR")
+    if state:
+        return os.path.join(os.path.abspath(state), "cache", "headstart")
+    return os.path.join(os.path.expanduser("~"), ".cache", "knobfleet", "headstart")
+
+
+class Spawned:
+    """An ssh process started with ``os.posix_spawnp``, its stdin written and closed: the part of ``Popen`` the
+    transport uses (``pid``, ``returncode``, ``poll``, ``kill``, ``wait``, ``communicate``, ``stdout``)."""
+
+    def __init__(self, argv: list[str], data: bytes) -> None:
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        r_err, w_err = os.pipe()
+        try:
+            actions = [(os.POSIX_SPAWN_DUP2, r_in, 0), (os.POSIX_SPAWN_DUP2, w_out, 1), (os.POSIX_SPAWN_DUP2, w_err, 2)]
+            self.pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
+        except OSError:
+            for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
+                os.close(fd)
+            raise
+        for fd in (r_in, w_out, w_err):
+            os.close(fd)
+        self.args = argv
+        self.returncode: int | None = None
+        self.stdout: Any = os.fdopen(r_out, "rb", buffering=0)
+        self.stderr: Any = os.fdopen(r_err, "rb", buffering=0)
+        try:
+            view = memoryview(data)
+            while view:  # ssh reads its stdin at once; a payload larger than the pipe's buffer waits for it
+                view = view[os.write(w_in, view) :]
+        except BrokenPipeError:
+            pass  # ssh already exited; its status says why
+        finally:
+            os.close(w_in)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.002)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            import signal
+
+            try:  # noqa: SIM105 (contextlib costs an import here)
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        """Both outputs to their end, then the exit status; ``subprocess.TimeoutExpired`` past ``timeout``."""
+        import selectors
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        chunks: dict[int, list[bytes]] = {self.stdout.fileno(): [], self.stderr.fileno(): []}
+        open_ = [f for f in (self.stdout, self.stderr) if not f.closed]
+        with selectors.DefaultSelector() as sel:
+            for f in open_:
+                sel.register(f, selectors.EVENT_READ)
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    import subprocess
+
+                    raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        sel.unregister(key.fileobj)
+        out, err = (b"".join(chunks[f.fileno()]) if not f.closed else b"" for f in (self.stdout, self.stderr))
+        self.stdout.close()
+        self.stderr.close()
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return out, err
+
+
+def start(argv: Sequence[str]) -> int:
+    """Launch what this command line's record names; how many processes were started (0: none recorded)."""
+    try:
+        key = recall_key(argv, os.getcwd(), os.environ)
+    except OSError:  # the working folder is gone
+        return 0
+    INVOCATION[0] = key
+    if key is None:
+        return 0
+    try:
+        with open(os.path.join(folder(), f"recall-{key}"), "rb") as fh:
+            rec = marshal.load(fh)
+        if rec.get("schema") != SCHEMA:
+            return 0
+        pairs = [(str(h), [str(a) for a in args], bool(whole)) for h, args, whole in rec["pairs"]]
+        full, short, plan_key = bytes(rec["full"]), bytes(rec["short"]), str(rec["plan_key"])
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+    for host, args, whole in pairs:
+        try:
+            STARTED[host] = (args, Spawned(args, full if whole else short))
+        except OSError:
+            continue  # the command starts it again and reports why it cannot
+    KEY[0] = plan_key
+    return len(STARTED)
+
+
+def take(plan_key: str) -> dict[str, tuple[list[str], Spawned]]:
+    """The processes ``start`` launched, if they were started for ``plan_key`` (else they are stopped: {})."""
+    if KEY[0] != plan_key:
+        stop()
+        return {}
+    got = dict(STARTED)
+    STARTED.clear()
+    return got
+
+
+def remember(plan_key: str, pairs: Sequence[tuple[str, list[str], bool]], full: bytes, short: bytes) -> None:
+    """Record, for this command line, the processes the next identical one starts first thing."""
+    key = INVOCATION[0]
+    if key is None:
+        return
+    rec = {"schema": SCHEMA, "plan_key": plan_key, "pairs": [list(p) for p in pairs], "full": full, "short": short}
+    data = marshal.dumps(rec)
+    where = folder()
+    path = os.path.join(where, f"recall-{key}")
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return
+    except OSError:
+        pass
+    try:
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only costs the head start next time
+
+
+def stop() -> None:
+    """Stop what ``start`` launched and nobody took: killed, its pipes closed unread, reaped."""
+    for _argv, proc in STARTED.values():
+        proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+        proc.wait()
+    STARTED.clear()
+
+
+def _at_exit() -> None:
+    stop()
+
+
+import atexit  # noqa: E402  (builtin; registered last so that a failed import above registers nothing)
+
+atexit.register(_at_exit)

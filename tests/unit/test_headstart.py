@@ -1,0 +1,111 @@
+"""knobfleet.headstart: the entry starts, before any heavy import, the ssh probes the same command line started
+last time; the transport takes them only for its own plan key. Real processes (``/bin/sh``, not ssh) in the test's
+own state folder; the record's key depends on everything that changes what a command line reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knobfleet import headstart
+
+ENV = {"HOME": "/root"}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("KNOBFLEET_HEADSTART", raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    headstart.stop()
+    headstart.INVOCATION[0] = headstart.KEY[0] = None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["apply", "ctas512"], ["drift", "--help"], ["verify", "-h"], ["drift", "--watch", "5"],
+     ["drift", "--watch=5"], ["drift", "--via", "ansible"], ["drift", "--via=ansible"]],
+)  # fmt: skip
+def test_only_one_shot_reads_over_ssh_start_early(argv: list[str]) -> None:
+    assert headstart.recall_key(argv, "/x", ENV) is None
+
+
+def test_the_key_follows_the_folder_the_arguments_and_the_environment() -> None:
+    base = headstart.recall_key(["drift", "--json"], "/x", ENV)
+    assert base and base == headstart.recall_key(["drift", "--json"], "/x", dict(ENV))
+    others = {
+        headstart.recall_key(["drift", "--json"], "/y", ENV),
+        headstart.recall_key(["drift", "--json-lines"], "/x", ENV),
+        headstart.recall_key(["verify", "--json"], "/x", ENV),
+        headstart.recall_key(["drift", "--json"], "/x", {**ENV, "KNOBFLEET_INVENTORY": "inv"}),
+        headstart.recall_key(["drift", "--json"], "/x", {**ENV, "ANSIBLE_CONFIG": "a.cfg"}),
+        headstart.recall_key(["drift", "--json"], "/x", {**ENV, "KNOBFLEET_LIMIT": "lab1"}),
+    }
+    assert base not in others and len(others) == 6
+    assert headstart.recall_key(["drift"], "/x", {**ENV, "KNOBFLEET_HEADSTART": "0"}) is None
+
+
+def sh(out: str) -> list[str]:
+    return ["/bin/sh", "-c", f"cat >/dev/null; printf '%s' {out}"]
+
+
+def test_a_remembered_command_line_starts_its_processes_first_thing(isolated: Path) -> None:
+    argv = ["drift", "--json"]
+    assert headstart.start(argv) == 0  # nothing recorded yet
+    headstart.remember("probe:k1", [("lab1", sh("one"), True), ("lab2", sh("two"), False)], b"FULL" * 30000, b"S")
+    assert headstart.start(argv) == 2
+    got = headstart.take("probe:k1")
+    assert sorted(got) == ["lab1", "lab2"] and headstart.STARTED == {}
+    assert [got[h][1].communicate(timeout=10) for h in ("lab1", "lab2")] == [(b"one", b""), (b"two", b"")]
+    assert got["lab1"][1].returncode == 0 and got["lab1"][0] == sh("one")
+
+
+def test_processes_started_for_another_plan_are_stopped_not_taken(isolated: Path) -> None:
+    argv = ["drift"]
+    headstart.start(argv)
+    headstart.remember("probe:old", [("lab1", ["/bin/sh", "-c", "exec sleep 30"], True)], b"x", b"y")
+    assert headstart.start(argv) == 1
+    (proc,) = [p for _a, p in headstart.STARTED.values()]
+    assert headstart.take("probe:new") == {}
+    assert proc.returncode is not None and proc.returncode < 0  # killed, reaped
+    assert headstart.STARTED == {}
+
+
+def test_a_timeout_is_subprocess_s_and_kill_reaps(isolated: Path) -> None:
+    proc = headstart.Spawned(["/bin/sh", "-c", "exec sleep 30"], b"")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=0.2)
+    proc.kill()
+    proc.communicate()
+    assert proc.poll() == -9
+
+
+def test_a_missing_program_raises_oserror_and_leaks_no_descriptor(isolated: Path) -> None:
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        headstart.Spawned(["/nonexistent/ssh"], b"")
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_torn_record_starts_nothing(isolated: Path) -> None:
+    argv = ["drift"]
+    headstart.start(argv)
+    headstart.remember("probe:k", [("lab1", sh("x"), True)], b"x", b"y")
+    (record,) = Path(headstart.folder()).iterdir()
+    record.write_bytes(record.read_bytes()[:10])
+    assert headstart.start(argv) == 0
+
+
+def test_the_entry_imports_nothing_heavy_before_it_starts(isolated: Path) -> None:
+    code = (
+        "import sys; from knobfleet import headstart; headstart.start(['drift']); "
+        "print(sorted(m for m in ('subprocess', 'pathlib', 'typing', 'json', 'argparse') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
