@@ -311,7 +311,8 @@ def apply(
 
                 opts = replace(opts, serial=serial)
     rollout = _Rollout(profile, hosts, _door(inventory, opts), opts, on_event, slots or Slots(), checkpoint)
-    return rollout.run()
+    with interrupts.deferred():  # a signal is acted on at the rollout's step boundaries only
+        return rollout.run()
 
 
 @dataclass
@@ -539,7 +540,7 @@ class _Rollout:
                         o.status, o.message = "failed", f"after the engine was ready: {results[-1].message}"
             self.checkpoint("finish")
         except KeyboardInterrupt:
-            self._interrupted(group, n, batch_out, before, after, later)
+            self._interrupted(group, n, batch_out, before, after, later, ahead)
         if not self.opts.check:
             self.undo([batch_out[h] for h in group], before, after, self.outcomes + later)
         return [batch_out[h] for h in group]
@@ -589,11 +590,18 @@ class _Rollout:
         before: dict[str, list[SlotStep]],
         after: dict[str, list[SlotStep]],
         later: list[HostOutcome],
+        ahead: RunResult | None = None,
     ) -> NoReturn:
         """An interrupt inside a batch: every host of it that started is undone as if it had failed (restored
-        when its engine changed, its slots undone), the rest are not run; then ``Interrupted``."""
+        when its engine changed, its slots undone), the rest are not run; then ``Interrupted``. A host the play
+        started ahead of the pre-check (``ahead``) has started, whatever step the batch itself had reached: its
+        outcome is read from that play."""
         for h in group:
             o = batch_out.get(h)
+            if o is None and ahead is not None and h in ahead.hosts and not self.opts.check and self.engine:
+                o = batch_out[h] = _outcome(
+                    self.by_name[h], self.rendered[h], self.declared, self.engine.rules(), ahead, n, False
+                )  # fmt: skip
             started = bool(before[h]) or o is not None
             if o is None:
                 o = batch_out[h] = HostOutcome(h, "not-run", n, message="not touched: interrupted")

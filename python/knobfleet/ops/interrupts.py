@@ -36,6 +36,7 @@ class Interrupted(KnobfleetError):
 
 class _State:
     depth = 0  # shielded sections entered
+    deferring = 0  # deferred() sections entered: a signal waits for the next checkpoint, wherever it arrives
     pending: int | None = None  # a signal that arrived inside one
     told = False
 
@@ -44,7 +45,7 @@ _state = _State()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _state.depth > 0:
+    if _state.depth > 0 or _state.deferring > 0:
         if _state.pending is None and not _state.told:
             _state.told = True
             sys.stderr.write(
@@ -72,6 +73,21 @@ def handled() -> Iterator[None]:
         for s, h in old.items():
             signal.signal(s, h)
         _state.pending, _state.told = None, False
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """The whole of a run that changes hosts (a rollout, a rollback): a signal never raises where it arrives, only
+    at the run's next ``checkpoint``, its step boundaries, where the run knows what every host has done so far (a
+    ``KeyboardInterrupt`` between two lines of bookkeeping would leave a host changed and reported untouched). A
+    signal after the last boundary is dropped: the run completed and its report says so."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+        if _state.deferring == 0 and _state.depth == 0:
+            _state.pending = None
 
 
 @contextmanager
