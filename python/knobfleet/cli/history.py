@@ -56,10 +56,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         raise KnobfleetError(f"--to {args.to}: generation numbers start at 0")
     target = "the previous good generation" if args.to is None else f"generation {args.to:04d}"
     common.confirm("rollback", f"Roll {len(hosts)} host(s) back to {target}?", len(hosts), args)
-    with interrupts.handled(), Progress(enabled=not args.json) as progress:
-        outcomes = rollback(
-            hosts, fleet.door(inventory, args.via), args.to, break_lock=args.break_lock, on_event=progress
-        )
+    try:
+        with interrupts.handled(), Progress(enabled=not args.json) as progress:
+            outcomes = rollback(
+                hosts, fleet.door(inventory, args.via), args.to, break_lock=args.break_lock, on_event=progress
+            )
+    except interrupts.Interrupted as exc:  # what each host runs now, then the one line and exit 130
+        if exc.report is not None:
+            _out(report.to_json({"hosts": [o.as_json() for o in exc.report]}) if args.json
+                 else report.rollback_report(exc.report))  # fmt: skip
+        raise
     if args.json:
         _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
     else:

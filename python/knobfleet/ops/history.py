@@ -12,6 +12,7 @@ from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
 from knobfleet.module_utils.knob_doc import ProbeDoc
+from knobfleet.ops import interrupts
 from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
 
 
@@ -137,6 +138,9 @@ def _restore_routed(
     for hv in hosts:
         if hv.host not in routed:
             continue
+        if interrupts.pending():  # a signal: the hosts already rolled back stay so, the rest are not touched
+            outcomes.append(RestoreOutcome(hv.host, False, message=NOT_TOUCHED))
+            continue
         drained: list[Any] = []
         results = run_slot(slots.before, hv.host, "slot-before", drained)
         if not all(r.ok for r in results):
@@ -177,7 +181,9 @@ def rollback(
         ranks.restart_units([hv.host for hv in hosts], groups)
     reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
     targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
-    outcomes = _restore_routed(hosts, inventory, targets, break_lock, on_event)
+    with interrupts.deferred():  # a signal is acted on between hosts, never between a drain and its re-add
+        outcomes = _restore_routed(hosts, inventory, targets, break_lock, on_event)
+        signalled = interrupts.pending()
     broken = [o for o in outcomes if not o.ok and o.generation is not None]
     if broken:
         by_name = {hv.host: hv for hv in hosts}
@@ -190,4 +196,14 @@ def rollback(
         lines.append("Bring it back by hand:")
         lines += [manual_steps(by_name[o.host], o.generation) for o in broken]
         raise RestoreFailed("\n".join(lines), outcomes)
+    if signalled:
+        done = sum(o.ok for o in outcomes)
+        left = sum(o.message == NOT_TOUCHED for o in outcomes)
+        raise interrupts.Interrupted(
+            f"knobfleet: interrupted: {done} host(s) rolled back, {left} not touched (run rollback again for them)",
+            outcomes,
+        )
     return outcomes
+
+
+NOT_TOUCHED = "not touched: interrupted"

@@ -93,13 +93,14 @@ def deferred() -> Iterator[None]:
 @contextmanager
 def shielded(raise_at_end: bool = True) -> Iterator[None]:
     """Hold a signal until the block ends (nested blocks: until the outermost ends); then raise it, or, with
-    ``raise_at_end=False``, leave it for the caller's next ``checkpoint`` (it has results to read first)."""
+    ``raise_at_end=False`` or inside ``deferred()``, leave it for the caller's next ``checkpoint`` (it has results to
+    read first)."""
     _state.depth += 1
     try:
         yield
     finally:
         _state.depth -= 1
-    if raise_at_end:
+    if raise_at_end and _state.deferring == 0:  # inside deferred(), the run's own boundaries raise it
         checkpoint()
 
 

@@ -202,3 +202,21 @@ def test_rollback_leaves_a_host_the_router_will_not_give_up_in_service(router: M
     assert not o.ok and o.generation is None
     assert o.message.endswith("it stays in service on its current generation") and "last healthy" in o.message
     assert door.log == [] and "http://127.0.1.1:30000" in router.workers
+
+
+def test_a_signal_during_a_routed_rollback_finishes_that_host_and_touches_no_other(router: MemRouter) -> None:
+    """SIGTERM (the handler's own code) while h1's restore plays: h1 is restored and put back in its router, h2
+    is not touched, and the rollback ends interrupted with what each host runs."""
+    from knobfleet.ops import interrupts
+    from knobfleet.ops.history import NOT_TOUCHED, rollback
+
+    hv = hosts(2)
+    door = FakeHosts({h.host: Host() for h in hv})
+    door.during_play = lambda: interrupts.request() if door.log.count("play restore.yml h1") == 1 else None
+    with pytest.raises(interrupts.Interrupted, match=r"1 host\(s\) rolled back, 1 not touched") as exc:
+        rollback(hv, door, 2)  # type: ignore[arg-type]
+    outcomes = {o.host: o for o in exc.value.report}
+    assert outcomes["h1"].ok and outcomes["h2"].message == NOT_TOUCHED
+    assert door.hosts["h1"].current == 2 and door.hosts["h2"].current == 3
+    assert [c for c in router.calls if c != "list"] == ["remove http://127.0.1.1:30000", "add http://127.0.1.1:30000"]
+    assert not interrupts.pending()
