@@ -53,16 +53,17 @@ class MonotonicClock:
 
 
 def _request(method: str, url: str, body: Any = None, timeout: float = HTTP_TIMEOUT_S) -> tuple[int, bytes]:
-    """One HTTP request: (status, body); HTTP errors are returned, not raised; no redirects followed blindly
-    matter here (the router answers directly). OSError when the server cannot be reached."""
+    """One HTTP request: (status, body); HTTP errors are returned, not raised; no redirect is followed (the
+    router answers directly). One deadline for the whole exchange (a router that trickles its answer cannot hold
+    a drain past its bound). OSError (``DeadlineExceeded`` past the deadline) when the server cannot be reached."""
+    from knobfleet.deadline_http import exchange
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} if data is not None else {}
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return int(resp.status), resp.read(1 << 22)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read(1 << 16)
+        return exchange(url, method, data, headers, timeout, max_body=1 << 22)
+    except ValueError as exc:
+        raise OSError(str(exc)) from None
 
 
 def _short(body: bytes) -> str:

@@ -181,13 +181,10 @@ def readd(hosts: Sequence[HostVars], engine_ready: Any = None) -> list[tuple[str
 
 
 def _engine_ready(hv: HostVars) -> str | None:
-    import urllib.error
-    import urllib.request
+    from knobfleet.deadline_http import exchange
 
     try:
-        with urllib.request.urlopen(hv.health_url, timeout=10) as resp:
-            return None if resp.status == 200 else f"{hv.health_url}: HTTP {resp.status}"
-    except urllib.error.HTTPError as exc:
-        return f"{hv.health_url}: HTTP {exc.code}"
-    except OSError as exc:
-        return f"{hv.health_url}: {getattr(exc, 'reason', exc)}"
+        status, _ = exchange(hv.health_url, timeout_s=10.0, max_body=1 << 16)
+    except (OSError, ValueError) as exc:
+        return f"{hv.health_url}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{hv.health_url}: {exc}"
+    return None if status == 200 else f"{hv.health_url}: HTTP {status}"

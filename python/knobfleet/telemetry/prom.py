@@ -93,33 +93,15 @@ class Prometheus:
 
     def _exchange(self, target: str, deadline: float) -> tuple[int, bytes]:
         """(status, body) of one GET, the whole of it within ``deadline`` (monotonic); raises OSError/TimeoutError."""
+        from knobfleet.deadline_http import exchange
+
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("deadline passed")
-        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=left)
-        try:
-            conn.request("GET", target, headers={"Authorization": self._auth} if self._auth else {})
-            sock = conn.sock
-            resp = conn.getresponse()
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("answer not complete")
-                if sock is not None:
-                    sock.settimeout(left)
-                chunk = resp.read1(CHUNK)  # what has arrived (chunked or not), up to CHUNK
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > MAX_BODY:
-                    break
-            return resp.status, b"".join(chunks)
-        finally:
-            conn.close()
+        netloc = f"[{self._host}]" if ":" in str(self._host) else str(self._host)
+        url = f"{self._scheme}://{netloc}:{self._port}{target}"
+        headers = {"Authorization": self._auth} if self._auth else {}
+        return exchange(url, "GET", None, headers, left, max_body=MAX_BODY + 1)
 
     def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
