@@ -67,10 +67,13 @@ PROPS = (  # in the order systemctl prints them (systemd's own: the Service inte
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
 
 
-def read_bounded_at(dfd: int | None, path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
+def read_bounded_at(
+    dfd: int | None, path: str, limit: int = MAX_READ, single_link: bool = True
+) -> tuple[bytes, bool, os.stat_result]:
     """Up to ``limit`` bytes of the regular file ``path`` (relative to directory ``dfd``), whether it was cut,
     and its stat. Opened ``O_NONBLOCK`` and never through a symlink: a FIFO, device, socket or directory raises
-    OSError before a byte is read, so no reader ever blocks or runs unbounded."""
+    OSError before a byte is read, so no reader ever blocks or runs unbounded. ``single_link``: a file with more
+    than one hard link (it may be another file's content, a root-only one) raises OSError(EMLINK) unread."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except OSError as exc:
@@ -81,6 +84,9 @@ def read_bounded_at(dfd: int | None, path: str, limit: int = MAX_READ) -> tuple[
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
+        if single_link and st.st_nlink > 1:
+            raise OSError(errno.EMLINK, "has %d hard links (it may be another file's content), not read" % st.st_nlink,
+                          path)  # fmt: skip
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(65536, limit + 1 - size))
@@ -94,12 +100,12 @@ def read_bounded_at(dfd: int | None, path: str, limit: int = MAX_READ) -> tuple[
         os.close(fd)
 
 
-def read_bounded(path: str, limit: int = MAX_READ) -> tuple[bytes, bool, os.stat_result]:
+def read_bounded(path: str, limit: int = MAX_READ, single_link: bool = True) -> tuple[bytes, bool, os.stat_result]:
     """``read_bounded_at`` of an absolute path, its directories opened without following any symlink."""
     parent, name = split(path)
     dfd = open_dir(parent)
     try:
-        return read_bounded_at(dfd, name, limit)
+        return read_bounded_at(dfd, name, limit, single_link)
     finally:
         os.close(dfd)
 
@@ -110,9 +116,9 @@ def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dic
     too), FIFO, device or hard link (it may be another file's content) is reported as an ``error``."""
     try:
         if dfd is None:
-            data, cut, st = read_bounded(path)
+            data, cut, st = read_bounded(path, single_link=False)  # a hard link is reported below, with its mode
         else:
-            data, cut, st = read_bounded_at(dfd, name or os.path.basename(path))
+            data, cut, st = read_bounded_at(dfd, name or os.path.basename(path), single_link=False)
     except FileNotFoundError:
         return {"path": path, "exists": False}
     except OSError as exc:
@@ -416,6 +422,8 @@ def ledger_tail_at(dfd: int, name: str, max_bytes: int = 128 * 1024) -> list[dic
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return [{"event": "unreadable", "raw": "ledger is %s, not a regular file" % kind_of(st.st_mode)}]
+        if st.st_nlink > 1:  # it may be another file's content (a root-only one): shown by nobody
+            return [{"event": "unreadable", "raw": "ledger has %d hard links, not read" % st.st_nlink}]
         size = st.st_size
         start = max(0, size - max_bytes)
         data = os.pread(fd, max_bytes, start)

@@ -159,7 +159,7 @@ def journal(module, service, lines=15, scan=400, since=None):
     values = []
     if p.get("script_path"):
         try:  # bounded, never a FIFO or a link
-            values = secret_values(read_bounded(p["script_path"])[0].decode("utf-8", "replace"), p.get("secret") or [])
+            values = secret_values(read_bounded(p["script_path"], single_link=False)[0].decode("utf-8", "replace"), p.get("secret") or [])
         except OSError:
             values = []
     text = redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()

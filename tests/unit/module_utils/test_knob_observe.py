@@ -340,3 +340,25 @@ def test_the_probe_module_returns_the_document(tmp_path: Path, capsys: pytest.Ca
     assert res["probe"]["files"]["script"] == {"path": str(tmp_path / "serve.sh"), "exists": False}
     assert res["probe"]["generations"]["exists"] is False and res["probe"]["health"] is None
     assert kp.probe({**args, "health_url": "", "info_url": ""})["service"] == "knobfleet-unit-test-absent"
+
+
+@pytest.mark.parametrize("reader", ["ledger", "meta", "json"])
+def test_a_state_file_hard_linked_to_another_file_is_never_read(tmp_path: Path, reader: str) -> None:
+    """A ledger or meta.json hard-linked to another file (a root-only secret, say) is refused unread: the
+    ledger as one ``unreadable`` entry, the others as OSError(EMLINK). The test links a file it made itself."""
+    import errno
+
+    secret = tmp_path / "root-only"
+    secret.write_text('{"event": "apply", "token": "s3cr3t"}\n')
+    secret.chmod(0o600)
+    state = tmp_path / "state"
+    state.mkdir()
+    linked = state / ("ledger.jsonl" if reader == "ledger" else "meta.json")
+    os.link(secret, linked)
+    if reader == "ledger":
+        (entry,) = ko.ledger_tail(str(linked))
+        assert entry == {"event": "unreadable", "raw": "ledger has 2 hard links, not read"}
+        return
+    with pytest.raises(OSError) as exc:
+        ko.read_json(str(linked)) if reader == "json" else ko.read_bounded(str(linked))
+    assert exc.value.errno == errno.EMLINK and "s3cr3t" not in str(exc.value)
