@@ -73,6 +73,7 @@ class Generations(_GenerationsRequired, total=False):
 
     current_files: dict[str, FileInfo]
     ledger: list[dict[str, Any]]
+    current_error: str  # ``current`` is there but names no generation (a hand edit): never "never applied"
 
 
 class ProbeFiles(TypedDict):

@@ -180,6 +180,9 @@ def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None
     gens = doc.get("generations") or {}
     current = gens.get("current")
     if current is None:
+        broken = gens.get("current_error")
+        if broken:  # knobfleet did apply here: its state was edited by hand, which is not "never applied"
+            return None, "%s (edited by hand?); `knobfleet rollback --to N` points it at a generation again" % broken
         return None, None
     entries = {e.get("generation"): e for e in gens.get("list") or [] if isinstance(e, dict)}
     meta = (entries.get(current) or {}).get("meta")

@@ -326,9 +326,18 @@ def generations(state_dir: str) -> dict[str, Any]:
     try:
         out["exists"] = True
         try:
-            out["current"] = int(os.path.basename(os.readlink("current", dir_fd=sfd)))
-        except (OSError, ValueError):
-            pass
+            target = os.readlink("current", dir_fd=sfd)
+        except FileNotFoundError:
+            target = None
+        except OSError as exc:  # EINVAL: there, but not a symlink (a hand-made file or folder)
+            target = None
+            out["current_error"] = "current is not a link to a generation (%s)" % (exc.strerror or exc)
+        if target is not None:
+            name = os.path.basename(target.rstrip("/"))
+            if target.startswith("generations/") and name.isdigit() and "/" not in target[len("generations/") :]:
+                out["current"] = int(name)
+            else:
+                out["current_error"] = "current points to %r, not to a generation" % target[:120]
         try:
             gfd: int | None = _open_dir_at(sfd, "generations")
         except FileNotFoundError:

@@ -362,3 +362,35 @@ def test_a_state_file_hard_linked_to_another_file_is_never_read(tmp_path: Path, 
     with pytest.raises(OSError) as exc:
         ko.read_json(str(linked)) if reader == "json" else ko.read_bounded(str(linked))
     assert exc.value.errno == errno.EMLINK and "s3cr3t" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda sd: os.symlink("/etc", sd / "current"), "current points to '/etc', not to a generation"),
+        (lambda sd: os.symlink("generations/../../x", sd / "current"), "not to a generation"),
+        (lambda sd: (sd / "current").write_text("3\n"), "current is not a link to a generation"),
+        (lambda sd: (sd / "current").mkdir(), "current is not a link to a generation"),
+    ],
+    ids=["to-etc", "escaping", "a-file", "a-folder"],
+)
+def test_a_hand_edited_current_is_damage_not_never_applied(tmp_path: Path, make: Any, why: str) -> None:
+    """knobfleet applied here (a generation exists) and ``current`` was edited by hand: the probe says so, and the
+    rule reports an unreadable generation (verify/drift: error) instead of "never applied by knobfleet"."""
+    from knobfleet.module_utils.knob_live import expected_from_generation
+
+    sd = tmp_path / "state"
+    (sd / "generations" / "0001").mkdir(parents=True)
+    make(sd)
+    gens = ko.generations(str(sd))
+    assert gens["current"] is None and why in gens["current_error"]
+    expected, problem = expected_from_generation({"generations": gens})
+    assert expected is None and problem is not None and why in problem and "rollback --to N" in problem
+
+
+def test_a_real_current_link_is_read(tmp_path: Path) -> None:
+    sd = tmp_path / "state"
+    (sd / "generations" / "0007").mkdir(parents=True)
+    os.symlink("generations/0007", sd / "current")
+    gens = ko.generations(str(sd))
+    assert gens["current"] == 7 and "current_error" not in gens
