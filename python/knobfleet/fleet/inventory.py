@@ -42,11 +42,15 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
     if os.environ.get("KNOBFLEET_INVENTORY_CACHE", "1") == "0":
         return None
     root = inventory.resolve()
-    if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.is_file())
-    else:
-        extra = [p for d in ("group_vars", "host_vars") for p in (root.parent / d).rglob("*") if p.is_file()]
-        files = [root, *sorted(extra)]
+    try:  # what Ansible reads: symlinked folders followed (rglob would skip them), a loop never cached
+        if root.is_dir():
+            files = sorted(p for p, mode in _walk(root) if stat.S_ISREG(mode))
+        else:
+            extra = [p for d in ("group_vars", "host_vars") if (root.parent / d).is_dir()
+                     for p, mode in _walk(root.parent / d) if stat.S_ISREG(mode)]  # fmt: skip
+            files = [root, *sorted(extra)]
+    except _Loop:
+        return None
     h = sha256()
     h.update(json.dumps([CACHE_SCHEMA, __version__, str(root), limit]).encode())
     h.update(_HOSTVARS_SOURCE.read_bytes())
@@ -65,6 +69,7 @@ def fingerprint(inventory: Path, limit: str | None) -> str | None:
 
 MAX_FILE = 16 * 1024 * 1024  # one inventory or vars file
 MAX_FILES = 10_000  # files under an inventory folder (and its group_vars/host_vars)
+MAX_DIRS = 2_000  # folders under it
 # Files Ansible parses as YAML/JSON/INI text (vars files: no extension or these; inventory folders: all but these).
 _VARS_EXTS = ("", ".yml", ".yaml", ".json")
 _IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
@@ -92,7 +97,11 @@ def check_sources(inventory: Path) -> str | None:
     else:
         return f"{safefile.kind(st.st_mode)}; an inventory must be a regular file or a folder"
     for root in roots:
-        for path, entry_mode in _walk(root):
+        try:
+            walked = _walk(root)
+        except _Loop as exc:
+            return str(exc)
+        for path, entry_mode in walked:
             if len(files) >= MAX_FILES:
                 return f"more than {MAX_FILES} files; point -i at the inventory itself"
             if not stat.S_ISREG(entry_mode):
@@ -115,28 +124,55 @@ def check_sources(inventory: Path) -> str | None:
     return None
 
 
-def _walk(root: Path, depth: int = 0) -> list[tuple[Path, int]]:
-    """(path, mode) of every entry under ``root`` but folders, symlinks followed (as Ansible does); bounded."""
+class _Loop(Exception):
+    """A folder under the inventory that is reached again through a symlink (a cycle Ansible would follow)."""
+
+
+def _walk(root: Path) -> list[tuple[Path, int]]:
+    """(path, mode) of every entry under ``root`` but folders, symlinks followed (as Ansible does); bounded in
+    depth (16), files (``MAX_FILES``) and folders (``MAX_DIRS``), each folder entered once: a symlink back to a
+    folder on its own path is a loop (``_Loop``, refused with one line), never a walk that does not end."""
+    from knobfleet.rules import shown
+
     out: list[tuple[Path, int]] = []
-    if depth > 16:
-        return out
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError:
-        return [(root, 0)]
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue  # Ansible skips hidden files
+    dirs = 0
+
+    def walk(d: Path, depth: int, above: frozenset[tuple[int, int]]) -> None:
+        nonlocal dirs
+        if depth > 16 or len(out) > MAX_FILES:
+            return
+        dirs += 1
+        if dirs > MAX_DIRS:
+            raise _Loop(f"{shown(paths.display(root))}: more than {MAX_DIRS} folders; point -i at the inventory itself")
         try:
-            mode = os.stat(entry.path).st_mode
+            st = os.stat(d)
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError:
-            mode = 0
-        if stat.S_ISDIR(mode):
-            out.extend(_walk(Path(entry.path), depth + 1))
-        else:
-            out.append((Path(entry.path), mode))
-        if len(out) > MAX_FILES:
-            break
+            out.append((d, 0))
+            return
+        here = above | {(st.st_dev, st.st_ino)}
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue  # Ansible skips hidden files
+            try:
+                est = os.stat(entry.path)
+            except OSError:
+                out.append((Path(entry.path), 0))
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                if (est.st_dev, est.st_ino) in here:
+                    raise _Loop(
+                        f"{shown(os.path.join(paths.display(d), entry.name))}: a symlink back to a folder above it "
+                        f"({shown(paths.display(Path(os.path.realpath(entry.path))))}), a loop; "
+                        "remove it"
+                    )
+                walk(Path(entry.path), depth + 1, here)
+            else:
+                out.append((Path(entry.path), est.st_mode))
+            if len(out) > MAX_FILES:
+                return
+
+    walk(root, 0, frozenset())
     return out
 
 
