@@ -293,16 +293,48 @@ def _plain(value: Any) -> Any:
 
 
 def _vaulted_values(value: Any, out: set[str]) -> set[str]:
-    """The decrypted text of every vault-encrypted value inside ``value``."""
-    if isinstance(value, dict):
-        for v in value.values():
-            _vaulted_values(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _vaulted_values(v, out)
-    elif _is_vaulted(value):
-        out.add(str(value))
+    """The decrypted text of every vault-encrypted value inside ``value``. Each dict or list is visited once, however
+    many YAML aliases point at it (an alias bomb in a var nobody uses is as cheap as its text), without recursion."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict | list):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            stack.extend(v.values() if isinstance(v, dict) else v)
+        elif _is_vaulted(v):
+            out.add(str(v))
     return out
+
+
+MAX_VALUES = 100_000  # values in one knobfleet host var once its YAML aliases are expanded
+
+
+def expanded_size(value: Any, limit: int = MAX_VALUES) -> int:
+    """How many values ``value`` holds with every YAML alias expanded (what templating or JSON would build), counted
+    in time linear in its distinct nodes; stops counting past ``limit``. Pure."""
+    sizes: dict[int, int] = {}
+    keep: list[Any] = []  # ids stay valid while counted
+
+    def size(v: Any, depth: int) -> int:
+        if not isinstance(v, dict | list):
+            return 1
+        if id(v) in sizes:
+            return sizes[id(v)]
+        if depth > 200:  # deeper than any real var: counted as over the limit
+            return limit + 1
+        keep.append(v)
+        total = 1
+        for child in v.values() if isinstance(v, dict) else v:
+            total += size(child, depth + 1)
+            if total > limit:
+                break
+        sizes[id(v)] = total
+        return total
+
+    return size(value, 0)
 
 
 def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]) -> list[str]:
@@ -364,6 +396,12 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
         templar = Templar(loader=loader, variables=raw)
         wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in CONNECTION_VARS}
+        for k, v in wanted.items():
+            if expanded_size(v) > MAX_VALUES:
+                raise InventoryError(
+                    f"{where}: host {host.name}: {k} holds more than {MAX_VALUES:,} values once its YAML aliases are "
+                    "expanded (an alias bomb?) or nests deeper than 200; write it out plainly"
+                )
         text = json.dumps(wanted, default=lambda o: "lookup(vault)" if _is_vaulted(o) else str(o))
         deterministic = deterministic and not any(call in text for call in _NONDETERMINISTIC)
         secrets = {k: True for k in SECRET_VARS if raw.get(k)}
