@@ -239,15 +239,20 @@ class HostVars(BaseModel):
 
     def secrets(self, engine: str | None = None) -> list[str]:
         """This host's part of the one notion of a secret (module_utils/knob_redact.is_secret): env and flag names
-        or patterns declared here (knob_serve_secret_env, and those whose values came from vault) and those the
-        engine's catalog marks (``!NAME``: marked not secret). knobfleet's own patterns apply on top."""
+        or patterns declared here (knob_serve_secret_env, and those whose values came from vault), those whose
+        values are shaped like a secret (``knob_redact.secret_shape``: a URL with a password, a JWT, a provider's
+        token, whatever the name) and those the engine's catalog marks (``!NAME``: marked not secret).
+        knobfleet's own patterns apply on top."""
+        from knobfleet.module_utils.knob_redact import secret_shape
         from knobfleet.profiles.catalog import catalog_for
 
         try:
             marked = catalog_for(engine or self.engine or self.adapter().name).secret_names()
         except Exception:  # an unknown engine is reported where the catalog is needed
             marked = ()
-        return sorted({*self.secret_env, *marked})
+        shaped = {str(k) for k, v in self.host_env.items() if secret_shape(v)}
+        shaped |= {str(k).removeprefix("--") for k, v in self.host_args.items() if secret_shape(v)}
+        return sorted({*self.secret_env, *marked, *shaped})
 
     def has_secrets(self) -> bool:
         """Whether a value of this host's vars is secret (such hosts are never cached)."""

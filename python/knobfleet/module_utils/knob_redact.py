@@ -485,3 +485,33 @@ def redact_text(text: str, secret: Any = (), key: str = "", values: Any = ()) ->
     value = r"(?P<value><secret[^>]*>|[^\s,;'\"]+)"
     text = re.sub(r"(?P<dash>--)(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>=| )" + value, hide, text)
     return re.sub(r"(?P<dash>\b)(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>=)" + value, hide, text)
+
+
+# --- values shaped like secrets (the controller's: the names of the vars that hold them join the secret list) ---
+
+# (what it is, pattern): credentials a value carries whatever its name (an innocent JWT_CACHE=eyJ..., a database
+# URL with its password). Anchored on what such values always have, so a path, a host:port or a model name never is.
+SHAPES = (
+    ("a URL with a password in it", r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@"),
+    ("a JSON Web Token", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
+    ("a GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    ("a GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{30,}"),
+    ("a Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("an API key (sk-…)", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
+    ("an AWS access key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+)
+
+
+def secret_shape(value: object) -> str | None:
+    """What secret ``value`` looks like (one of ``SHAPES``), or None. Only strings are looked at, the first 64 KiB."""
+    if not isinstance(value, str) or len(value) < 8:
+        return None
+    import re
+
+    text = value[: 64 * 1024]
+    for what, pattern in SHAPES:
+        if re.search(pattern, text):
+            return what
+    return None

@@ -111,7 +111,17 @@ class ProfileStore:
             engine = catalogs.default_engine(self.catalog_dir)
         cat = catalogs.catalog_for(engine, self.catalog_dir)
         problems: list[str] = []
+        from knobfleet.module_utils.knob_redact import secret_shape
+
         for key, (value, origin) in merged.env.items():
+            shape = secret_shape(value)
+            if shape:
+                problems.append(
+                    f"{paths.display(origin)}: env.{key}: the value looks like a secret ({shape}); a secret does not "
+                    f"belong in a profile (it would be in git and in every report): set it in the host vars as "
+                    f"knob_serve_host_env.{key}, from Ansible Vault or lookup('env', '{key}')"
+                )
+                continue
             if cat.is_secret(key):
                 problems.append(
                     f"{paths.display(origin)}: env.{key}: a secret does not belong in a profile (it would be in git "
@@ -123,6 +133,14 @@ class ProfileStore:
             if why:
                 problems.append(f"{paths.display(origin)}: env.{key}: {why}")
         for key, (value, origin) in merged.args.items():
+            shape = secret_shape(value)
+            if shape:
+                problems.append(
+                    f"{paths.display(origin)}: args.{key}: the value looks like a secret ({shape}); a secret does "
+                    f"not belong in a profile (it would be in git and in every report): set it in the host vars as "
+                    f"knob_serve_host_args.{key}, from Ansible Vault or lookup('env', ...)"
+                )
+                continue
             if not isinstance(value, bool) and cat.is_secret_flag(key):
                 problems.append(
                     f"{paths.display(origin)}: args.{key}: a secret does not belong in a profile (it would be in git "
