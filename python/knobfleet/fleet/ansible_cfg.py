@@ -49,14 +49,47 @@ _ALSO = {"pipelining": (("defaults", "pipelining"), ("connection", "pipelining")
 
 
 def config_file(project_dir: Path | None = None) -> Path | None:
-    """The ansible.cfg Ansible reads for a run from ``project_dir`` (None: none exists)."""
+    """The ansible.cfg Ansible reads for a run from ``project_dir`` (None: none exists). One that is there but is
+    not a regular file (a FIFO, a device, a socket: Ansible would hang or fail reading it at start, before any
+    message) is refused with one line (UsageError), before Ansible is imported or started."""
     env = os.environ.get("ANSIBLE_CONFIG")
     if env:
         p = Path(env).expanduser()
-        return p / "ansible.cfg" if p.is_dir() else p
-    candidates = [project_dir / "ansible.cfg"] if project_dir else []
+        chosen = p / "ansible.cfg" if p.is_dir() else p
+        _refuse_special(chosen, "ANSIBLE_CONFIG")
+        return chosen
+    candidates = [Path.cwd() / "ansible.cfg"] if _cwd_readable() else []
+    candidates += [project_dir / "ansible.cfg"] if project_dir else []
     candidates += [Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")]
-    return next((c for c in candidates if c.is_file()), None)
+    for c in candidates:
+        _refuse_special(c, "ansible.cfg")
+    return next((c for c in candidates[1 if _cwd_readable() else 0 :] if c.is_file()), None)
+
+
+def _cwd_readable() -> bool:
+    try:
+        os.getcwd()
+    except OSError:
+        return False
+    return True
+
+
+def _refuse_special(path: Path, what: str) -> None:
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # absent (or unreachable): Ansible skips it too
+    if not stat.S_ISREG(st.st_mode):
+        from knobfleet import paths, safefile
+        from knobfleet.errors import UsageError
+        from knobfleet.rules import shown
+
+        raise UsageError(
+            f"{what} {shown(paths.display(path))}: {safefile.kind(st.st_mode)}; Ansible reads it at start and would "
+            "hang or fail: make it a regular file or point ANSIBLE_CONFIG at one"
+        )
 
 
 @cache

@@ -253,11 +253,89 @@ def vault_secrets(loader: Any) -> None:
     if context is not None:
         context._current = None  # set anew on every inventory read (tests and long-lived callers read several)
     secrets = []
+    scripted = [(vid, src) for vid, src in [("default", f) for f in files] + [_split_id(i) for i in ids]
+                if src and _executable(src)]  # fmt: skip
+    if scripted:  # run here, bounded: Ansible would wait for a script that never answers, and read all it writes
+        from ansible.parsing.vault import VaultSecret
+
+        secrets += [(vid, VaultSecret(_run_vault_script(src, vid))) for vid, src in scripted]
+        ran = {src for _vid, src in scripted}
+        files = [f for f in files if f not in ran]
+        ids = [i for i in ids if _split_id(i)[1] not in ran]
     if ids or files:
-        secrets = CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False)
+        secrets += CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False)
+    if secrets:
         loader.set_vault_secrets(secrets)
     if context is not None and context._current is None:
         context._current = context(secrets=list(secrets))
+
+
+VAULT_SCRIPT_TIMEOUT_S = 20.0
+VAULT_SCRIPT_MAX = 64 * 1024
+
+
+def _split_id(entry: str) -> tuple[str, str]:
+    label, _, source = entry.rpartition("@")
+    return (label or "default"), source
+
+
+def _executable(source: str) -> bool:
+    path = os.path.expanduser(source)
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _run_vault_script(source: str, vault_id: str) -> bytes:
+    """The password an executable vault password file prints, as Ansible reads it (its first line; a ``*-client``
+    script is asked for ``--vault-id``), within ``VAULT_SCRIPT_TIMEOUT_S`` and ``VAULT_SCRIPT_MAX`` bytes: a script
+    that never answers or never stops writing is stopped and refused with one line (never the output)."""
+    import subprocess
+
+    from knobfleet.rules import shown
+
+    path = os.path.expanduser(source)
+    argv = [path]
+    if os.path.basename(path).rsplit(".", 1)[0].endswith("-client"):
+        argv += ["--vault-id", vault_id]
+    where = f"vault password script {shown(source)}"
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise InventoryError(f"{where}: cannot run it ({exc.strerror or exc})") from None
+    assert proc.stdout is not None
+    import selectors
+    import time
+
+    out = bytearray()
+    deadline = time.monotonic() + VAULT_SCRIPT_TIMEOUT_S
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(out) > VAULT_SCRIPT_MAX:
+                proc.kill()
+                proc.wait()
+                why = (f"no answer within {VAULT_SCRIPT_TIMEOUT_S:g}s" if left <= 0
+                       else f"wrote more than {VAULT_SCRIPT_MAX // 1024} KiB")  # fmt: skip
+                raise InventoryError(f"{where}: {why}; it was stopped. Fix the script or ANSIBLE_VAULT_PASSWORD_FILE")
+            if not sel.select(left):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+    try:
+        code = proc.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise InventoryError(f"{where}: closed its output but did not exit; it was stopped") from None
+    proc.stdout.close()
+    if code != 0:
+        raise InventoryError(f"{where}: exited {code}; run it by hand to see why")
+    password = bytes(out).strip(b"\r\n")
+    if not password:
+        raise InventoryError(f"{where}: printed an empty password")
+    return password
 
 
 def _check_vault_sources(sources: list[str]) -> None:
@@ -356,8 +434,10 @@ def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[st
 def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
     import warnings
 
+    from knobfleet.fleet import ansible_cfg
     from knobfleet.fleet.hostvars import CONNECTION_VARS, SECRET_VARS, attach_groups, from_inventory_vars
 
+    ansible_cfg.config_file(paths.project_root())  # an ansible.cfg that is a FIFO or device: one line, not a hang
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from ansible.errors import AnsibleError

@@ -115,6 +115,12 @@ def test_vault_encrypted_vars_decrypt_with_the_users_password_file(
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
     (hv,) = load_hosts(inv)
     assert hv.host_env["HF_TOKEN"] == TOKEN
+    script = tmp_path / "vault-pass.sh"  # an executable password file: run by knobfleet, bounded, same result
+    script.write_text("#!/bin/sh\necho 'correct horse'\n")
+    os.chmod(script, 0o700)
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(script))
+    (hv,) = load_hosts(inv)
+    assert hv.host_env["HF_TOKEN"] == TOKEN
 
 
 # --- secret flags, vault-sourced values, catalogs, history, the fleet key (issue 24) ---------------------------
