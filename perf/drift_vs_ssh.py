@@ -72,7 +72,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
     rows = []
+    import sys
     import tempfile
+
+    from _lab import REPO
+
+    # as an installed wheel has them: with PYTHONDONTWRITEBYTECODE=1 (this environment) a changed module would be
+    # compiled again by every command, and the timings would measure the compiler
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "python" / "knobfleet")], check=True)
 
     for n in [int(x) for x in args.sizes.split(",")]:
         lab, inv = boot(n)

@@ -43,7 +43,10 @@ ENV = (
     "ANSIBLE_CONFIG",
     "HOME",
 )
-SCHEMA = 1
+SCHEMA = 2
+# The fleet's secret key (fleet/fleetkey.py) travels in each probe's stdin; a record never holds it: it holds this
+# in its place, and ``start`` puts the key back from the key's own file (owner-only) as it launches.
+KEY_PLACEHOLDER = b"@@knobfleet-fleet-key@@"
 
 STARTED: dict[str, tuple[list[str], Spawned]] = {}
 KEY: list[str | None] = [None]  # the plan key of what ``start`` launched
@@ -191,6 +194,11 @@ def start(argv: Sequence[str]) -> int:
             return 0
         pairs = [(str(h), [str(a) for a in args], bool(whole)) for h, args, whole in rec["pairs"]]
         full, short, plan_key = bytes(rec["full"]), bytes(rec["short"]), str(rec["plan_key"])
+        if KEY_PLACEHOLDER in full or KEY_PLACEHOLDER in short:
+            fleet = _read_key(str(rec["key_file"]))
+            if fleet is None:
+                return 0
+            full, short = full.replace(KEY_PLACEHOLDER, fleet), short.replace(KEY_PLACEHOLDER, fleet)
     except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
         return 0
     for host, args, whole in pairs:
@@ -212,12 +220,42 @@ def take(plan_key: str) -> dict[str, tuple[list[str], Spawned]]:
     return got
 
 
-def remember(plan_key: str, pairs: Sequence[tuple[str, list[str], bool]], full: bytes, short: bytes) -> None:
-    """Record, for this command line, the processes the next identical one starts first thing."""
+def _read_key(path: str) -> bytes | None:
+    """The fleet's key from its file, under the checks fleetkey makes (a regular file, yours, owner-only)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077 or st.st_uid != os.geteuid():
+            return None
+        text = os.read(fd, 256).strip()
+    finally:
+        os.close(fd)
+    return text if len(text) >= 32 and text.isalnum() else None
+
+
+def remember(
+    plan_key: str,
+    pairs: Sequence[tuple[str, list[str], bool]],
+    full: bytes,
+    short: bytes,
+    secret: tuple[str, str] | None = None,
+) -> None:
+    """Record, for this command line, the processes the next identical one starts first thing. ``secret``: (the
+    fleet's key, its file): the key is replaced by ``KEY_PLACEHOLDER`` in what is written."""
     key = INVOCATION[0]
     if key is None:
         return
-    rec = {"schema": SCHEMA, "plan_key": plan_key, "pairs": [list(p) for p in pairs], "full": full, "short": short}
+    key_file = ""
+    if secret is not None and secret[0]:
+        value = secret[0].encode()
+        full, short, key_file = full.replace(value, KEY_PLACEHOLDER), short.replace(value, KEY_PLACEHOLDER), secret[1]
+    rec = {"schema": SCHEMA, "plan_key": plan_key, "pairs": [list(p) for p in pairs], "full": full, "short": short,
+           "key_file": key_file}  # fmt: skip
     data = marshal.dumps(rec)
     where = folder()
     path = os.path.join(where, f"recall-{key}")

@@ -109,3 +109,26 @@ def test_the_entry_imports_nothing_heavy_before_it_starts(isolated: Path) -> Non
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_record_never_holds_the_fleets_key(isolated: Path) -> None:
+    """The key the hosts need travels on stdin; the record holds a placeholder, and the key is read back from its
+    own owner-only file at launch (no key file, or one others can read: nothing starts)."""
+    key = "ab" * 32
+    key_file = isolated / "secret.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    argv = ["drift"]
+    headstart.start(argv)
+    echo = ["/bin/sh", "-c", "cat"]
+    payload = b'{"args": {"secret_key": "' + key.encode() + b'"}}'
+    headstart.remember("probe:k", [("lab1", echo, False)], b"FULL " + payload, payload, (key, str(key_file)))
+    written = b"".join(p.read_bytes() for p in Path(headstart.folder()).iterdir())
+    assert key.encode() not in written and headstart.KEY_PLACEHOLDER in written
+    assert headstart.start(argv) == 1
+    (proc,) = [p for _a, p in headstart.take("probe:k").values()]
+    assert proc.communicate(timeout=10)[0] == payload  # the host gets the key itself
+    key_file.chmod(0o644)
+    assert headstart.start(argv) == 0
+    key_file.unlink()
+    assert headstart.start(argv) == 0

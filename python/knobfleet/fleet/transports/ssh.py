@@ -290,7 +290,11 @@ def iter_function(
         plan = {hv.host: argv_of(hv)[:2] for hv in hosts[:limit]}
         _save_plan(_plan_file(plan_key, source, control_dir), plan)
         pairs = [(h, a, full) for h, (a, full) in plan.items()]
-        headstart.remember(plan_key, pairs, source, probecache.short_payload(source))
+        from knobfleet import paths
+        from knobfleet.fleet.fleetkey import KEY_FILE, fleet_key
+
+        key = (fleet_key(), str(paths.state_dir() / KEY_FILE)) if (paths.state_dir() / KEY_FILE).exists() else None
+        headstart.remember(plan_key, pairs, source, probecache.short_payload(source), key)
 
     lock = threading.Lock()
     todo = iter(hosts)
