@@ -242,12 +242,14 @@ def _unexpected(exc: Exception) -> int:
     from knobfleet import paths
 
     where = ""
-    try:
+    try:  # owner-only, never through a symlink or into a FIFO; a traceback may quote a value
+        from knobfleet import safefile
+
         crash = paths.state_dir() / "crash.txt"
-        crash.parent.mkdir(parents=True, exist_ok=True)
-        crash.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        crash.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        safefile.write_text(crash, "".join(traceback.format_exception(exc)), mode=0o600)
         where = f"; details in {crash}"
-    except OSError:
+    except Exception:  # the boundary itself must not fail: the one line below is still printed
         pass
     text = _visible(f"{type(exc).__name__}: {exc}")
     sys.stderr.write(f"knobfleet: internal error: {text}{where} (re-run with --debug)\n")

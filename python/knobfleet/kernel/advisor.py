@@ -162,13 +162,19 @@ def write_candidate(base: Profile, ctas: int) -> str:
         "env:\n"
         f"  {TARGET_KNOB}: {ctas}\n"
     )
-    if path.exists():
-        if path.read_text(encoding="utf-8") == body:
+    from knobfleet import safefile
+
+    if path.exists() or path.is_symlink():  # a dangling symlink too: never followed out of the project
+        try:
+            same = safefile.read_text(path, 64 * 1024, "profile") == body
+        except safefile.FileRefused as exc:
+            raise KnobfleetError(f"{paths.display(path)}: {exc}; nothing was written") from None
+        if same:
             return paths.display(path)
         raise KnobfleetError(
             f"{paths.display(path)}: exists with other content; not overwritten "
             "(delete or rename it to write the suggestion)"
         )
-    path.write_text(body, encoding="utf-8")
+    safefile.write_text(path, body)
     st.resolve(name, check_lock=False)
     return paths.display(path)

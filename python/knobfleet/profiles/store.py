@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,9 +221,7 @@ class ProfileStore:
         if problems:
             raise ProfileError(problems)
         body = LOCK_HEADER + "".join(f"{ref}: {lock[ref]}\n" for ref in sorted(lock))
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".profiles.lock.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.lock_path)
+        from knobfleet import safefile
+
+        safefile.write_text(self.lock_path, body)  # a FIFO, device, symlink or folder there: one line, unwritten
         return lock, added

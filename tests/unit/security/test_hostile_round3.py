@@ -126,3 +126,86 @@ def test_a_profile_may_not_set_a_password(profiles_dir: Path) -> None:
     with pytest.raises(Exception) as info:
         ProfileStore(profiles_dir).resolve("x")
     assert "a secret does not belong in a profile" in str(info.value) and "hunter2" not in str(info.value)
+
+
+# --- cause 1: every writer through safefile (nodes the test makes in its own temp dir) ------------------------
+
+
+def _hostile(where: Path, kind: str) -> None:
+    import os
+    import stat
+
+    if kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "device":
+        os.mknod(where, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers, made here
+    elif kind == "dangling-symlink":
+        os.symlink(where.parent.parent / "outside-the-project.yaml", where)
+    elif kind == "folder":
+        where.mkdir()
+
+
+HOSTILE = ["fifo", "device", "dangling-symlink", "folder"]
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_waves_suggest_never_writes_through_a_hostile_node(
+    profiles_dir: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import signal
+
+    from knobfleet.errors import KnobfleetError
+    from knobfleet.kernel import advisor
+    from knobfleet.kernel.advisor import write_candidate
+    from knobfleet.profiles.store import ProfileStore
+
+    monkeypatch.setattr(advisor, "store", lambda: ProfileStore(profiles_dir))  # the test's copy, never the repo's
+    base = ProfileStore(profiles_dir).resolve("ctas512")
+    target = profiles_dir / "ctas512-ctas256.yaml"
+    _hostile(target, kind)
+    signal.alarm(10)  # a FIFO opened for writing would block: the test fails instead of hanging
+    try:
+        with pytest.raises(KnobfleetError) as exc:
+            write_candidate(base, 256)
+    finally:
+        signal.alarm(0)
+    assert "\n" not in str(exc.value)
+    assert not (profiles_dir.parent / "outside-the-project.yaml").exists()
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_the_profiles_lock_is_never_written_through_a_hostile_node(profiles_dir: Path, kind: str) -> None:
+    from knobfleet.errors import KnobfleetError
+    from knobfleet.profiles.store import ProfileStore
+
+    store = ProfileStore(profiles_dir)
+    store.lock_path.unlink()
+    _hostile(store.lock_path, kind)
+    with pytest.raises(KnobfleetError) as exc:
+        store.write_lock()
+    assert "nothing was written" in str(exc.value) or "cannot read" in str(exc.value)
+    assert not (profiles_dir.parent / "outside-the-project.yaml").exists()
+
+
+@pytest.mark.parametrize("kind", ["dangling-symlink", "fifo"])
+def test_the_crash_file_never_follows_a_symlink_and_the_boundary_still_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    from knobfleet import cli
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(state))
+    _hostile(state / "crash.txt", kind)
+    assert cli._unexpected(RuntimeError("boom")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("knobfleet: internal error: RuntimeError: boom") and "details in" not in err
+    assert not (tmp_path / "outside-the-project.yaml").exists()
+
+
+def test_the_crash_file_is_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from knobfleet import cli
+
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    cli._unexpected(RuntimeError("boom"))
+    assert (tmp_path / "state" / "crash.txt").stat().st_mode & 0o777 == 0o600
