@@ -191,3 +191,12 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
 
 def _size(n: int) -> str:
     return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else f"{n // KIB} KiB"
+
+
+def read_cache(path: Path, max_bytes: int = 64 * MIB) -> str | None:
+    """A cache file's text, or None for a miss: absent, not a regular file (a FIFO or device planted there is never
+    opened for a blocking read), larger than ``max_bytes`` or not UTF-8. A cache is read only through this."""
+    try:
+        return read_text(path, max_bytes, "cache file")
+    except FileRefused:
+        return None

@@ -108,7 +108,7 @@ def _read(path: str | None, mtime: float) -> dict[str, str]:
         return _parse(path)
     cached = paths.state_dir() / "cache" / "ansible-cfg.json"
     try:
-        doc = json.loads(cached.read_text(encoding="utf-8"))
+        doc = json.loads(safefile.read_cache(cached) or "null")
         if doc.get("stamp") == stamp and isinstance(doc.get("values"), dict):
             return {str(k): str(v) for k, v in doc["values"].items()}
     except (OSError, ValueError, AttributeError):

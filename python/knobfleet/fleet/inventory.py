@@ -184,10 +184,10 @@ def _read_cache(key: str) -> list[HostVars] | None:
     from knobfleet.fleet.hostvars import HostVars
 
     try:
-        data = json.loads((_cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+        data = json.loads(safefile.read_cache(_cache_dir() / f"{key}.json") or "null")
         return [HostVars.model_validate(d) for d in data]
-    except (OSError, ValueError):
-        return None  # missing, unreadable or stale: read the inventory again
+    except (OSError, ValueError, TypeError):
+        return None  # missing, unreadable, not a regular file or stale: read the inventory again
 
 
 def _write_cache(key: str, hosts: list[HostVars]) -> None:

@@ -197,7 +197,10 @@ def load(inventory: Path, limit: str | None) -> ReadPlan | None:
     if k is None:
         return None
     try:
-        return from_json(_cache_file(k).read_text(encoding="utf-8"))
+        from knobfleet import safefile
+
+        text = safefile.read_cache(_cache_file(k))
+        return None if text is None else from_json(text)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

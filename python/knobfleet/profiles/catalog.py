@@ -6,7 +6,6 @@ import difflib
 import hashlib
 import json
 import math
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from knobfleet import paths
-from knobfleet.errors import ProfileError
+from knobfleet.errors import KnobfleetError, ProfileError
 from knobfleet.profiles import safeyaml
 from knobfleet.profiles.model import ENV_NAME_RE, FLAG_NAME_RE, Catalog, Knob, Scalar
 
@@ -87,17 +86,20 @@ def _cached(files: list[Path]) -> dict[str, Any]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     path = paths.state_dir() / "cache" / "catalogs" / f"{h.hexdigest()}.json"
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
+        from knobfleet import safefile
+
+        cached = json.loads(safefile.read_cache(path) or "null")
+        if isinstance(cached, dict):
+            return cached
     except (OSError, ValueError):
         pass
-    data = _merged(files)
+    data: dict[str, Any] = _merged(files)
     try:
+        from knobfleet import safefile
+
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
+        safefile.write_text(path, json.dumps(data))
+    except (OSError, KnobfleetError):
         pass  # only costs time next run
     return data
 

@@ -209,3 +209,35 @@ def test_the_crash_file_is_owner_only(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
     cli._unexpected(RuntimeError("boom"))
     assert (tmp_path / "state" / "crash.txt").stat().st_mode & 0o777 == 0o600
+
+
+def test_every_cache_read_goes_through_one_bounded_reader() -> None:
+    """The caches are read through ``safefile.read_cache`` only (a FIFO, device or folder planted at a cache path
+    is a miss, never a blocking read): no module reads a file under a cache folder any other way."""
+    import re
+
+    pkg = Path(__file__).resolve().parents[3] / "python" / "knobfleet"
+    offenders = []
+    for f in pkg.rglob("*.py"):
+        text = f.read_text(encoding="utf-8")
+        for m in re.finditer(r"^.*(cache|_plan_file|_path\(key).*\.read_(text|bytes)\(.*$", text, re.M):
+            offenders.append(f"{f.relative_to(pkg)}: {m.group(0).strip()}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_hostile_node_in_a_cache_is_a_miss(tmp_path: Path, kind: str) -> None:
+    import signal
+
+    from knobfleet import safefile
+
+    node = tmp_path / "cache.json"
+    _hostile(node, kind)
+    signal.alarm(10)
+    try:
+        assert safefile.read_cache(node) is None
+    finally:
+        signal.alarm(0)
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 2048)
+    assert safefile.read_cache(big, max_bytes=1024) is None and safefile.read_cache(big) == " " * 2048

@@ -128,7 +128,9 @@ class Known:
 
     def get(self, key: str, bundle: str) -> str | None:
         try:
-            got = json.loads(self._path(key, bundle).read_text(encoding="utf-8"))
+            from knobfleet import safefile
+
+            got = json.loads(safefile.read_cache(self._path(key, bundle)) or "null")
         except (OSError, ValueError):
             return None
         code = got.get("code") if isinstance(got, dict) and got.get("bundle") == bundle else None

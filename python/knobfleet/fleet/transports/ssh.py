@@ -207,7 +207,9 @@ def start_planned(plan_key: str, source: bytes, limit: int | None = None) -> Sta
     from knobfleet import paths
 
     try:
-        plan = json.loads(_plan_file(plan_key, source, paths.control_dir()).read_text(encoding="utf-8"))
+        from knobfleet import safefile
+
+        plan = json.loads(safefile.read_cache(_plan_file(plan_key, source, paths.control_dir())) or "null")
         pairs = [(str(p["host"]), [str(a) for a in p["argv"]], p.get("full", True) is not False) for p in plan]
         short = probecache.short_payload(source)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
