@@ -14,6 +14,7 @@ import contextlib
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -200,3 +201,24 @@ def read_cache(path: Path, max_bytes: int = 64 * MIB) -> str | None:
         return read_text(path, max_bytes, "cache file")
     except FileRefused:
         return None
+
+
+def loads_json(text: str | bytes, what: str = "file") -> Any:
+    """JSON as a file of the operator's may hold it, refused (FileRefused, one phrase) for anything json.loads would
+    let through or crash on: NaN and infinities (``NaN``, ``Infinity``: not JSON, and a timing of NaN poisons every
+    fit), a decode error (its line and column), a number too long to convert, nesting too deep for the parser."""
+    import json
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise FileRefused(
+            f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); check the {what}"
+        ) from None
+    except RecursionError:
+        raise FileRefused(f"nested too deep to be a {what}") from None
+    except ValueError as exc:
+        raise FileRefused(f"not a valid {what} ({str(exc).splitlines()[0][:120]})") from None

@@ -83,10 +83,12 @@ class SweepError(ValueError):
 
 def parse_sweep(data: dict[str, Any], path: str = "<sweep>") -> Sweep:
     """A kernel bench result → Sweep. Raises SweepError for a skipped, failed or malformed result."""
+    if not isinstance(data, dict):
+        raise SweepError(f"{path}: not a kernel bench result (a JSON {type(data).__name__}, not an object)")
     if data.get("skipped"):
         raise SweepError(f"{path}: the bench was skipped ({data.get('reason', 'no reason given')}); nothing to fit")
     check = data.get("check") or {}
-    if not check.get("ok"):
+    if not isinstance(check, dict) or not check.get("ok"):
         raise SweepError(f"{path}: the kernel failed its correctness check; its timings are not used")
     try:
         gpu = dict(data["gpu"])
@@ -108,20 +110,32 @@ def parse_sweep(data: dict[str, Any], path: str = "<sweep>") -> Sweep:
             )
             for r in data["results"]
         ]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SweepError(f"{path}: not a kernel bench result ({exc!r})") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise SweepError(f"{path}: not a kernel bench result ({str(exc)[:120]!r})") from None
     if not samples:
         raise SweepError(f"{path}: no timings in this result")
+    for i, s in enumerate(samples):
+        bad = next((f for f in ("attn_us", "combine_us", "total_us")
+                    if not (math.isfinite(getattr(s, f)) and getattr(s, f) >= 0)), None)  # fmt: skip
+        if bad is None and s.total_us == 0:
+            bad = "total_us"
+        if bad is not None:
+            raise SweepError(
+                f"{path}: results[{i}].{bad} is {getattr(s, bad)!r}: a timing must be a finite number above 0; "
+                "re-run the sweep (a NaN or 0 would store a calibration of nothing)"
+            )
+        low = next((f for f in ("batch", "heads", "context", "block_h", "target_ctas", "nsplit", "ctas")
+                    if not 0 < getattr(s, f) <= 10**9), None)  # fmt: skip
+        if low is not None:
+            raise SweepError(f"{path}: results[{i}].{low} is {getattr(s, low)}: it must be between 1 and 10^9")
     return Sweep(path, gpu, list(data.get("kernels") or []), dict(data.get("settings") or {}), samples)
 
 
 def load_sweep(path: Path) -> Sweep:
     try:
-        data = json.loads(safefile.read_text(path, 64 * safefile.MIB, "sweep file"))
+        data = safefile.loads_json(safefile.read_text(path, 64 * safefile.MIB, "sweep file"), "sweep file")
     except safefile.FileRefused as exc:
         raise SweepError(f"{path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SweepError(f"{path}: not a sweep JSON file ({exc.msg} at line {exc.lineno}); check the path") from None
     return parse_sweep(data, str(path))
 
 

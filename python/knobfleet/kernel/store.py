@@ -24,9 +24,15 @@ def save(cal: waves.Calibration, path: Path | None = None) -> Path:
     data: dict[str, object] = {}
     if file.exists():
         try:
-            data = json.loads(safefile.read_text(file, 16 * safefile.MIB, "calibrations file"))
+            loaded = safefile.loads_json(safefile.read_text(file, 16 * safefile.MIB, "calibrations file"),
+                                         "calibrations file")  # fmt: skip
         except safefile.FileRefused as exc:
             raise KnobfleetError(f"{file}: {exc}; nothing was written") from None
+        if not isinstance(loaded, dict):
+            raise KnobfleetError(
+                f"{file}: not a calibrations file (a JSON {type(loaded).__name__}); nothing was written"
+            )
+        data = loaded
     data["_comment"] = COMMENT
     data[cal.fingerprint] = cal.as_json()
     safefile.write_text(file, json.dumps(data, indent=2, sort_keys=True) + "\n")  # temp + rename; never a symlink

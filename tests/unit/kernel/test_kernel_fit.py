@@ -156,3 +156,63 @@ def test_bad_sweeps_are_refused(tmp_path: Path, sweeps: list[fit.Sweep]) -> None
     other = fit.Sweep("x", {**sweeps[0].gpu, "sms": 188}, [], {}, sweeps[0].samples[:3])
     with pytest.raises(fit.SweepError, match="different GPUs"):
         fit.merge([sweeps[0], other])
+
+
+# --- hostile sweep files (issue 40, cause 5): every number finite, every parse error one line -------------------
+
+
+def _good_doc() -> dict[str, object]:
+    return {
+        "check": {"ok": True},
+        "gpu": {"name": "H200", "cc": "9.0", "sms": 132},
+        "results": [{"batch": 8, "heads": 16, "context": 4096, "block_h": 16, "target_ctas": 512, "nsplit": 4,
+                     "ctas": 512, "attn_us": 10.5, "combine_us": 1.5, "total_us": 12.0}],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"check": {"ok": true}, "results": [{"attn_us": NaN}]}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"check": {"ok": true}, "gpu": {"name": "x", "cc": 1, "sms": ' + "9" * 5000 + "}}",
+        "[1, 2, 3]",
+        '"a string"',
+        '{"check": "yes"}',
+        '{"check": {"ok": true}, "gpu": {"name": "H200", "cc": "9.0", "sms": 132}, "results": {"a": 1}}',
+    ],
+    ids=["nan-literal", "deep", "5000-digits", "a-list", "a-string", "check-not-object", "results-an-object"],
+)
+def test_a_hostile_sweep_file_is_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "sweep.json"
+    path.write_text(text)
+    with pytest.raises(fit.SweepError) as exc:
+        fit.load_sweep(path)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith(str(path))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    field=st.sampled_from(["attn_us", "combine_us", "total_us", "batch", "nsplit"]),
+    value=st.one_of(st.just(float("nan")), st.just(float("inf")), st.just(-1.0), st.just(0), st.floats(-1e9, -1e-9),
+                    st.integers(10**9 + 1, 10**30)),
+)  # fmt: skip
+def test_a_timing_or_a_size_that_is_not_finite_and_positive_is_refused(field: str, value: float) -> None:
+    import copy
+
+    doc = copy.deepcopy(_good_doc())
+    doc["results"][0][field] = value  # type: ignore[index]
+    timing = field.endswith("_us")
+    finite_ok = isinstance(value, int | float) and math.isfinite(value) and value >= 0
+    if timing and finite_ok and (value > 0 or field != "total_us"):
+        fit.parse_sweep(doc)  # a large timing is a slow kernel; a part may be 0 (no combine), the total may not
+        return
+    with pytest.raises(fit.SweepError) as exc:
+        fit.parse_sweep(doc)
+    assert "\n" not in str(exc.value)
+    if isinstance(value, int) or (timing and not math.isnan(value)):
+        assert f"results[0].{field} is" in str(exc.value)
+
+
+def test_a_good_sweep_still_parses() -> None:
+    assert fit.parse_sweep(_good_doc()).samples[0].total_us == 12.0
