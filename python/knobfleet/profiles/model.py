@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator
@@ -151,6 +152,14 @@ class Knob(_Strict):
     # A credential (true: hashed wherever it goes, refused in profiles), or explicitly not one although its name
     # matches knobfleet's secret patterns (false: SGLANG_INIT_NEW_TOKEN_RATIO); unset: the patterns decide.
     secret: bool | None = None
+
+    @field_validator("min", "max")
+    @classmethod
+    def _finite_bound(cls, value: float | None) -> float | None:
+        """A bound of NaN compares false with everything: every value would pass it. Refused where it is read."""
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"a bound must be a finite number, not {value!r}")
+        return value
 
 
 BENCH_FIELDS = frozenset(

@@ -241,3 +241,22 @@ def test_a_hostile_node_in_a_cache_is_a_miss(tmp_path: Path, kind: str) -> None:
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 2048)
     assert safefile.read_cache(big, max_bytes=1024) is None and safefile.read_cache(big) == " " * 2048
+
+
+@pytest.mark.parametrize("bound", [".nan", ".inf", "-.inf"])
+def test_a_catalog_bound_that_is_not_finite_is_refused(profiles_dir: Path, bound: str) -> None:
+    """A NaN bound compares false with everything, so every value would pass it: the catalog is refused with one
+    line naming the file, the knob and the field."""
+    from knobfleet.errors import ProfileError
+    from knobfleet.profiles import catalog
+
+    overlay = profiles_dir / "catalogs" / "sglang.overlay.yaml"
+    overlay.write_text(
+        overlay.read_text()
+        + f"\n  SGLANG_TEST_BOUND:\n    kind: env\n    type: float\n    origin: a test\n    min: {bound}\n"
+    )
+    catalog.catalog_for.cache_clear()
+    with pytest.raises(ProfileError) as exc:
+        catalog.catalog_for("sglang", profiles_dir / "catalogs")
+    text = str(exc.value)
+    assert "sglang.overlay.yaml" in text and "SGLANG_TEST_BOUND" in text and "a bound must be a finite number" in text
