@@ -415,6 +415,46 @@ def expanded_size(value: Any, limit: int = MAX_VALUES) -> int:
     return size(value, 0)
 
 
+# Host vars that may hold a vault value: they are secret by construction (env and flags) or never shown.
+VAULT_OK = ("knob_serve_host_env", "knob_serve_host_args", "knob_serve_secret_env")
+
+
+def _holds(value: Any, vaulted: set[str]) -> bool:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return any(v == text or (len(v) >= 4 and v in text) for v in vaulted)
+
+
+def _refuse_vaulted_elsewhere(
+    where: str, host: str, wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]
+) -> None:
+    """A vault value in a knob_serve_* var other than the env and the flags (a model path, a port, a user) would be
+    shown in clear in the launch line, the unit and every report: refused with one line naming the var, never the
+    value. Pure."""
+    for name in sorted(plain):
+        if not name.startswith("knob_serve_") or name in VAULT_OK:
+            continue
+        if _is_vaulted(wanted.get(name)) or (vaulted and _holds(plain[name], vaulted)):
+            raise InventoryError(
+                f"{where}: host {host}: {name} comes from the vault, but knobfleet shows it in the launch line, the "
+                "unit and every report; only knob_serve_host_env and knob_serve_host_args values are kept secret: "
+                "move the secret there"
+            )
+
+
+def scrub(message: str, vaulted: set[str]) -> str:
+    """``message`` with every vault value in it (4 characters or more) and every value shaped like a secret replaced
+    by a placeholder. Pure."""
+    import re
+
+    from knobfleet.module_utils.knob_redact import SHAPES
+
+    for v in sorted((v for v in vaulted if len(v) >= 4), key=len, reverse=True):
+        message = message.replace(v, "<a vault value>")
+    for _what, pattern in SHAPES:
+        message = re.sub(pattern + r"\S*", "<a secret>", message)
+    return message
+
+
 def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]) -> list[str]:
     """Names of host env vars and host args whose values came from vault: encrypted inline, or templated from
     a vault-encrypted var (the value holds its text). They are secret whatever their names (knob_live)."""
@@ -473,7 +513,10 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
     group_decls: dict[str, Any] = {}  # each host's knob_engine_groups
     deterministic = True
     for host in hosts:
-        raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
+        try:
+            raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
+        except AnsibleError as exc:  # a vars file Ansible cannot parse: its text may quote a secret, never shown
+            raise InventoryError(_vars_file_error(where, host.name, str(exc), check)) from None
         templar = Templar(loader=loader, variables=raw)
         wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in CONNECTION_VARS}
         for k, v in wanted.items():
@@ -488,11 +531,16 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         try:
             resolved = templar.template(wanted, fail_on_undefined=True)
             plain = _plain(resolved)
-            sourced = vault_sourced(wanted, plain, _vaulted_values(raw, set()))
+            vaulted = _vaulted_values(raw, set())
+            _refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
+            sourced = vault_sourced(wanted, plain, vaulted)
             if sourced:
                 declared = plain.get("knob_serve_secret_env")
                 plain["knob_serve_secret_env"] = [*(declared if isinstance(declared, list) else []), *sourced]
-            out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
+            try:
+                out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
+            except InventoryError as exc:  # a validation message quotes the value: never a vault value or a token
+                raise InventoryError(scrub(str(exc), vaulted)) from None
             group_decls[host.name] = plain.get("knob_engine_groups")
         except AnsibleError as exc:
             text = str(exc).splitlines()[0]
@@ -512,6 +560,18 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
                 )
         out = attach_groups(out, group_decls, addresses, where)
     return out, deterministic
+
+
+def _vars_file_error(where: str, host: str, text: str, check: str) -> str:
+    """One line for a vars file Ansible could not parse: the file and the line, never the offending text (Ansible's
+    message quotes the line, which may hold a token)."""
+    from knobfleet.rules import shown
+
+    found = re.search(r"The error appears to be in '([^']+)': line (\d+)", text)
+    if found:
+        at = f"{shown(paths.display(Path(found.group(1))))}, near line {found.group(2)}"
+        return f"{where}: host {host}: cannot parse {at} (a YAML or JSON syntax error); {check}"
+    return f"{where}: host {host}: cannot read its vars (a vars file Ansible cannot parse); {check}"
 
 
 @contextlib.contextmanager
