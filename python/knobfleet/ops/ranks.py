@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.groups import EngineGroup, units
 from knobfleet.live import groups as rule
 from knobfleet.live.verify import findings_of
+from knobfleet.ops.outcome import HostOutcome
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.ops.apply import HostOutcome
     from knobfleet.render import Rendered
 
 
@@ -89,8 +89,6 @@ def merge_decided(
     """The pre-check's decisions, made per group: ``refused`` (group -> why) and a rank the pre-check refused
     refuse every rank; a group is decided in sync only when every rank is; otherwise none of its ranks is
     decided (all go through the play)."""
-    from knobfleet.ops.apply import HostOutcome
-
     out = dict(decided)
     for g in groups.values():
         ranks = g.hosts
