@@ -153,3 +153,105 @@ def test_a_type_only_import_is_no_arrow(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from knobfleet.fleet.hostvars import HostVars\n"
     )
     assert violations(root) == []
+
+
+# --- what the layer order alone cannot see: cycles inside a package, relative imports, import_module strings ---
+
+
+def cycles(root: Path) -> list[list[str]]:
+    """Every set of modules that import each other, directly or round a loop (function-level imports count;
+    ``if TYPE_CHECKING:`` ones do not): the strongly connected components of more than one module."""
+    graph: dict[str, set[str]] = {}
+    for a in arrows(root):
+        if a.source != a.target:
+            graph.setdefault(a.source, set()).add(a.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+# The stand-in engine is installed on the lab hosts as its own package (``sglang_sim``): relative imports are
+# what let the same files run under both names.
+RELATIVE_OK = ("lab/sim/",)
+# import_module with a computed name: the command registry (names in cli/__init__.COMMANDS) and the engines'
+# own packages, imported by the catalog dumps and the tiny-model builder inside the engine's venv.
+IMPORT_MODULE_OK = ("cli/__init__.py", "engines/sync/sglang_dump.py", "engines/sync/vllm_dump.py",
+                    "lab/vllm_tiny_model.py")  # fmt: skip
+
+
+def hidden_imports(root: Path) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level > 0 and not rel.startswith(RELATIVE_OK):
+                out.append(f"{rel}:{node.lineno}: a relative import (the layer check cannot follow it)")
+            call = node.func if isinstance(node, ast.Call) else None
+            name = getattr(call, "attr", None) or getattr(call, "id", None)
+            if name in ("import_module", "__import__") and rel not in IMPORT_MODULE_OK:
+                out.append(f"{rel}:{node.lineno}: {name}() (an import the layer check cannot see)")
+    return out
+
+
+def test_no_module_imports_round_a_loop() -> None:
+    assert cycles(PKG) == []
+
+
+def test_no_import_hides_from_the_layer_check() -> None:
+    assert hidden_imports(PKG) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "found"),
+    [
+        ({"ops/a.py": "from knobfleet.ops import b\n", "ops/b.py": "def f():\n    from knobfleet.ops import a\n"},
+         "cycle"),
+        ({"ops/a.py": "from knobfleet.ops import b\n", "ops/b.py": "from knobfleet.ops import c\n",
+          "ops/c.py": "import knobfleet.ops.a\n"}, "cycle"),
+        ({"ops/a.py": "from . import b\n", "ops/b.py": ""}, "relative"),
+        ({"ops/a.py": "import importlib\nm = importlib.import_module('knobfleet.cli')\n"}, "import_module"),
+        ({"ops/a.py": "if TYPE_CHECKING:\n    from knobfleet.ops import b\n",
+          "ops/b.py": "from knobfleet.ops import a\n"}, None),
+    ],
+    ids=["two-modules", "three-modules", "relative", "import-module-string", "type-only-is-no-cycle"],
+)  # fmt: skip
+def test_each_hidden_shape_makes_the_check_fail(tmp_path: Path, files: dict[str, str], found: str | None) -> None:
+    root = tmp_path / "knobfleet"
+    for rel, text in {"__init__.py": "", "ops/__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    loops, hidden = cycles(root), hidden_imports(root)
+    if found == "cycle":
+        assert loops and not hidden
+    elif found is None:
+        assert not loops and not hidden
+    else:
+        assert not loops and len(hidden) == 1 and found.replace("_", "") in hidden[0].replace("_", "")

@@ -76,7 +76,7 @@ GATE_OPTIONS = ("baseline", "gate_conc")
 def check_gate_options(args: argparse.Namespace, profile: Any) -> None:
     """Gate settings are validated (and the baseline resolved) before anything changes: a gate that cannot run
     must not be found out after the fleet was changed."""
-    from knobfleet.ops import workspace as app
+    from knobfleet.ops import profiles as app
 
     if not getattr(args, "gate", False):
         given = [f"--{o.replace('_', '-')}" for o in GATE_OPTIONS if getattr(args, o, None) is not None]

@@ -1,6 +1,6 @@
 """The wave advisor: the wave table of a profile (or --knob values) on a GPU, with the kernel's calibration when
 one is stored, and TARGET_CTAS candidates ranked by predicted cost (``knobfleet waves``). Moved out of
-``ops/workspace.py``: it stands on the kernel wing (calibrations), which the use cases in ``ops/`` do not."""
+``ops/``: it stands on the kernel wing (calibrations), which the use cases in ``ops/`` do not."""
 
 from __future__ import annotations
 

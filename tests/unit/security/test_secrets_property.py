@@ -30,7 +30,7 @@ from knobfleet.live import verify
 from knobfleet.module_utils import knob_observe
 from knobfleet.ops import history, plan
 from knobfleet.ops.apply import ApplyReport, from_plan
-from knobfleet.ops.workspace import rendered_json
+from knobfleet.ops.profiles import rendered_json
 from knobfleet.profiles.model import Profile
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
