@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from knobfleet.fleet.readhost import plan_from_hostvars
 from knobfleet.live.verify import exit_code
 from knobfleet.module_utils.knob_live import Kind
 from knobfleet.ops import drift, routing
+from tests.unit.fleet.test_router_kinds import Recorder
 
 
 class Router(ThreadingHTTPServer):
@@ -30,19 +31,8 @@ class Router(ThreadingHTTPServer):
     workers: list[str]
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: Router
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _send(self, code: int, doc: Any) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(Recorder):  # its JSON answers and its silence, with sglang-router 0.3's worker list
+    server: Router  # type: ignore[assignment]
 
     def do_GET(self) -> None:
         ws = [{"id": f"w{i}", "url": u, "is_healthy": True, "load": 0} for i, u in enumerate(self.server.workers)]
