@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.module_utils import knob_argv
 
 if TYPE_CHECKING:
-    from knobfleet.profiles.model import BenchTool
+    from knobfleet.profiles.model import BenchTool, Metrics
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,20 @@ class Engine:
     bench: BenchTool | None = None
     liveness_path: str | None = None  # verify's one-token completion, where readiness_path does not generate
     argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
+    metric_names: Metrics | None = None  # the catalog's serve.metrics
+
+    def metrics(self, needed_by: str) -> Metrics:
+        """The engine's Prometheus names (catalog ``serve.metrics``); a one-line KnobfleetError naming the catalog
+        and what needs them when the catalog has none (never another engine's names)."""
+        if self.metric_names is None:
+            from knobfleet.errors import KnobfleetError
+
+            raise KnobfleetError(
+                f"engine {self.name}: {needed_by} needs its Prometheus metric names, and its catalog has no "
+                f"serve.metrics; add running, queued, generation_tokens, e2e_latency, inter_token_latency and "
+                f"finished under serve: in profiles/catalogs/{self.name}.overlay.yaml"
+            )
+        return self.metric_names
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""
@@ -157,6 +171,7 @@ def engine(name: str | None = None) -> Engine:
         bench=s.bench,
         liveness_path=s.liveness_path,
         argv_spec=spec,
+        metric_names=s.metrics,
     )
 
 

@@ -41,20 +41,6 @@ from knobfleet.telemetry.prom import PromError, Prometheus, series
 # counter). The time requests spent in flight per second, rate(e2e _sum), is the mean number running over the window
 # (Little's law): a running-requests gauge sampled every scrape aliases with regular arrivals (in the lab, 8 requests/s
 # and a 2 s scrape read one host 20% "slower" than an identical one, window after window).
-SERIES = {
-    "sglang": (
-        "sglang:generation_tokens_total",
-        "sglang:e2e_request_latency_seconds",
-        "sglang:inter_token_latency_seconds",
-        "sglang:num_requests_total",
-    ),
-    "vllm": (
-        "vllm:generation_tokens_total",
-        "vllm:e2e_request_latency_seconds",
-        "vllm:inter_token_latency_seconds",
-        "vllm:request_success_total",
-    ),
-}
 
 
 # The router's own counters (both router kinds the lab runs export SGLang router's smg_* names): every request it
@@ -132,6 +118,8 @@ def split(hosts: Sequence[HostVars], opts: CanaryOptions) -> tuple[list[HostVars
             f"canary: {', '.join(unrouted[:3])} {'is' if len(unrouted) == 1 else 'are'} behind no router "
             "(knob_router_url): a canary is judged on live traffic through the router"
         )
+    for engine in sorted({_engine(hv) for hv in hosts}):
+        engine_series(engine)  # an engine whose catalog names no metrics: one line before anything changes
     n = opts.hosts if opts.hosts is not None else max(1, math.floor(len(hosts) * (opts.fraction or 0.25)))
     if n < 1 or 2 * n > len(hosts):
         raise UsageError(
@@ -142,7 +130,16 @@ def split(hosts: Sequence[HostVars], opts: CanaryOptions) -> tuple[list[HostVars
 
 
 def _engine(hv: HostVars) -> str:
-    return hv.adapter().name if hv.adapter().name in SERIES else "sglang"
+    return hv.adapter().name
+
+
+def engine_series(engine: str) -> tuple[str, str, str, str]:
+    """(generation tokens, e2e latency, inter-token latency, finished requests): the names the engine's catalog gives
+    (``serve.metrics``); an engine without them is a one-line error, never judged on another engine's names."""
+    from knobfleet.engines.adapter import engine as adapter
+
+    m = adapter(engine).metrics("the canary")
+    return m.generation_tokens, m.e2e_latency, m.inter_token_latency, m.finished
 
 
 def router_values(prom: Prometheus, end: float, window_s: float) -> tuple[int, int]:
@@ -166,7 +163,7 @@ def window_values(
     requests: dict[str, float] = {}
     resets: dict[str, float] = {}
     for engine in sorted({_engine(hv) for hv in hosts}):
-        tokens, e2e, itl, done = SERIES[engine]
+        tokens, e2e, itl, done = engine_series(engine)
         names = "|".join(hv.host for hv in hosts if _engine(hv) == engine)
         sel = f'host=~"{names}"'
 

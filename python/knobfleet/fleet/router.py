@@ -13,17 +13,13 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from knobfleet.errors import KnobfleetError
 
 # In-flight gauges per engine: running + queued requests (DESIGN: SGLang needs --enable-metrics; vLLM always).
-INFLIGHT_METRICS: dict[str, tuple[str, ...]] = {
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-}
 _SAMPLE_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -114,12 +110,10 @@ def parse_workers(doc: Any) -> tuple[Generation, list[Worker]]:
     return (Generation.V03 if ids or not out else Generation.V02), out
 
 
-def parse_inflight(text: str, engine: str) -> int:
-    """Running + queued requests from an engine's Prometheus text (every label set summed). ValueError when
-    the engine exposes none of the gauges (SGLang without --enable-metrics)."""
-    names = INFLIGHT_METRICS.get(engine)
-    if names is None:
-        raise ValueError(f"no in-flight gauges known for engine {engine!r}; known: {', '.join(INFLIGHT_METRICS)}")
+def parse_inflight(text: str, names: Sequence[str]) -> int:
+    """Running + queued requests from an engine's Prometheus text (every label set summed of the gauges ``names``:
+    the catalog's ``serve.metrics.running`` and ``queued``). ValueError when the engine exposes none of them (SGLang
+    without --enable-metrics)."""
     escaped = {n.replace(":", "_") for n in names}  # an OpenMetrics answer with escaping=underscores (prom.series)
     total = 0.0
     seen = False

@@ -178,8 +178,14 @@ def router_for(kind: str, url: str) -> RouterKind:
 
 
 def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callable[[], int]:
-    """A reader of an engine's running + queued requests from its ``/metrics`` (``fleet.router.parse_inflight``).
-    A process that no longer answers has nothing in flight only once it is gone; until then RouterError."""
+    """A reader of an engine's running + queued requests from its ``/metrics`` (``fleet.router.parse_inflight``),
+    by the gauges its catalog names (``serve.metrics``; an engine without them is a one-line KnobfleetError here,
+    before anything changes). A process that no longer answers has nothing in flight only once it is gone; until
+    then RouterError."""
+    from knobfleet.engines.adapter import engine as adapter
+
+    m = adapter(engine).metrics("the router drain")
+    names = (m.running, m.queued)
 
     def read() -> int:
         try:
@@ -190,7 +196,7 @@ def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callabl
             raise RouterError(Outcome.ENGINE_METRICS, f"{base_url}/metrics answered {status}; SGLang needs "
                               "--enable-metrics")  # fmt: skip
         try:
-            return parse_inflight(body.decode("utf-8", "replace"), engine)
+            return parse_inflight(body.decode("utf-8", "replace"), names)
         except ValueError as exc:
             raise RouterError(Outcome.ENGINE_METRICS, f"{base_url}/metrics: {exc}") from None
 

@@ -206,6 +206,22 @@ class BenchTool(_Strict):
         return argv
 
 
+METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
+
+
+class Metrics(_Strict):
+    """The engine's Prometheus names knobfleet reads (catalog ``serve.metrics``): the router drain's in-flight count
+    (``running`` + ``queued`` gauges), the canary's throughput, latency and finished-request counters, and the load
+    profile's running gauge. An engine without them is refused where they are needed, never guessed."""
+
+    running: str = Field(pattern=METRIC_NAME, description="gauge: requests being decoded now")
+    queued: str = Field(pattern=METRIC_NAME, description="gauge: requests waiting to start")
+    generation_tokens: str = Field(pattern=METRIC_NAME, description="counter: tokens generated")
+    e2e_latency: str = Field(pattern=METRIC_NAME, description="histogram (base name): end-to-end request latency")
+    inter_token_latency: str = Field(pattern=METRIC_NAME, description="histogram (base name): inter-token latency")
+    finished: str = Field(pattern=METRIC_NAME, description="counter: requests finished")
+
+
 class Serve(_Strict):
     """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
 
@@ -235,6 +251,7 @@ class Serve(_Strict):
         default=False, description="the engine's parser reads --max_model_len as --max-model-len (vLLM's does)"
     )
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
+    metrics: Metrics | None = Field(default=None, description="the Prometheus names the drain and the canary read")
 
 
 class Catalog(_Strict):

@@ -15,10 +15,19 @@ from dataclasses import dataclass
 
 from knobfleet.errors import KnobfleetError
 
-RUNNING = {
-    "sglang": "sglang:num_running_reqs",
-    "vllm": "vllm:num_requests_running",
-}
+
+def running_gauges() -> dict[str, str]:
+    """Engine -> its running-requests gauge, from every catalog that names one (``serve.metrics.running``)."""
+    from knobfleet.engines.adapter import engine, names
+    from knobfleet.errors import KnobfleetError
+
+    out = {}
+    for name in names():
+        try:
+            out[name] = engine(name).metrics("load-profile").running
+        except KnobfleetError:
+            continue  # an engine without metric names has none to read
+    return out
 
 
 class LoadProfileError(KnobfleetError):

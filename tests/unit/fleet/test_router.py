@@ -98,21 +98,28 @@ vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0
     ],
 )
 def test_parse_inflight(text: str, engine: str, count: int) -> None:
-    assert parse_inflight(text, engine) == count
+    assert parse_inflight(text, gauges(engine)) == count
 
 
 @pytest.mark.parametrize(
     ("text", "engine", "message"),
     [
         ("sglang:gen_throughput 1\n", "sglang", "none of sglang:num_running_reqs, sglang:num_queue_reqs"),
-        (SGLANG_METRICS, "tgi", "no in-flight gauges known for engine 'tgi'"),
         ("sglang:num_running_reqs NaN\n", "sglang", "not a count"),
         ("sglang:num_running_reqs -1\n", "sglang", "not a count"),
     ],
 )
 def test_parse_inflight_rejects(text: str, engine: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        parse_inflight(text, engine)
+        parse_inflight(text, gauges(engine))
+
+
+def gauges(engine: str) -> tuple[str, str]:
+    """The in-flight gauges the engine's catalog names (serve.metrics)."""
+    from knobfleet.engines.adapter import engine as adapter
+
+    m = adapter(engine).metrics("a test")
+    return m.running, m.queued
 
 
 @given(st.lists(st.integers(0, 10_000), max_size=5), st.lists(st.integers(0, 10_000), max_size=5))
@@ -121,7 +128,7 @@ def test_parse_inflight_sums_every_label_set(running: list[int], queued: list[in
     lines += [f'sglang:num_queue_reqs{{dp="{i}"}} {v}' for i, v in enumerate(queued)]
     if not lines:
         return
-    assert parse_inflight("\n".join(lines), "sglang") == sum(running) + sum(queued)
+    assert parse_inflight("\n".join(lines), gauges("sglang")) == sum(running) + sum(queued)
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ def launcher(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[
 def in_flight(base: str) -> int:
     """Running + queued requests, read from /metrics as the router steps read them."""
     with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
-        return parse_inflight(r.read().decode(), "sglang")
+        return parse_inflight(r.read().decode(), ("sglang:num_running_reqs", "sglang:num_queue_reqs"))
 
 
 def _ok(url: str) -> bool:
