@@ -182,8 +182,13 @@ def rollback(
     reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
     targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
     with interrupts.deferred():  # a signal is acted on between hosts, never between a drain and its re-add
-        outcomes = _restore_routed(hosts, inventory, targets, break_lock, on_event)
-        signalled = interrupts.pending()
+        return _rollback_outcomes(_restore_routed(hosts, inventory, targets, break_lock, on_event), hosts)
+
+
+def _rollback_outcomes(outcomes: list[RestoreOutcome], hosts: list[HostVars]) -> list[RestoreOutcome]:
+    """The rollback's end (inside its deferred section): a restore that failed is RestoreFailed with the manual
+    steps; a signal that arrived is Interrupted with what each host runs; else the outcomes."""
+    signalled = interrupts.pending()
     broken = [o for o in outcomes if not o.ok and o.generation is not None]
     if broken:
         by_name = {hv.host: hv for hv in hosts}

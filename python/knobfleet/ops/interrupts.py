@@ -84,10 +84,11 @@ def deferred() -> Iterator[None]:
     _state.deferring += 1
     try:
         yield
-    finally:
-        _state.deferring -= 1
-        if _state.deferring == 0 and _state.depth == 0:
-            _state.pending = None
+    finally:  # one statement (no call in it): a signal cannot land between leaving and dropping what is pending
+        _state.deferring, _state.pending = (
+            _state.deferring - 1,
+            None if _state.deferring == 1 and _state.depth == 0 else _state.pending,
+        )
 
 
 @contextmanager
