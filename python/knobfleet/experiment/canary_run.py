@@ -298,14 +298,18 @@ def canary(
         report.verdict = Verdict("inconclusive", short, 0, pre=len(pre))
         save(report)
         raise PrePeriodTooQuiet(f"canary {profile.name}: {short}")
-    applied = apply(profile, canaries, door, Options(serial=opts.serial))
-    report.canary_apply = applied
+    from knobfleet.ops import interrupts
+
+    with interrupts.deferred(keep=True):  # the apply and knowing it happened are one step: a signal waits for it
+        applied = apply(profile, canaries, door, Options(serial=opts.serial))
+        report.canary_apply = applied
     if applied.exit_code != 0:
         report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
         report.exit_code = applied.exit_code
         save(report)
         return report
     try:
+        interrupts.checkpoint()  # a signal during the apply: the canaries go back now
         verdict = _judged_windows(profile, canaries, baseline, current, door, prom, opts, report, pre, on_window,
                                   sleep, clock, save)  # fmt: skip
     except KeyboardInterrupt:
@@ -314,22 +318,21 @@ def canary(
         report.followup = back
         report.exit_code = 130
         save(report)
-        from knobfleet.ops import interrupts
-
         raise interrupts.Interrupted(f"knobfleet: canary {profile.name} interrupted: {back}", report) from None
-    report.verdict = verdict
-    if opts.advisory:
-        report.followup = _advice(profile, verdict, canaries, baseline + rest)
-        report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
-    elif verdict.verdict == "promote":
-        report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
-        done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
-        report.exit_code = done.exit_code if done else 0
-    else:
-        report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
-        report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
-    save(report)
-    return report
+    with interrupts.deferred():  # the verdict's action runs to its end (the promotion's apply has its own steps)
+        report.verdict = verdict
+        if opts.advisory:
+            report.followup = _advice(profile, verdict, canaries, baseline + rest)
+            report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
+        elif verdict.verdict == "promote":
+            report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
+            done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+            report.exit_code = done.exit_code if done else 0
+        else:
+            report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
+            report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
+        save(report)
+        return report
 
 
 def _judged_windows(

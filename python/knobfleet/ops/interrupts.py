@@ -76,18 +76,19 @@ def handled() -> Iterator[None]:
 
 
 @contextmanager
-def deferred() -> Iterator[None]:
+def deferred(keep: bool = False) -> Iterator[None]:
     """The whole of a run that changes hosts (a rollout, a rollback): a signal never raises where it arrives, only
     at the run's next ``checkpoint``, its step boundaries, where the run knows what every host has done so far (a
     ``KeyboardInterrupt`` between two lines of bookkeeping would leave a host changed and reported untouched). A
-    signal after the last boundary is dropped: the run completed and its report says so."""
+    signal after the last boundary is dropped: the run completed and its report says so; with ``keep``, it stays
+    pending for the caller's next ``checkpoint`` (a step inside a larger run: the canary's apply)."""
     _state.deferring += 1
     try:
         yield
     finally:  # one statement (no call in it): a signal cannot land between leaving and dropping what is pending
         _state.deferring, _state.pending = (
             _state.deferring - 1,
-            None if _state.deferring == 1 and _state.depth == 0 else _state.pending,
+            None if _state.deferring == 1 and _state.depth == 0 and not keep else _state.pending,
         )
 
 
