@@ -243,7 +243,7 @@ def main() -> int:
         tag = last_release_tag()
         changed = changed_since(tag, core) if tag else []
         selected = changed or list(QUICK_SAMPLE)
-        if changed and args.sample is None:
+        if args.sample is None:  # the fixed sample too: all 615 of its mutants took 871 s of CI's 90 minutes
             args.sample = QUICK_SAMPLE_PER_MODULE
         print(f"mutation-quick: {'changed since ' + tag if tag else 'no release tag, fixed sample'}: {selected}")
     else:
