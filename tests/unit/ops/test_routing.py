@@ -222,49 +222,28 @@ def test_a_signal_during_a_routed_rollback_finishes_that_host_and_touches_no_oth
     assert not interrupts.pending()
 
 
+@pytest.mark.exhaustive
 def test_a_signal_anywhere_in_a_routed_rollback_ends_in_the_state_it_reports(router: MemRouter) -> None:
     """The signal handler's code run at every ~line of a routed rollback of three hosts (a tracer over ops/): each
     run ends with no host locked, every worker back in its router, and each host on the generation its outcome
     names (rolled back, or untouched on the one it ran)."""
-    import sys
-    from pathlib import Path as P
-    from types import FrameType
-
     from knobfleet.ops import interrupts
     from knobfleet.ops.history import NOT_TOUCHED, rollback
-
-    ops = str(P(interrupts.__file__).parent)
-
-    class At:
-        def __init__(self, k: int) -> None:
-            self.k, self.n = k, 0
-
-        def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "call" and not frame.f_code.co_filename.startswith(ops):
-                return None
-            if event == "line":
-                self.n += 1
-                if self.n == self.k:
-                    interrupts.request()
-            return self
+    from tests.unit.signal_at import signal_at
 
     def once(k: int) -> tuple[FakeHosts, list[Any] | None, int]:
         router.workers = {f"http://127.0.1.{i}:30000": True for i in range(1, 4)}
         door = FakeHosts({h.host: Host() for h in hosts(3)})
-        tracer = At(k)
-        sys.settrace(tracer)
-        try:
-            got: list[Any] | None = rollback(hosts(3), door, 2)  # type: ignore[arg-type]
-        except interrupts.Interrupted as exc:
-            got = list(exc.report)
-        except KeyboardInterrupt:
-            got = None  # before the rollback began: nothing may have changed
-        finally:
-            sys.settrace(None)
-            interrupts._state.pending = None
-            interrupts._state.depth = interrupts._state.deferring = 0
+        with signal_at(k) as tracer:
+            try:
+                got: list[Any] | None = rollback(hosts(3), door, 2)  # type: ignore[arg-type]
+            except interrupts.Interrupted as exc:
+                got = list(exc.report)
+            except KeyboardInterrupt:
+                got = None  # before the rollback began: nothing may have changed
         return door, got, tracer.n
 
+    once(10**9)  # imports what a rollback imports: the count below is the same whatever ran before this test
     _, _, total = once(10**9)
     problems = []
     for k in range(1, total + 2, max(1, total // 150)):
