@@ -300,19 +300,23 @@ def canary(
         raise PrePeriodTooQuiet(f"canary {profile.name}: {short}")
     from knobfleet.ops import interrupts
 
-    with interrupts.deferred(keep=True):  # the apply and knowing it happened are one step: a signal waits for it
-        applied = apply(profile, canaries, door, Options(serial=opts.serial))
-        report.canary_apply = applied
-    if applied.exit_code != 0:
-        report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
-        report.exit_code = applied.exit_code
-        save(report)
-        return report
-    try:
+    applied = None
+    try:  # from the apply on, a signal anywhere puts the canaries back (between two lines here too)
+        with interrupts.deferred(keep=True):  # the apply and knowing it happened are one step: a signal waits for it
+            applied = apply(profile, canaries, door, Options(serial=opts.serial))
+            report.canary_apply = applied
+            if applied.exit_code != 0:
+                report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
+                report.exit_code = applied.exit_code
+                save(report)
+        if applied.exit_code != 0:
+            return report
         interrupts.checkpoint()  # a signal during the apply: the canaries go back now
         verdict = _judged_windows(profile, canaries, baseline, current, door, prom, opts, report, pre, on_window,
                                   sleep, clock, save)  # fmt: skip
     except KeyboardInterrupt:
+        if applied is None or applied.exit_code != 0:  # nothing applied, or the apply restored its hosts itself
+            raise
         back = _roll_back(profile, canaries, before, applied, door, "interrupted")
         report.verdict = Verdict("inconclusive", "interrupted", report.verdict.windows, pre=len(pre))
         report.followup = back
@@ -326,7 +330,15 @@ def canary(
             report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
         elif verdict.verdict == "promote":
             report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
-            done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+            try:
+                done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+            except interrupts.Interrupted as exc:  # the rollout to the rest says what it did; the canaries keep it
+                canaries_on = ", ".join(h.host for h in canaries)
+                report.followup = (f"promoted: {canaries_on} run {profile.name}; the rollout to the rest was "
+                                   f"interrupted ({exc}); `knobfleet history` shows each host")  # fmt: skip
+                report.exit_code = 130
+                save(report)
+                raise interrupts.Interrupted(f"knobfleet: canary {profile.name} {report.followup}", report) from None
             report.exit_code = done.exit_code if done else 0
         else:
             report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
@@ -355,7 +367,11 @@ def _judged_windows(
 
     reason = f"canary {profile.name}: baseline restarted on its current generation, as fresh as the canaries"
     targets = {h: RestoreTarget(gen, reason, leave="", event="rollback") for h, gen in current.items()}
-    restarted = _restore_routed(baseline, door, targets, False, None)
+    from knobfleet.ops import interrupts
+
+    with interrupts.deferred(keep=True):  # never between a baseline host's drain and its re-add: after the restart
+        restarted = _restore_routed(baseline, door, targets, False, None)
+    interrupts.checkpoint()
     if not all(o.ok for o in restarted):
         bad = next(o for o in restarted if not o.ok)
         report.notes.append(f"baseline {bad.host} did not restart: {bad.message}")
