@@ -111,6 +111,19 @@ def profile_list(rows: list[tuple[str, str, str, str]]) -> str:
 
 
 @_human
+def catalog_diff(d: Any) -> str:
+    """``catalog diff``: the breaking changes first (removed, renamed, changed), then the additions, then the
+    metric names knobfleet reads that changed; counts on the first line."""
+    counts = {w: len(d.of(w)) for w in ("removed", "renamed", "changed", "added", "metric")}
+    head = f"{d.engine} {d.old} -> {d.new}: " + ", ".join(f"{n} {w}" for w, n in counts.items())
+    rows = []
+    for c in [*d.of("removed"), *d.of("renamed"), *d.of("changed"), *d.of("added"), *d.of("metric")]:
+        what = c.detail if c.what != "renamed" else f"-> {c.new_name} ({c.detail})"
+        rows.append((c.what, c.name, what or "-"))
+    return head + ("\n" + table(["change", "knob", "detail"], rows) if rows else "\nno difference")
+
+
+@_human
 def profile_show(profile: Profile, locked: str | None) -> str:
     out = [
         f"profile    {profile.ref}  ({' -> '.join(profile.chain)})",

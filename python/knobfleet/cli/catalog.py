@@ -1,4 +1,6 @@
-"""``catalog sync ENGINE``: regenerate an engine's catalog from the engine's own registry (pinned version).
+"""``catalog sync ENGINE``: regenerate an engine's catalog from the engine's own registry (pinned version, or
+``--version V``: kept next to it as ``generated/ENGINE@V.yaml``); ``catalog versions ENGINE``: the synced ones;
+``catalog diff ENGINE V1 V2``: what an upgrade changes.
 
 SGLang's catalog comes from its wheel's source by default; ``--from-install [VENV_PYTHON]`` reads it from an
 installed SGLang instead, by import (default: the lab's install, ``knobfleet.lab.sglang_install``). The two are
@@ -51,6 +53,38 @@ def cmd_catalog_sync(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_catalog_versions(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.ops import profiles as app
+    from knobfleet.profiles import catalog as catalogs
+
+    st = app.store()
+    have = catalogs.synced_versions(args.engine, st.catalog_dir)
+    pinned = catalogs.catalog_for(args.engine, st.catalog_dir).version
+    if args.json:
+        _out(report.to_json({"engine": args.engine, "pinned": pinned, "versions": have}))
+    else:
+        _out("\n".join(f"{v}{'  (pinned)' if v == pinned else ''}" for v in have) or f"no synced {args.engine} catalog")
+    return EXIT_OK
+
+
+def cmd_catalog_diff(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.ops import profiles as app
+    from knobfleet.profiles import catalog as catalogs
+    from knobfleet.profiles import versions
+
+    st = app.store()
+    old = catalogs.catalog_for(args.engine, st.catalog_dir, args.old)
+    new = catalogs.catalog_for(args.engine, st.catalog_dir, args.new)
+    d = versions.diff(old, new)
+    if args.json:
+        _out(report.to_json(d.as_json()))
+        return EXIT_OK
+    _out(report.catalog_diff(d))
+    return EXIT_OK
+
+
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     cat = sub.add_parser("catalog", help="engine catalogs: which knobs an engine reads")
     csub = cat.add_subparsers(dest="catalog_command", metavar="SUBCOMMAND", required=True)
@@ -77,3 +111,15 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         help="write DIR/ENGINE.yaml instead (default: the shipped profiles/catalogs/generated)",
     )
     p.set_defaults(func=cmd_catalog_sync)
+    p = csub.add_parser("versions", help="the engine versions with a synced catalog")
+    p.add_argument("engine", help="engine name (vllm, sglang)")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    p.set_defaults(func=cmd_catalog_versions)
+    p = csub.add_parser(
+        "diff", help="knobs added, removed, renamed and changed between two engine versions, and metric renames"
+    )
+    p.add_argument("engine", help="engine name (vllm, sglang)")
+    p.add_argument("old", metavar="V1", help="the version upgraded from (a synced catalog)")
+    p.add_argument("new", metavar="V2", help="the version upgraded to")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    p.set_defaults(func=cmd_catalog_diff)

@@ -1,4 +1,4 @@
-"""``profiles list|show|validate|lock|schema``."""
+"""``profiles list|show|validate|lock|migrate|schema``."""
 
 from __future__ import annotations
 
@@ -85,6 +85,26 @@ def cmd_profiles_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_profiles_migrate(args: argparse.Namespace) -> int:
+    from knobfleet import report
+    from knobfleet.ops import profiles as app
+
+    result = app.migrate(args.name, args.to, write=not args.dry_run, source=args.source)
+    if args.json:
+        _out(report.to_json(result.as_json()))
+        return EXIT_OK
+    for m in result.moves:
+        where = " (inherited: overridden in this file)" if m.inherited else ""
+        dashes = "--" if m.section == "args" else ""
+        if m.new_name:
+            _out(f"  {m.section}.{dashes}{m.name} -> {dashes}{m.new_name}{where}")
+        else:
+            _out(f"  {m.section}.{dashes}{m.name}: REMOVED in {result.target} ({m.note}); left out, with a comment "
+                 f"in the file{where}")  # fmt: skip
+    _out(result.summary)
+    return EXIT_OK
+
+
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     prof = sub.add_parser("profiles", help="list, show, validate and lock profiles")
     psub = prof.add_subparsers(dest="profiles_command", metavar="SUBCOMMAND", required=True)
@@ -101,5 +121,17 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_profiles_validate)
     p = psub.add_parser("lock", help="record new profile versions in profiles/profiles.lock")
     p.set_defaults(func=cmd_profiles_lock)
+    p = psub.add_parser(
+        "migrate", help="write the next version of a profile for another engine version (renamed knobs mapped)"
+    )
+    p.add_argument("name", help="profile name or path")
+    p.add_argument("--to", required=True, metavar="ENGINE@VERSION", help="the engine version, e.g. vllm@0.32.0")
+    p.add_argument(
+        "--from", dest="source", default=None, metavar="VERSION",
+        help="the engine version the profile is valid on (default: its fingerprint.engine_version, else pinned)",
+    )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
+    p.set_defaults(func=cmd_profiles_migrate)
     p = psub.add_parser("schema", help="JSON Schema of a profile file, for editors")
     p.set_defaults(func=cmd_profiles_schema)

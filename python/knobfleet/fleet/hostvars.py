@@ -119,6 +119,11 @@ class HostVars(BaseModel):
     version_file: str = Field(
         default="", description="a file whose first line is the engine version (the probe reports it; empty: none)"
     )
+    engine_version: str = Field(
+        default="",
+        description="the engine version this host runs, as the operator names it (knob_serve_engine_version): the "
+        "profile is validated against that version's catalog; overrides what version_file says",
+    )
 
     @field_validator("script_path", "unit_dir", "state_root", "model_path")
     @classmethod

@@ -194,6 +194,40 @@ def _outcome(
     return out
 
 
+def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str | None:
+    """Why ``profile`` cannot go to this host, given the engine version it runs (``knob_serve_engine_version``, else
+    the first line of ``knob_serve_version_file`` as the probe read it): a knob that version lacks or rejects, a
+    version with no synced catalog, or a version file that cannot be read. None: the host runs the version the
+    profile was validated against, or names none (no version file: the pinned catalog speaks for it)."""
+    from knobfleet.errors import ProfileError
+    from knobfleet.profiles import catalog as catalogs
+    from knobfleet.profiles import versions as engine_versions
+
+    if hv.engine_version:
+        version: str | None = hv.engine_version
+        said = f"{profile.engine} {version} (knob_serve_engine_version)"
+    elif hv.version_file:
+        version = engine_versions.parse_version(doc.get("engine_version"))
+        said = f"{profile.engine} {version} ({hv.version_file})"
+        if version is None:
+            return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
+                    f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
+    else:
+        return None
+    pinned = catalogs.catalog_for(profile.engine)
+    if not pinned.generated or version == (profile.validated_on or pinned.version):
+        return None
+    try:
+        cat = catalogs.catalog_for(profile.engine, None, version)
+    except ProfileError as exc:
+        return f"runs {said}: {exc.problems[0].split(': ', 1)[1]}; nothing was changed"
+    problems = engine_versions.problems_on(profile, cat)
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"runs {said}: profile {profile.ref}: {problems[0]}{more}; nothing was changed"
+
+
 def pre_check(
     profile: Profile,
     hosts: list[HostVars],
@@ -220,6 +254,11 @@ def pre_check(
             continue  # unreachable or erroring now: the playbook run reports it
         if versions is not None and hv.version_file:
             versions[hv.host] = o.doc.get("engine_version")
+        wrong = version_refusal(profile, hv, o.doc)
+        if wrong is not None:
+            current = (o.doc.get("generations") or {}).get("current")
+            out[hv.host] = HostOutcome(hv.host, "refused", 0, current, current, message=wrong)
+            continue
         policy = opts.foreign_dropins or hv.foreign_dropins
         p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
         if p.in_sync or p.refused or opts.check:

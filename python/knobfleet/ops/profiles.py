@@ -93,3 +93,90 @@ def rendered_json(r: Rendered) -> dict[str, Any]:
         "env": r.env_shown,
         "argv": r.argv_shown,
     }
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    """``profiles migrate``: the profile file, its version before and after (equal: nothing changed), the knobs
+    that moved (renamed or removed), and the one-line summary."""
+
+    path: Path
+    engine: str
+    target: str
+    before: int
+    after: int
+    moves: list[Any]
+    summary: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "engine": self.engine, "target": self.target, "before": self.before,
+            "after": self.after, "changed": self.after != self.before,
+            "moves": [{"section": m.section, "name": m.name, "new_name": m.new_name, "note": m.note,
+                       "inherited": m.inherited} for m in self.moves],
+            "summary": self.summary,
+        }  # fmt: skip
+
+
+def parse_target(text: str) -> tuple[str, str]:
+    """``ENGINE@VERSION`` -> (engine, version); a bad one is a UsageError naming the form."""
+    from knobfleet.errors import UsageError
+
+    engine, at, version = text.partition("@")
+    if not at or not engine or not version:
+        raise UsageError(f"--to {text!r}: expected ENGINE@VERSION, e.g. vllm@0.32.0")
+    return engine, version
+
+
+def migrate(name: str, to: str, *, write: bool = True, source: str | None = None) -> MigrateResult:
+    """Write the next version of profile ``name`` for the engine version ``to`` (``ENGINE@VERSION``): renamed
+    knobs under their new names, removed ones left out with a comment (and listed), ``fingerprint.engine_version``
+    set. The new text is validated against the target's catalog before the file is replaced; any problem changes
+    nothing. ``source``: the version the profile is valid on (default: its fingerprint's, else the pinned one)."""
+    import shutil
+    import tempfile
+
+    from knobfleet import paths, safefile
+    from knobfleet.errors import UsageError
+    from knobfleet.profiles import catalog as catalogs
+    from knobfleet.profiles import versions
+
+    engine, version = parse_target(to)
+    st = store()
+    chain = st.chain(name)
+    leaf_path, leaf = chain[-1]
+    current = st.resolve(name, check_lock=False, engine_version=source)  # on the version it targets now
+    if current.engine != engine:
+        raise UsageError(f"{paths.display(leaf_path)}: engine: {name} is a {current.engine} profile, not {engine}; "
+                         f"use --to {current.engine}@VERSION")  # fmt: skip
+    target = catalogs.catalog_for(engine, st.catalog_dir, version)
+    profile = current
+    label = f"{engine} {target.version or version}"
+    targets = versions.parse_version(profile.fingerprint.engine_version) == (target.version or version)
+    moves = versions.moves_for(profile, target, set(leaf.env), {k.removeprefix("--") for k in leaf.args})
+    if targets and not moves:
+        return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version, [],
+                             f"{name}@{leaf.version} already targets {label}: nothing changed")  # fmt: skip
+    fingerprint = profile.fingerprint.model_dump()
+    text = leaf_path.read_text(encoding="utf-8")
+    got = versions.migrate_text(text, moves, label, leaf.version + 1, fingerprint)
+    if got.text is None:
+        raise ProfileError([f"{paths.display(leaf_path)}: cannot migrate: {got.reason}; nothing changed"])
+    with tempfile.TemporaryDirectory(prefix="knobfleet-migrate-") as tmp:  # the new file, checked before it lands
+        for path, _doc in chain[:-1]:
+            shutil.copyfile(path, Path(tmp) / path.name)
+        (Path(tmp) / leaf_path.name).write_text(got.text, encoding="utf-8")
+        try:
+            ProfileStore(Path(tmp), st.catalog_dir).resolve(leaf.name, check_lock=False, engine_version=version)
+        except ProfileError as exc:
+            shown = [p.replace(str(Path(tmp).resolve()), paths.display(leaf_path.parent)) for p in exc.problems]
+            raise ProfileError([f"{paths.display(leaf_path)}: the migrated profile is still not valid on {label} "
+                                f"(nothing changed): {shown[0]}", *shown[1:]]) from None  # fmt: skip
+    if write:
+        safefile.write_text(leaf_path, got.text)
+    renamed = sum(1 for m in moves if m.new_name)
+    removed = len(moves) - renamed
+    verb = "wrote" if write else "would write"
+    summary = (f"{verb} {name}@{leaf.version + 1} for {label} ({paths.display(leaf_path)}): {renamed} renamed, "
+               f"{removed} removed" + ("; publish it with `knobfleet profiles lock`" if write else ""))  # fmt: skip
+    return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version + 1, moves, summary)

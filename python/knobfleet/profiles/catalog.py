@@ -44,17 +44,27 @@ def load_catalog(path: Path) -> Catalog:
     return _validate(_read(path), paths.display(path))
 
 
-def catalog_files(engine: str, directory: Path | None = None) -> list[Path]:
+def generated_file(engine: str, directory: Path | None = None, version: str | None = None) -> Path:
+    """Where a synced catalog lives: ``generated/<engine>.yaml`` for the pinned version (``version`` None), and
+    ``generated/<engine>@<version>.yaml`` for every other version `knobfleet catalog sync --version` keeps."""
+    base = (directory or paths.catalogs_dir()) / "generated"
+    return base / (f"{engine}.yaml" if version is None else f"{engine}@{version}.yaml")
+
+
+def catalog_files(engine: str, directory: Path | None = None, version: str | None = None) -> list[Path]:
     """The files an engine's catalog is made of: ``generated/<engine>.yaml`` (from the engine's own registry,
-    `knobfleet catalog sync`) plus the curated ``<engine>.overlay.yaml``; or one hand-written ``<engine>.yaml``
-    for an engine without a registry to sync from. A project's own ``<engine>.overlay.yaml`` (its
-    ``catalogs`` folder) comes last, on top; a project may also add a whole ``<engine>.yaml``."""
+    `knobfleet catalog sync`; ``generated/<engine>@<version>.yaml`` for another synced version) plus the curated
+    ``<engine>.overlay.yaml`` (one for every version); or one hand-written ``<engine>.yaml`` for an engine without
+    a registry to sync from. A project's own ``<engine>.overlay.yaml`` (its ``catalogs`` folder) comes last, on
+    top; a project may also add a whole ``<engine>.yaml``."""
     base = directory or paths.catalogs_dir()
     extra = [d / f"{engine}.overlay.yaml" for d in paths.catalog_overlay_dirs()]
     extra = [f for f in extra if f.is_file()]
     overlay = base / f"{engine}.overlay.yaml"
+    if version is not None:
+        return [generated_file(engine, base, version), *([overlay] if overlay.is_file() else []), *extra]
     if overlay.is_file():
-        generated = base / "generated" / f"{engine}.yaml"
+        generated = generated_file(engine, base)
         return [generated, overlay, *extra] if generated.is_file() else [overlay, *extra]
     own = [d / f"{engine}.yaml" for d in paths.catalog_overlay_dirs() if (d / f"{engine}.yaml").is_file()]
     return [own[0] if own else base / f"{engine}.yaml", *extra]
@@ -68,10 +78,11 @@ def _merged(files: list[Path]) -> dict[str, Any]:
     first = _read(files[0])
     overlays = files[1:] if not files[0].name.endswith(".overlay.yaml") else files
     merged = first if overlays is not files else {"engine": first.get("engine"), "knobs": {}}
+    lenient = "@" in files[0].name  # another version than the overlay was curated for: it may lack some knobs
     for f in overlays:
         overlay = _read(f)
         try:
-            merged = merge(merged, overlay)
+            merged = merge(merged, overlay, lenient=lenient)
         except ValueError as exc:
             raise ProfileError([f"{paths.display(f)}: {exc}"]) from None
         merged.setdefault("env_prefixes", overlay.get("env_prefixes", ()))
@@ -104,11 +115,27 @@ def _cached(files: list[Path]) -> dict[str, Any]:
     return data
 
 
-CACHE_SCHEMA = "catalog-1"
+CACHE_SCHEMA = "catalog-2"
 
 
 @cache
-def catalog_for(engine: str, directory: Path | None = None) -> Catalog:
+def catalog_for(engine: str, directory: Path | None = None, version: str | None = None) -> Catalog:
+    """The engine's catalog: the pinned version's (``version`` None, or the pinned one named), or another synced
+    version's, with the renames the other synced versions declare added to its ``renamed`` table."""
+    if version is not None:
+        pinned = catalog_for(engine, directory)
+        if version == pinned.version or not pinned.generated:
+            return pinned
+        files = catalog_files(engine, directory, version)
+        if not files[0].is_file():
+            have = ", ".join(synced_versions(engine, directory)) or "none"
+            raise ProfileError(
+                [
+                    f"{paths.display(files[0])}: no catalog for {engine} {version} (synced: {have}); add it with "
+                    f"`knobfleet catalog sync {engine} --version {version}`"
+                ]
+            )
+        return with_renames(_validate(_cached(files), paths.display(files[0])), engine, directory)
     files = catalog_files(engine, directory)
     missing = [f for f in files if not f.is_file()]
     if missing:
@@ -118,7 +145,58 @@ def catalog_for(engine: str, directory: Path | None = None) -> Catalog:
                 f"add the file or fix the profile's engine (known: {', '.join(engine_names(directory)) or 'none'})"
             ]
         )
-    return _validate(_cached(files), paths.display(files[-1]))
+    cat = _validate(_cached(files), paths.display(files[-1]))
+    return with_renames(cat, engine, directory) if cat.generated and _others(engine, directory) else cat
+
+
+def _others(engine: str, directory: Path | None) -> list[Path]:
+    base = generated_file(engine, directory).parent
+    return sorted(base.glob(f"{engine}@*.yaml"))
+
+
+def synced_versions(engine: str, directory: Path | None = None) -> list[str]:
+    """Every version of ``engine`` with a synced catalog, oldest first: the pinned one and those kept next to it."""
+    found = [p.name.removeprefix(f"{engine}@").removesuffix(".yaml") for p in _others(engine, directory)]
+    pinned = generated_file(engine, directory)
+    if pinned.is_file():
+        version = _cached([pinned]).get("version")
+        if isinstance(version, str) and version not in found:
+            found.append(version)
+    return sorted(found, key=version_key)
+
+
+def version_key(version: str) -> tuple[tuple[int, str], ...]:
+    """Order of version strings: 0.9.0 < 0.10.0 < 0.10.1rc1 (numbers as numbers, the rest as text)."""
+    import re
+
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.+-]", version))
+
+
+def with_renames(cat: Catalog, engine: str, directory: Path | None) -> Catalog:
+    """``cat`` with what the other synced versions of its engine say about names it lacks: a knob of theirs marked
+    deprecated with a replacement this version has is renamed; any other is ``removed``, with the nearest version
+    that last had it (older) or first has it (newer)."""
+    mine = version_key(cat.version or "0")
+    datas = [_cached([p]) for p in [generated_file(engine, directory), *_others(engine, directory)] if p.is_file()]
+    datas = [d for d in datas if str(d.get("version")) != cat.version]
+    older = sorted((d for d in datas if version_key(str(d.get("version"))) < mine),
+                   key=lambda d: version_key(str(d.get("version"))), reverse=True)  # fmt: skip
+    newer = sorted((d for d in datas if version_key(str(d.get("version"))) > mine),
+                   key=lambda d: version_key(str(d.get("version"))))  # fmt: skip
+    found: dict[str, str] = {}
+    gone: dict[str, str] = {}
+    for data, word in [*((d, "last in") for d in older), *((d, "added in") for d in newer)]:
+        for name, knob in (data.get("knobs") or {}).items():
+            if name in cat.knobs or name in found or name in gone or cat.flag_alias(name) is not None:
+                continue
+            new = knob.get("replacement") if isinstance(knob, dict) else None
+            if isinstance(new, str) and new in cat.knobs:
+                found[name] = new
+            else:
+                gone[name] = f"{word} {engine} {data.get('version')}"
+    renamed = {**{n: v for n, v in found.items() if n not in cat.removed}, **cat.renamed}
+    removed = {**{n: v for n, v in gone.items() if n not in renamed}, **cat.removed}
+    return cat.model_copy(update={"renamed": renamed, "removed": removed})
 
 
 def engine_names(directory: Path | None = None) -> list[str]:
@@ -207,6 +285,21 @@ def _check_text(value: Scalar) -> str | None:
     return None
 
 
+def gone_from(catalog: Catalog, name: str, dashes: str = "") -> str | None:
+    """Why ``name`` is not in this version of the engine, from the engine's rename tables; None when they do not
+    name it. The fix names the replacement and the command that rewrites a profile."""
+    at = f"{catalog.engine} {catalog.version}" if catalog.version else catalog.engine
+    new = catalog.renamed.get(name)
+    if new is not None:
+        to = f"{catalog.engine}@{catalog.version}" if catalog.version else catalog.engine
+        return (f"{at} has no {dashes}{name}: renamed to {dashes}{new}; use {dashes}{new} "
+                f"(`knobfleet profiles migrate PROFILE --to {to}` rewrites it)")  # fmt: skip
+    note = catalog.removed.get(name)
+    if note is not None:
+        return f"{at} has no {dashes}{name}: removed ({note}); drop it from the profile"
+    return None
+
+
 def check_env(catalog: Catalog, name: str, value: Scalar, allow_unknown: tuple[str, ...]) -> str | None:
     if not ENV_NAME_RE.fullmatch(name):
         return "invalid env var name; use letters, digits and _ and do not start with a digit"
@@ -217,6 +310,9 @@ def check_env(catalog: Catalog, name: str, value: Scalar, allow_unknown: tuple[s
     if knob is not None and knob.kind == "env":
         return check_value(knob, value)
     if catalog.is_engine_env(name) and name not in allow_unknown:
+        gone = gone_from(catalog, name)
+        if gone:
+            return gone
         hint = did_you_mean(name, sorted(catalog.env_knobs()))
         fix = hint or f"; add it to allow_unknown if {catalog.engine} really reads it"
         return f"unknown knob{fix}"
@@ -234,5 +330,8 @@ def check_flag(catalog: Catalog, name: str, value: Scalar, allow_unknown: tuple[
         return check_value(knob, value)
     if name in allow_unknown:
         return None
+    gone = gone_from(catalog, name, "--")
+    if gone:
+        return gone
     hint = did_you_mean(name, sorted(catalog.flag_knobs()))
     return f"unknown flag{hint or '; add it to allow_unknown if the engine really accepts it'}"

@@ -104,6 +104,9 @@ class Profile(_Strict):
     gate: Gate = Field(default_factory=Gate)
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     chain: tuple[str, ...] = ()
+    # The engine version whose catalog validated it: its fingerprint's engine_version where that version has a
+    # synced catalog, else the pinned one. Not in the content hash (a fact of validation, not of behaviour).
+    validated_on: str | None = None
 
     @property
     def ref(self) -> str:
@@ -264,6 +267,11 @@ class Catalog(_Strict):
     env_prefixes: tuple[str, ...]
     serve: Serve
     knobs: dict[str, Knob]
+    # The engine's own tables of names this version no longer reads (SGLang's removed server arguments, vLLM's
+    # removed flags), curated in the overlay or generated; knobfleet adds the renames older synced versions declare
+    # (a deprecated knob's replacement). ``renamed``: old name -> new name; ``removed``: name -> the engine's note.
+    renamed: dict[str, str] = Field(default_factory=dict)
+    removed: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("knobs")
     @classmethod

@@ -58,6 +58,10 @@ class ProfileStore:
             )
         return path
 
+    def chain(self, name_or_path: str) -> list[tuple[Path, ProfileDoc]]:
+        """The files of a profile's ``extends`` chain, root first, each with its document."""
+        return self._chain(name_or_path)
+
     def _chain(self, name_or_path: str) -> list[tuple[Path, ProfileDoc]]:
         path = self.path_of(name_or_path)
         chain: list[tuple[Path, ProfileDoc]] = []
@@ -85,8 +89,9 @@ class ProfileStore:
         chain.reverse()
         return chain
 
-    def resolve(self, name_or_path: str, *, check_lock: bool = True) -> Profile:
-        """Resolve ``extends``, validate every value against the catalog, check the lock."""
+    def resolve(self, name_or_path: str, *, check_lock: bool = True, engine_version: str | None = None) -> Profile:
+        """Resolve ``extends``, validate every value against the catalog (of ``engine_version``: another synced
+        version of the engine than the pinned one), check the lock."""
         chain = self._chain(name_or_path)
         merged = _Merged()
         engine: str | None = None
@@ -108,7 +113,9 @@ class ProfileStore:
         leaf_path, leaf = chain[-1]
         if engine is None:
             engine = catalogs.default_engine(self.catalog_dir)
-        cat = catalogs.catalog_for(engine, self.catalog_dir)
+        if engine_version is None and fingerprint is not None and fingerprint.engine_version:
+            engine_version = self.target_version(engine, fingerprint.engine_version)
+        cat = catalogs.catalog_for(engine, self.catalog_dir, engine_version)
         problems: list[str] = []
         from knobfleet.module_utils.knob_redact import secret_shape
 
@@ -163,10 +170,19 @@ class ProfileStore:
             gate=gate or Gate(),
             fingerprint=fingerprint or Fingerprint(),
             chain=tuple(doc.name for _, doc in chain),
+            validated_on=cat.version,
         )
         if check_lock:
             self.check_locked(profile, leaf_path)
         return profile
+
+    def target_version(self, engine: str, fingerprint_version: str) -> str | None:
+        """The synced engine version a profile's ``fingerprint.engine_version`` names, or None (the pinned
+        catalog validates it: a fingerprint naming a version with no catalog is only a note)."""
+        from knobfleet.profiles.versions import parse_version
+
+        version = parse_version(fingerprint_version)
+        return version if version in catalogs.synced_versions(engine, self.catalog_dir) else None
 
     # --- the lock ---------------------------------------------------------------------------
 

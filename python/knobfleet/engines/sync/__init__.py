@@ -123,14 +123,16 @@ def render_dump(data: dict[str, Any]) -> str:
 
 
 def sync(engine: str, out_dir: Path, version: str | None = None, from_install: Path | None = None) -> Path:
-    """Regenerate ``out_dir/<engine>.yaml`` from the engine's own registry; return its path. ``from_install``: see
+    """Regenerate ``out_dir/<engine>.yaml`` from the engine's own registry (``out_dir/<engine>@<version>.yaml`` for
+    a version other than the pinned one: each synced version is kept); return its path. ``from_install``: see
     ``dump``.
 
     Writes only when the text changed (atomic rename), so an unchanged catalog keeps its mtime.
     """
     text = render_dump(dump(engine, version, from_install))
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{engine}.yaml"
+    kept = version is not None and version != pinned_version(engine)  # another version: kept next to the pinned one
+    path = out_dir / (f"{engine}@{version}.yaml" if kept else f"{engine}.yaml")
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return path
     tmp = path.with_suffix(".yaml.tmp")

@@ -4,4 +4,4 @@ It accepts SGLang's launch flags and HTTP API, reads the kernel knobs from its e
 start, and produces decode throughput whose shape follows split-K wave quantization (see ``model``).
 """
 
-__version__ = "0.5.0-sim"
+__version__ = "0.5.23+sim"  # the SGLang it stands in for (+sim: a local build label; version checks read 0.5.23)
