@@ -200,6 +200,25 @@ def _engine(profile: Profile) -> Engine:
     return engine(profile.engine)
 
 
+def launcher_of(profile: Profile, hv: HostVars) -> tuple[str, ...] | None:
+    """The launcher the host's serve script runs: the install of the version the profile pins, where the host names
+    its installs (``knob_serve_launchers``); else ``knob_serve_launcher`` (None: the engine's own)."""
+    if profile.engine_version and hv.launchers:
+        got = hv.launchers.get(profile.engine_version)
+        if got is None:
+            have = ", ".join(sorted(hv.launchers)) or "none"
+            raise RenderError(
+                f"host {hv.host}: profile {profile.ref} pins {profile.engine} {profile.engine_version}, but "
+                f"knob_serve_launchers names no install of it (has: {have}); add "
+                f"knob_serve_launchers['{profile.engine_version}']: [that install's launcher]"
+            )
+        if not got or any(not a or "\0" in a for a in got):
+            raise RenderError(f"host {hv.host}: knob_serve_launchers['{profile.engine_version}']: must be a "
+                              "non-empty list of non-empty arguments without NUL bytes")  # fmt: skip
+        return tuple(got)
+    return hv.launcher
+
+
 def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, Any]:
     """Every variable the knob_serve templates read, exactly as Ansible will see it."""
     return {
@@ -207,7 +226,7 @@ def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) 
         "knob_serve_service": hv.service,
         "knob_serve_script_path": hv.script_path,
         "knob_serve_user": hv.user,
-        "knob_serve_launcher": list(hv.launcher or ()),
+        "knob_serve_launcher": list(launcher_of(profile, hv) or ()),
         "knob_serve_engine": (engine or _engine(profile)).role_vars(),
         "knob_serve_model_path": hv.model_path,
         "knob_serve_listen_host": hv.listen_host,
@@ -234,7 +253,7 @@ def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
 
 def expected_argv(profile: Profile, hv: HostVars, engine: Engine | None = None) -> list[str]:
     engine = engine or _engine(profile)
-    argv = engine.head_argv(hv.launcher, hv.model_path, hv.listen_host, hv.port)
+    argv = engine.head_argv(launcher_of(profile, hv), hv.model_path, hv.listen_host, hv.port)
     merged: dict[str, Any] = {**hv.host_args, **rank_args(hv, engine), **profile.args}
     for flag in sorted(merged):
         argv.extend(arg_tokens(flag, merged[flag]))

@@ -294,15 +294,7 @@ def drift_report(verdicts: list[Any], summary: dict[str, Any], title: str) -> st
     out = [title, table(["host", "status", "profile", "generation", "findings", "error"], rows, "lllllr")]
     for v in verdicts:
         out += _grouped_findings(v.host, v.findings)
-    out.append("")
-    for prof, hosts in summary["profiles"].items():
-        out.append(f"{prof}: {', '.join(hosts)}")
-    if summary["version_skew"]:
-        out.append(f"warning: version skew: hosts run {len(summary['profiles'])} different profiles")
-    out.append(
-        f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
-        f"{summary['unreachable']} unreachable, {summary['error']} error"
-    )
+    out.append(drift_tail(summary))
     return "\n".join(out)
 
 
@@ -349,6 +341,9 @@ def drift_tail(summary: dict[str, Any]) -> str:
         out.append(f"{prof}: {', '.join(hosts)}")
     if summary["version_skew"]:
         out.append(f"warning: version skew: hosts run {len(summary['profiles'])} different profiles")
+    if summary.get("engine_version_skew"):  # mid-upgrade, or a host left behind
+        on = "; ".join(f"{v} on {', '.join(h)}" for v, h in sorted(summary["engine_versions"].items()))
+        out.append(f"warning: engine version skew: {on}")
     out.append(
         f"{summary['hosts']} hosts: {summary['in_sync']} in sync, {summary['drift']} drifted, "
         f"{summary['unreachable']} unreachable, {summary['error']} error"

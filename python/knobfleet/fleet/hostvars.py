@@ -119,6 +119,11 @@ class HostVars(BaseModel):
     version_file: str = Field(
         default="", description="a file whose first line is the engine version (the probe reports it; empty: none)"
     )
+    launchers: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="engine version -> the launcher argv of that version's install on this host "
+        "(knob_serve_launchers): a profile that pins engine_version launches that one, so an upgrade is a rollout",
+    )
     engine_version: str = Field(
         default="",
         description="the engine version this host runs, as the operator names it (knob_serve_engine_version): the "

@@ -85,6 +85,7 @@ class HostVerdict:
     generation: int | None = None
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
+    engine_version: str | None = None  # what the host's version file says (knob_serve_version_file), when it has one
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -98,6 +99,8 @@ class HostVerdict:
         }
         if self.error:
             out["error"] = self.error
+        if self.engine_version:
+            out["engine_version"] = self.engine_version
         return out
 
 
@@ -199,12 +202,17 @@ def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:
     for v in verdicts:
         for f in v.findings:
             kinds[f.kind.value] = kinds.get(f.kind.value, 0) + 1
+    engines: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.engine_version:
+            engines.setdefault(v.engine_version, []).append(v.host)
     return {
         "hosts": len(verdicts),
         **counts,
         "profiles": profiles,
         "version_skew": len(profiles) > 1,
         "findings": kinds,
+        **({"engine_versions": engines, "engine_version_skew": len(engines) > 1} if engines else {}),
     }
 
 

@@ -203,6 +203,8 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str 
     from knobfleet.profiles import catalog as catalogs
     from knobfleet.profiles import versions as engine_versions
 
+    if profile.engine_version and hv.launchers:
+        return None  # it launches the install of the version it pins (render refuses a host without one)
     if hv.engine_version:
         version: str | None = hv.engine_version
         said = f"{profile.engine} {version} (knob_serve_engine_version)"
@@ -214,6 +216,9 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str 
                     f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
     else:
         return None
+    if profile.engine_version and version != profile.engine_version:
+        return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
+                f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip
     pinned = catalogs.catalog_for(profile.engine)
     if not pinned.generated or version == (profile.validated_on or pinned.version):
         return None
@@ -345,6 +350,16 @@ class _Rollout:
             self.checkpoint_hook(step)
         interrupts.checkpoint()
 
+    def pinned_launchers(self, group: list[str]) -> dict[str, Any]:
+        """``knob_serve_launcher_pinned``: the launcher of the pinned engine version per host that names its
+        installs (render.launcher_of), for the role; nothing when the profile pins no version."""
+        if not self.profile.engine_version:
+            return {}
+        from knobfleet.render import launcher_of
+
+        got = {h: list(launcher_of(self.profile, self.by_name[h]) or ()) for h in group if self.by_name[h].launchers}
+        return {"knob_serve_launcher_pinned": got} if got else {}
+
     def report(self) -> ApplyReport:
         return ApplyReport(self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0)
 
@@ -370,6 +385,7 @@ class _Rollout:
                         "knob_serve_operator": operator(),
                         # names the controller knows are secret beyond the inventory's own (vault-sourced values)
                         "knob_serve_secret_vaulted": {h: list(self.by_name[h].secret_env) for h in group},
+                        **self.pinned_launchers(group),
                         **(
                             {"knob_serve_groups": ranks.role_vars(self.groups, self.engine.name, self.rendered)}
                             if self.groups

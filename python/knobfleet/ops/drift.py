@@ -60,7 +60,12 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
     declared = _declared(host.profile, cache)
     if isinstance(declared, str):
         return HostVerdict(host.host, "error", error=declared)
-    return verify_host(host.host, o.doc, declared, plan.rules_for(host, o.doc))
+    verdict = verify_host(host.host, o.doc, declared, plan.rules_for(host, o.doc))
+    if o.doc.get("engine_version"):  # the fleet's engine versions: skew shows mid-upgrade
+        from knobfleet.profiles.versions import parse_version
+
+        verdict.engine_version = parse_version(str(o.doc["engine_version"])) or str(o.doc["engine_version"])[:64]
+    return verdict
 
 
 def stream(

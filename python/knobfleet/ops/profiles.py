@@ -152,14 +152,23 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     target = catalogs.catalog_for(engine, st.catalog_dir, version)
     profile = current
     label = f"{engine} {target.version or version}"
-    targets = versions.parse_version(profile.fingerprint.engine_version) == (target.version or version)
+    targets = versions.parse_version(profile.fingerprint.engine_version) == (target.version or version) and (
+        profile.engine_version in (None, target.version or version)
+    )
     moves = versions.moves_for(profile, target, set(leaf.env), {k.removeprefix("--") for k in leaf.args})
     if targets and not moves:
         return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version, [],
                              f"{name}@{leaf.version} already targets {label}: nothing changed")  # fmt: skip
     fingerprint = profile.fingerprint.model_dump()
     text = leaf_path.read_text(encoding="utf-8")
-    got = versions.migrate_text(text, moves, label, leaf.version + 1, fingerprint)
+    got = versions.migrate_text(
+        text,
+        moves,
+        label,
+        leaf.version + 1,
+        fingerprint,
+        pin=(target.version or version) if profile.engine_version else None,
+    )
     if got.text is None:
         raise ProfileError([f"{paths.display(leaf_path)}: cannot migrate: {got.reason}; nothing changed"])
     with tempfile.TemporaryDirectory(prefix="knobfleet-migrate-") as tmp:  # the new file, checked before it lands

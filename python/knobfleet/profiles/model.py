@@ -66,6 +66,9 @@ class ProfileDoc(_Strict):
     extends: ProfileName | None = None
     description: str = ""
     engine: EngineName | None = None
+    # The engine version this profile runs (desired state): validated against that version's catalog, and on a host
+    # with knob_serve_launchers the serve script launches that version's install. Unset: whatever the host runs.
+    engine_version: str | None = Field(default=None, pattern=r"^[0-9][A-Za-z0-9.+-]{0,63}$")
     env: dict[str, Scalar | None] = Field(default_factory=dict)
     args: dict[str, Scalar | None] = Field(default_factory=dict)
     allow_unknown: tuple[str, ...] = ()
@@ -97,6 +100,7 @@ class Profile(_Strict):
     name: str
     version: int
     engine: EngineName
+    engine_version: str | None = None
     description: str = ""
     env: dict[str, Scalar]
     args: dict[str, Scalar]
@@ -119,6 +123,7 @@ class Profile(_Strict):
             "name": self.name,
             "version": self.version,
             "engine": self.engine,
+            **({"engine_version": self.engine_version} if self.engine_version else {}),  # unset: hashes as before
             "env": {k: self.env[k] for k in sorted(self.env)},
             "args": {k: self.args[k] for k in sorted(self.args)},
             "gate": self.gate.model_dump(mode="json"),

@@ -95,6 +95,7 @@ class ProfileStore:
         chain = self._chain(name_or_path)
         merged = _Merged()
         engine: str | None = None
+        pin: str | None = None
         gate: Gate | None = None
         fingerprint: Fingerprint | None = None
         allow: list[str] = []
@@ -107,12 +108,14 @@ class ProfileStore:
                     else:
                         target[key] = (value, path)
             engine = doc.engine or engine
+            pin = doc.engine_version or pin
             gate = doc.gate or gate
             fingerprint = doc.fingerprint or fingerprint
             allow.extend(a.removeprefix("--") for a in doc.allow_unknown if a not in allow)
         leaf_path, leaf = chain[-1]
         if engine is None:
             engine = catalogs.default_engine(self.catalog_dir)
+        engine_version = engine_version or pin  # a pinned version is the one it must be valid on
         if engine_version is None and fingerprint is not None and fingerprint.engine_version:
             engine_version = self.target_version(engine, fingerprint.engine_version)
         cat = catalogs.catalog_for(engine, self.catalog_dir, engine_version)
@@ -163,6 +166,7 @@ class ProfileStore:
             name=leaf.name,
             version=leaf.version,
             engine=engine,
+            engine_version=pin,
             description=leaf.description,
             env={k: v for k, (v, _) in sorted(merged.env.items())},
             args={k: v for k, (v, _) in sorted(merged.args.items())},

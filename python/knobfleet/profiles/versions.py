@@ -185,13 +185,19 @@ def _yaml_scalar(value: Scalar) -> str:
 
 
 def migrate_text(
-    text: str, moves: list[Move], engine_version: str, bump_to: int, fingerprint: dict[str, Any] | None = None
+    text: str,
+    moves: list[Move],
+    engine_version: str,
+    bump_to: int,
+    fingerprint: dict[str, Any] | None = None,
+    pin: str | None = None,
 ) -> Migration:
     """``text`` (one profile file, block style) with ``moves`` applied, ``version: bump_to`` and
     ``fingerprint.engine_version: engine_version``. A knob set in this file is renamed in place (its comment kept)
     or commented out when removed; an inherited one is overridden here (``old: null`` plus the new name). A file
     without a ``fingerprint`` gets one: the inherited ``fingerprint`` fields (a file's fingerprint replaces its
-    parent's whole) plus the engine version. Flow-style
+    parent's whole) plus the engine version. ``pin`` (the profile pins the version it runs): its ``engine_version:``
+    line becomes that, or one is added; the migrated profile is then the upgrade itself. Flow-style
     ``env``/``args``/``fingerprint`` mappings cannot be edited line by line: refused with the reason."""
     lines = text.splitlines()
     sections: dict[str, int] = {}
@@ -263,11 +269,17 @@ def migrate_text(
     for name in ("env", "args", "fingerprint"):
         if appends[name] and name in sections:
             tails[section_end(sections[name]) - 1] = name
+    pin_at = next((i for i, ln in enumerate(lines) if re.match(r"^engine_version:", ln)), None)
     for i, line in enumerate(lines):
+        if i == pin_at and pin is not None:
+            out.append(f"engine_version: {_yaml_scalar(pin)}")
+            continue
         if i == version_at:
             m = _VERSION_LINE.match(line)
             assert m is not None
             out.append(f"version: {bump_to}" + (f"  {m.group(2)}" if m.group(2) else ""))
+            if pin is not None and pin_at is None:  # pinned by a parent: this file pins the new version itself
+                out.append(f"engine_version: {_yaml_scalar(pin)}")
         elif i in emptied:
             out.append(line.split(":")[0] + ": {}" + (f"  #{line.split('#', 1)[1]}" if "#" in line else ""))
         else:

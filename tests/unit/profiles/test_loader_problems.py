@@ -67,8 +67,8 @@ def test_one_line_per_problem(profiles_dir: Path, body: str, expected: str | Non
 def test_unknown_top_level_field_lists_the_allowed_ones(profiles_dir: Path) -> None:
     (line,) = problems_of("name: x\nversion: 1\nenvs: {}\n", profiles_dir)
     assert line == (
-        "envs: unknown field; allowed fields: schema_version, name, version, extends, description, engine, env, "
-        "args, allow_unknown, gate, fingerprint"
+        "envs: unknown field; allowed fields: schema_version, name, version, extends, description, engine, "
+        "engine_version, env, args, allow_unknown, gate, fingerprint"
     )
 
 

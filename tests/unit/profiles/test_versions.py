@@ -367,3 +367,61 @@ def test_the_pre_check_refuses_a_host_on_a_version_that_lacks_a_knob(old: Path) 
         "knob_serve_engine_version; nothing was changed",
         "no version": None,
     }
+
+
+# --- the engine version as desired state: a profile pins it, a host names its installs ---------------------------
+
+PINNED = OLD_PROFILE.replace("extends: vllm-tiny\n", "extends: vllm-tiny\nengine_version: 0.31.0\n")
+
+
+def test_a_pinned_profile_is_valid_on_its_version_launches_its_install_and_migrates_as_the_upgrade(
+    old: Path,
+) -> None:
+    from knobfleet.errors import RenderError
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.ops import profiles as app
+    from knobfleet.ops.apply import version_refusal
+    from knobfleet.render import expected_argv, launcher_of
+
+    old.write_text(PINNED)
+    p = ProfileStore(old.parent).resolve("old", check_lock=False)
+    assert (p.engine_version, p.validated_on) == ("0.31.0", "0.31.0")
+    assert p.canonical()["engine_version"] == "0.31.0"  # part of what the hash covers: a pin change is a rollout
+    installs = {"0.31.0": ("/opt/vllm-0.31.0/bin/vllm",), "0.32.0": ("/opt/vllm-0.32.0/bin/vllm",)}
+    both = HostVars(host="a", engine="vllm", launchers=installs)
+    assert expected_argv(p, both)[:2] == ["/opt/vllm-0.31.0/bin/vllm", "serve"]
+    assert launcher_of(p, HostVars(host="b", engine="vllm", launcher=("/usr/bin/vllm",))) == ("/usr/bin/vllm",)
+    with pytest.raises(RenderError) as info:
+        launcher_of(p, HostVars(host="c", engine="vllm", launchers={"0.32.0": ("/opt/v32",)}))
+    assert str(info.value) == (
+        "host c: profile old@1 pins vllm 0.31.0, but knob_serve_launchers names no install of it (has: 0.32.0); "
+        "add knob_serve_launchers['0.31.0']: [that install's launcher]"
+    )
+    # the pre-check: a host that names its installs launches the pinned one; one that does not must run it
+    assert version_refusal(p, both, {}) is None
+    on_32 = HostVars(host="d", engine="vllm", engine_version="0.32.0")
+    assert version_refusal(p, on_32, {}) == (
+        "runs vllm 0.32.0 (knob_serve_engine_version), and profile old@1 pins vllm 0.31.0: name that version's "
+        "install in knob_serve_launchers, or upgrade the host; nothing was changed"
+    )
+    app.migrate("old", "vllm@0.32.0")
+    up = ProfileStore(old.parent).resolve("old", check_lock=False)
+    assert (up.version, up.engine_version, up.validated_on) == (2, "0.32.0", "0.32.0")
+    assert expected_argv(up, both)[0] == "/opt/vllm-0.32.0/bin/vllm" and 'engine_version: "0.32.0"\n' in old.read_text()
+
+
+def test_an_unpinned_profile_hashes_as_before() -> None:
+    assert "engine_version" not in profile().canonical()
+
+
+def test_drift_names_the_engine_versions_of_the_fleet_and_warns_on_skew() -> None:
+    from knobfleet import report
+    from knobfleet.live.verify import HostVerdict, summary
+
+    hosts = [HostVerdict("lab1", "in_sync", engine_version="0.32.0"), HostVerdict("lab2", "in_sync",
+             engine_version="0.31.0"), HostVerdict("lab3", "in_sync")]  # fmt: skip
+    s = summary(hosts)
+    assert s["engine_versions"] == {"0.32.0": ["lab1"], "0.31.0": ["lab2"]} and s["engine_version_skew"] is True
+    assert "warning: engine version skew: 0.31.0 on lab2; 0.32.0 on lab1" in report.drift_tail(s).splitlines()
+    assert hosts[0].as_json()["engine_version"] == "0.32.0" and "engine_version" not in hosts[2].as_json()
+    assert "engine_versions" not in summary(hosts[2:])  # a fleet that reports no version: the summary as before
