@@ -70,6 +70,7 @@ class Declared:
     name: str
     version: int
     hash: str
+    engine_version: str | None = None  # the engine version the profile pins, if it does
 
     def as_rule(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "hash": self.hash}

@@ -92,6 +92,8 @@ class Kind(str, Enum):
     GROUP_RANK_DOWN = "group_rank_down"
     # Read from the host's router (knob_router_url), not from the host: drift and verify only.
     OUT_OF_ROUTER = "out_of_router"
+    # The host's version file against the engine version its declared profile pins (profile engine_version).
+    ENGINE_VERSION_MISMATCH = "engine_version_mismatch"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -164,6 +166,13 @@ RULES: dict[Kind, Rule] = {
         False,
         "the host's router does not list its worker (a rollout took it out and did not put it back): it serves no "
         "traffic; `knobfleet router readd --limit HOST` puts it back",
+    ),
+    Kind.ENGINE_VERSION_MISMATCH: Rule(
+        "error",
+        Action.RESTART,
+        False,
+        "the engine version the host reports (knob_serve_version_file) is not the one its profile pins: the install "
+        "behind the pinned launcher was changed, or the version file belongs to another install",
     ),
 }
 # /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie

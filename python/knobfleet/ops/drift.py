@@ -30,7 +30,7 @@ def _declared(profile: str | None, cache: dict[str, Declared | str]) -> Declared
 
         try:
             p = ProfileStore().resolve(profile)
-            cache[profile] = Declared(p.name, p.version, p.content_hash)
+            cache[profile] = Declared(p.name, p.version, p.content_hash, p.engine_version)
         except KnobfleetError as exc:
             cache[profile] = f"knob_profile {profile!r} cannot be resolved: {str(exc).splitlines()[0]}"
     return cache[profile]
@@ -65,7 +65,32 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
         from knobfleet.profiles.versions import parse_version
 
         verdict.engine_version = parse_version(str(o.doc["engine_version"])) or str(o.doc["engine_version"])[:64]
+        found = version_mismatch(declared, verdict)
+        if found is not None:
+            verdict.status, verdict.findings = "drift", [*verdict.findings, found]
     return verdict
+
+
+def version_mismatch(declared: Declared | None, verdict: HostVerdict) -> Finding | None:
+    """The ``engine_version_mismatch`` finding of a host whose version file says another version than its
+    declared profile pins; None when the profile pins none, the host reports none, or they agree. Pure."""
+    from knobfleet.module_utils.knob_live import RULES, Kind
+
+    pin = declared.engine_version if declared is not None else None
+    if not pin or not verdict.engine_version or verdict.engine_version == pin:
+        return None
+    if verdict.status not in ("in_sync", "drift"):
+        return None
+    rule = RULES[Kind.ENGINE_VERSION_MISMATCH]
+    return Finding(
+        Kind.ENGINE_VERSION_MISMATCH,
+        f"the host reports engine version {verdict.engine_version}; {declared.name if declared else '?'}@"
+        f"{declared.version if declared else '?'} pins {pin}: check the install behind its launcher",
+        rule.severity,
+        rule.action,
+        expected=pin,
+        actual=verdict.engine_version,
+    )
 
 
 def stream(

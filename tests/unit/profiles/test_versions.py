@@ -425,3 +425,30 @@ def test_drift_names_the_engine_versions_of_the_fleet_and_warns_on_skew() -> Non
     assert "warning: engine version skew: 0.31.0 on lab2; 0.32.0 on lab1" in report.drift_tail(s).splitlines()
     assert hosts[0].as_json()["engine_version"] == "0.32.0" and "engine_version" not in hosts[2].as_json()
     assert "engine_versions" not in summary(hosts[2:])  # a fleet that reports no version: the summary as before
+
+
+@pytest.mark.parametrize(
+    ("pin", "reported", "status", "found"),
+    [
+        ("0.32.0", "0.31.0", "in_sync", True),  # the install behind the pinned launcher is another version
+        ("0.32.0", "0.32.0", "in_sync", False),
+        (None, "0.31.0", "in_sync", False),  # an unpinned profile runs whatever the host has
+        ("0.32.0", None, "in_sync", False),  # no version file: nothing to compare
+        ("0.32.0", "0.31.0", "unreachable", False),
+    ],
+)
+def test_a_host_reporting_another_version_than_its_profile_pins_drifts(
+    pin: str | None, reported: str | None, status: str, found: bool
+) -> None:
+    from knobfleet.live.verify import Declared, HostVerdict
+    from knobfleet.ops.drift import version_mismatch
+
+    got = version_mismatch(Declared("p", 2, "sha256:x", pin), HostVerdict("h", status, engine_version=reported))  # type: ignore[arg-type]
+    assert (got is not None) == found
+    if got is not None:
+        assert (got.kind.value, got.expected, got.actual, got.severity) == ("engine_version_mismatch", pin, reported,
+                                                                           "error")  # fmt: skip
+        assert (
+            got.message
+            == "the host reports engine version 0.31.0; p@2 pins 0.32.0: check the install behind its launcher"
+        )
