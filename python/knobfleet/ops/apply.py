@@ -215,7 +215,10 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str 
             return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
                     f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
     else:
-        return None
+        version, where = engine_versions.reported(doc)
+        if version is None:
+            return None  # nothing says which version runs: the catalog the profile was validated on speaks for it
+        said = f"{profile.engine} {version} ({where})"
     if profile.engine_version and version != profile.engine_version:
         return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
                 f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip

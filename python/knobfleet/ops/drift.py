@@ -61,10 +61,11 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
     if isinstance(declared, str):
         return HostVerdict(host.host, "error", error=declared)
     verdict = verify_host(host.host, o.doc, declared, plan.rules_for(host, o.doc))
-    if o.doc.get("engine_version"):  # the fleet's engine versions: skew shows mid-upgrade
-        from knobfleet.profiles.versions import parse_version
+    from knobfleet.profiles.versions import reported
 
-        verdict.engine_version = parse_version(str(o.doc["engine_version"])) or str(o.doc["engine_version"])[:64]
+    running, _ = reported(o.doc)
+    if running:  # the fleet's engine versions: skew shows mid-upgrade
+        verdict.engine_version = running
         found = version_mismatch(declared, verdict)
         if found is not None:
             verdict.status, verdict.findings = "drift", [*verdict.findings, found]

@@ -32,6 +32,22 @@ def parse_version(text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+def reported(doc: dict[str, Any] | None) -> tuple[str | None, str]:
+    """The engine version a probe document shows, and where from: the host's version file
+    (``knob_serve_version_file``), else the engine's own report (``version`` in its server info: SGLang's
+    /server_info, the lab's stand-in). (None, "") when neither says."""
+    if not doc:
+        return None, ""
+    raw = doc.get("engine_version")
+    if isinstance(raw, str) and raw.strip():
+        return parse_version(raw), "version file"
+    info = doc.get("server_info")
+    said = info.get("version") if isinstance(info, dict) else None
+    if isinstance(said, str) and said.strip():
+        return parse_version(said), "the engine's server info"
+    return None, ""
+
+
 @dataclass(frozen=True)
 class Change:
     """One difference between two versions' catalogs."""

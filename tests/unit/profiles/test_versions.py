@@ -452,3 +452,18 @@ def test_a_host_reporting_another_version_than_its_profile_pins_drifts(
             got.message
             == "the host reports engine version 0.31.0; p@2 pins 0.32.0: check the install behind its launcher"
         )
+
+
+@pytest.mark.parametrize(
+    ("doc", "want"),
+    [
+        ({"engine_version": "0.31.0+cpu", "server_info": {"version": "0.5.23"}}, ("0.31.0", "version file")),
+        ({"server_info": {"version": "0.5.22+sim"}}, ("0.5.22", "the engine's server info")),
+        ({"server_info": {"version": 5}}, (None, "")),  # not text: says nothing
+        ({"server_info": "not json"}, (None, "")),
+        ({}, (None, "")),
+        (None, (None, "")),
+    ],
+)
+def test_the_version_a_probe_shows(doc: dict[str, Any] | None, want: tuple[str | None, str]) -> None:
+    assert versions.reported(doc) == want
