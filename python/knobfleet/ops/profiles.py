@@ -147,8 +147,8 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     leaf_path, leaf = chain[-1]
     current = st.resolve(name, check_lock=False, engine_version=source)  # on the version it targets now
     if current.engine != engine:
-        raise UsageError(f"{paths.display(leaf_path)}: engine: {name} is a {current.engine} profile, not {engine}; "
-                         f"use --to {current.engine}@VERSION")  # fmt: skip
+        raise UsageError(f"{paths.display(leaf_path)}: engine: {leaf.name} is a {current.engine} profile, not "
+                         f"{engine}; use --to {current.engine}@VERSION")  # fmt: skip
     target = catalogs.catalog_for(engine, st.catalog_dir, version)
     profile = current
     label = f"{engine} {target.version or version}"
@@ -158,7 +158,7 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     moves = versions.moves_for(profile, target, set(leaf.env), {k.removeprefix("--") for k in leaf.args})
     if targets and not moves:
         return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version, [],
-                             f"{name}@{leaf.version} already targets {label}: nothing changed")  # fmt: skip
+                             f"{leaf.name}@{leaf.version} already targets {label}: nothing changed")  # fmt: skip
     fingerprint = profile.fingerprint.model_dump()
     text = leaf_path.read_text(encoding="utf-8")
     got = versions.migrate_text(
@@ -186,6 +186,6 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     renamed = sum(1 for m in moves if m.new_name)
     removed = len(moves) - renamed
     verb = "wrote" if write else "would write"
-    summary = (f"{verb} {name}@{leaf.version + 1} for {label} ({paths.display(leaf_path)}): {renamed} renamed, "
+    summary = (f"{verb} {leaf.name}@{leaf.version + 1} for {label} ({paths.display(leaf_path)}): {renamed} renamed, "
                f"{removed} removed" + ("; publish it with `knobfleet profiles lock`" if write else ""))  # fmt: skip
     return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version + 1, moves, summary)
