@@ -66,6 +66,20 @@ def output_file(value: str) -> Path:
     return path
 
 
+def html_file(value: str) -> Path:
+    """--report FILE.html: a new path or a regular file to replace, named .html (never a folder, device, FIFO or
+    symlink: safefile's rules), checked before the experiment starts."""
+    if not value.lower().endswith((".html", ".htm")):
+        raise refuse(f"{shown(value)}: name an .html file (the report is one self-contained HTML page)")
+    return output_file(value)
+
+
+def report_target(value: str) -> Path:
+    """ab --report: FILE.html (the HTML report there, the rest in the default folder) or a folder for
+    report.{json,md,png,html}."""
+    return html_file(value) if value.lower().endswith((".html", ".htm")) else output_dir(value)
+
+
 def output_dir(value: str) -> Path:
     path = _path(value)
     try:

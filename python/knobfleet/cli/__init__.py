@@ -30,6 +30,7 @@ COMMANDS = (
     "router",
     "bench",
     "telemetry",
+    "report",
     "kernel",
     "lab",
 )

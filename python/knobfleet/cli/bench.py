@@ -170,9 +170,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
         min_rounds=min(3, args.max_rounds),
         futility=args.futility,
     )
+    html_out = Path(args.report) if args.report and str(args.report).lower().endswith((".html", ".htm")) else None
     report_dir = (
         Path(args.report)
-        if args.report
+        if args.report and html_out is None
         else (paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{a.name}-vs-{b.name}")
     )
     with Progress(enabled=not args.json) as progress:
@@ -190,6 +191,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
             status=status,
         )
         status.close()
+    if html_out is not None:
+        from knobfleet.cli.report import write_html
+
+        write_html(doc, html_out, "ab")
     plotted = (report_dir / "report.png").is_file()
     if args.json:
         _out(report.to_json(doc))
@@ -278,7 +283,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         default=0.05,
         help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never stop early)",
     )
-    p.add_argument("--report", type=types.output_dir, default=None, metavar="DIR", help="where report.{json,md,png} go")
+    p.add_argument(
+        "--report", type=types.report_target, default=None, metavar="DIR|FILE.html",
+        help="where report.{json,md,png,html} go; FILE.html: the HTML page there, the rest in the default folder",
+    )  # fmt: skip
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")
     common.yes_opt(p)
     p.set_defaults(func=cmd_ab)

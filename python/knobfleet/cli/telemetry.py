@@ -134,8 +134,16 @@ def cmd_canary(args: argparse.Namespace) -> int:
             f"· next: {getattr(v, 'verdict', '')} · last possible window in ~{eta:.0f}s\n"
         )
 
-    with interrupts.handled():
-        result = canary(profile, hosts, door, prom, opts, on_window=progress, keep=keep)
+    try:
+        with interrupts.handled():
+            result = canary(profile, hosts, door, prom, opts, on_window=progress, keep=keep)
+    finally:  # the page of what was measured, also when the canary ended early (interrupted, refused)
+        if args.report is not None and record_path:
+            from knobfleet.cli.report import write_html
+
+            write_html(records.read(record_path[0]), args.report, "canary")
+            if not args.json:
+                _out(f"report: {args.report}")
     if args.json:
         _out(report.to_json(result.as_json()))
     else:
@@ -210,6 +218,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         metavar="URL",
         help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the lab's {DEFAULT_PROMETHEUS})",
     )
+    p.add_argument(
+        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        help="also write the canary as one self-contained HTML page (checked before anything changes)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     yes_opt(p)
     p.set_defaults(func=cmd_canary)

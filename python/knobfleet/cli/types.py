@@ -19,6 +19,7 @@ from knobfleet.argtypes import (
     _path,
     calibrations_file,
     checked,
+    html_file,
     input_file,
     int_list,
     integer,
@@ -26,6 +27,7 @@ from knobfleet.argtypes import (
     output_dir,
     output_file,
     refuse,
+    report_target,
     serial,
     vault_id,
 )
@@ -44,6 +46,7 @@ __all__ = [
     "VAULT_PASSWORD_MAX",
     "calibrations_file",
     "checked",
+    "html_file",
     "input_file",
     "int_list",
     "integer",
@@ -52,6 +55,7 @@ __all__ = [
     "output_dir",
     "output_file",
     "refuse",
+    "report_target",
     "serial",
     "vault_id",
 ]

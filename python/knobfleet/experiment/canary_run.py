@@ -388,6 +388,10 @@ def _judged_windows(
             continue
         windows.append(window)
         verdict = judge(windows, opts.settings, pre)
+        row["interval"] = {  # the sequential estimate after this window (the report plots it against the bars)
+            m: {"estimate": math.expm1(iv.estimate), "low": math.expm1(iv.low), "high": math.expm1(iv.high)}
+            for m, iv in verdict.intervals.items()
+        }
         report.verdict = verdict
         save(report)
         if on_window is not None:

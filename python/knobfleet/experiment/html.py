@@ -1,0 +1,315 @@
+"""Self-contained HTML reports of experiments (``--report FILE.html``, ``knobfleet report RECORD``).
+
+One file: inline CSS and inline SVG plots, no script, no font, no image and no link to any URL, so it opens from a
+mail attachment on a machine with no network. The plots are drawn by matplotlib (the optional extra
+``knobfleet[plots]``; without it the page says so and keeps its tables) and written as SVG, with matplotlib's
+metadata and DOCTYPE stripped (the DOCTYPE names a DTD URL).
+
+- ``canary_page(record)``: the decision in one sentence; each judged window's canary-vs-baseline difference per
+  metric with the pre-period before it, against the promotion and regression bars, and the final interval; the
+  hosts, the settings, the raw windows as a table.
+- ``ab_page(doc)``: the decision; per-bucket throughput of A and B with their 95% intervals; the sequential
+  estimate round by round (recomputed from the recorded runs with the same ``design.decide``) against the bars;
+  the profiles, the settings, the raw runs as a table.
+
+Pure: a document in, text out. ``load(path)`` reads a stored record through ``safefile`` (bounded; a corrupt record
+or one from a newer knobfleet is one line).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+.decision{font-size:1.15em;padding:.6em .9em;border-left:5px solid #888;background:#f6f6f6}
+.promote{border-color:#2a7}.rollback,.keep{border-color:#c33}.inconclusive{border-color:#d90}
+table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}code{font-size:12px}.plot svg{max-width:100%;height:auto}
+.note{color:#666}
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.1f}%"
+
+
+def page(title: str, decision: str, verdict: str, sections: list[str]) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
+        f'<h1>{esc(title)}</h1>\n<p class="decision {esc(verdict)}">{esc(decision)}</p>\n'
+        + "\n".join(sections)
+        + '\n<p class="note">Written by knobfleet. Self-contained: nothing in this file is loaded from a URL.</p>'
+        "\n</body></html>\n"
+    )
+
+
+def table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    head = "".join(f"<th{' class=l' if i < left else ''}>{esc(h)}</th>" for i, h in enumerate(headers))
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=l' if i < left else ''}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0)) -> str:
+    """``draw(ax)`` on a fresh figure, as inline SVG: matplotlib's metadata, XML header and DOCTYPE removed, ids
+    made deterministic. Without matplotlib: a note (the page keeps its tables)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return '<p class="note">(plots need matplotlib: pip install "knobfleet[plots]")</p>'
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"svg.hashsalt": "knobfleet", "svg.fonttype": "path"}):
+        fig, ax = plt.subplots(figsize=size, dpi=96)
+        try:
+            draw(ax)
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+        finally:
+            plt.close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<\?xml[^>]*\?>\s*", "", text)
+    text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
+    return f'<div class="plot">{text}</div>'
+
+
+# --- canary ------------------------------------------------------------------------------------------------
+
+
+def _side_mean(values: dict[str, Any], metric: str, hosts: list[str]) -> float | None:
+    got = [float(values[metric][h]) for h in hosts if h in (values.get(metric) or {})]
+    return sum(got) / len(got) if got else None
+
+
+def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per measured window (pre-period first): canary mean / baseline mean − 1 for each metric, or None."""
+    out = []
+    for pre, rows in ((True, rec.get("pre_period") or []), (False, rec.get("windows") or [])):
+        for row in rows:
+            vals = row.get("values") or {}
+            diff: dict[str, float | None] = {}
+            for m in ("tput", "itl"):
+                c = _side_mean(vals, m, rec.get("canaries") or [])
+                b = _side_mean(vals, m, rec.get("baseline") or [])
+                diff[m] = c / b - 1 if c is not None and b else None
+            iv = row.get("interval") if isinstance(row.get("interval"), dict) else {}
+            out.append({"pre": pre, "window": row.get("window"), "skipped": row.get("skipped"), "interval": iv,
+                        **diff})  # fmt: skip
+    return out
+
+
+def canary_sentence(rec: dict[str, Any]) -> str:
+    verdict = str(rec.get("verdict"))
+    what = {"promote": "promoted", "rollback": "rolled back", "inconclusive": "inconclusive"}.get(verdict, verdict)
+    mode = " (advisory: nothing was done after the canary apply)" if rec.get("advisory") else ""
+    return (f"Canary of {rec.get('profile')} on {', '.join(rec.get('canaries') or [])} against "
+            f"{', '.join(rec.get('baseline') or [])}: {what}{mode}, because {rec.get('reason')}.")  # fmt: skip
+
+
+def canary_page(rec: dict[str, Any]) -> str:
+    diffs = window_differences(rec)
+    s = rec.get("settings") or {}
+    bars = (float(s.get("min_effect") or 0.0), -float(s.get("max_regression") or 0.0))
+    intervals = rec.get("intervals") or {}
+
+    def draw(ax: Any) -> None:
+        xs = list(range(1, len(diffs) + 1))
+        for m, color, label in (("tput", "#1f77b4", "throughput"), ("itl", "#d62728", "inter-token latency")):
+            pts = [(x, d[m]) for x, d in zip(xs, diffs, strict=True) if d[m] is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", color=color, label=f"{label}, window")
+            iv = intervals.get(m)
+            if iv and all(isinstance(iv.get(k), int | float) for k in ("low", "high", "estimate")):
+                ax.axhspan(iv["low"] * 100, iv["high"] * 100, color=color, alpha=0.12,
+                           label=f"{label}: final interval {pct(iv['low'])} to {pct(iv['high'])}")  # fmt: skip
+        for m, color in (("tput", "#1f77b4"), ("itl", "#d62728")):  # the sequential estimate after each window
+            seq = [(x, d["interval"][m]) for x, d in zip(xs, diffs, strict=True) if m in (d["interval"] or {})]
+            if seq:
+                ax.plot([x for x, _ in seq], [iv["estimate"] * 100 for _, iv in seq], ":", color=color, lw=2,
+                        label=f"{m}: running estimate")  # fmt: skip
+                ax.fill_between([x for x, _ in seq], [iv["low"] * 100 for _, iv in seq],
+                                [iv["high"] * 100 for _, iv in seq], color=color, alpha=0.08)  # fmt: skip
+        pre = sum(1 for d in diffs if d["pre"])
+        if pre:
+            ax.axvspan(0.5, pre + 0.5, color="#999", alpha=0.12, label="pre-period (both on the current profile)")
+        ax.axhline(bars[0] * 100, color="#2a7", ls="--", lw=1, label=f"promotion bar {pct(bars[0])}")
+        ax.axhline(bars[1] * 100, color="#c33", ls="--", lw=1, label=f"regression bar {pct(bars[1])}")
+        ax.set_xlabel("window (pre-period, then judged)")
+        ax.set_ylabel("canary vs baseline, %")
+        ax.legend(fontsize=8, loc="best")
+
+    rows = [["pre" if d["pre"] else "judged", d["window"], pct(d["tput"]), pct(d["itl"]), d["skipped"] or ""]
+            for d in diffs]  # fmt: skip
+    iv_rows = [[m, pct(iv.get("estimate")), pct(iv.get("low")), pct(iv.get("high"))]
+               for m, iv in sorted(intervals.items()) if isinstance(iv, dict)]  # fmt: skip
+    settings_rows: list[list[Any]] = [
+        ["profile", rec.get("profile")],
+        ["canaries", ", ".join(rec.get("canaries") or [])],
+        ["baseline", ", ".join(rec.get("baseline") or [])],
+        *[[k, v] for k, v in sorted(s.items())],
+    ]
+    sections = [
+        "<h2>Each window's difference, canary vs baseline</h2>",
+        svg(draw),
+        "<h2>The estimate</h2>",
+        table(["metric", "estimate", "low", "high"], iv_rows) if iv_rows else "<p>no window was judged</p>",
+        f"<p>Windows judged: {esc(rec.get('windows_counted'))}; pre-period windows: {esc(rec.get('windows_pre'))}."
+        f" Follow-up: {esc(rec.get('followup') or '-')}</p>",
+        "<h2>Hosts and settings</h2>",
+        table(["", "value"], settings_rows),
+        "<h2>Raw windows</h2>",
+        table(["period", "window", "throughput", "inter-token latency", "skipped"], rows, left=1),
+    ]
+    if rec.get("notes"):
+        sections.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in rec["notes"]) + "</ul>")
+    return page(f"canary {rec.get('profile')}", canary_sentence(rec), str(rec.get("verdict")), sections)
+
+
+# --- A/B ---------------------------------------------------------------------------------------------------
+
+
+def sequential(doc: dict[str, Any]) -> list[dict[str, float]]:
+    """The weighted gain's estimate and interval after each round, recomputed from the recorded runs with the
+    decision rule the run used (``design.decide``): what the sequential test saw, round by round."""
+    from knobfleet.experiment import design, stats
+
+    s = doc.get("settings") or {}
+    settings = design.Settings(
+        weights={int(k): float(v) for k, v in (s.get("weights") or {}).items()},
+        **{k: s[k] for k in ("min_effect", "max_regression", "min_rounds", "max_rounds", "alpha", "futility")
+           if k in s},
+    )  # fmt: skip
+    per: dict[int, list[float]] = {}
+    for b in doc.get("buckets") or []:
+        a_runs, b_runs = b["runs"]["A"], b["runs"]["B"]
+        per[int(b["concurrency"])] = [stats.log_ratio(x, y) for x, y in zip(a_runs, b_runs, strict=False) if x > 0
+                                      and y > 0]  # fmt: skip
+    rounds = min((len(v) for v in per.values()), default=0)
+    out = []
+    for r in range(1, rounds + 1):
+        d = design.decide({c: v[:r] for c, v in per.items()}, settings)
+        if d.gain is not None:
+            out.append({"round": r, "estimate": math.expm1(d.gain.estimate), "low": math.expm1(d.gain.low),
+                        "high": math.expm1(d.gain.high)})  # fmt: skip
+    return out
+
+
+def ab_page(doc: dict[str, Any]) -> str:
+    from knobfleet.experiment.stats import t_quantile_975
+
+    buckets = doc.get("buckets") or []
+    seq = sequential(doc)
+    s = doc.get("settings") or {}
+
+    def per_bucket(ax: Any) -> None:
+        for arm, color, name in (("A", "#1f77b4", doc.get("a")), ("B", "#d62728", doc.get("b"))):
+            xs, ys, errs = [], [], []
+            for b in buckets:
+                runs = [float(v) for v in b["runs"][arm]]
+                if not runs:
+                    continue
+                mean = sum(runs) / len(runs)
+                sd = math.sqrt(sum((v - mean) ** 2 for v in runs) / (len(runs) - 1)) if len(runs) > 1 else 0.0
+                xs.append(b["concurrency"])
+                ys.append(mean)
+                errs.append(t_quantile_975(len(runs) - 1) * sd / math.sqrt(len(runs)) if len(runs) > 1 else 0.0)
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, color=color, label=f"{arm}: {name}")
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("tok/s (mean of runs, 95% interval)")
+        ax.legend(fontsize=8)
+
+    def rounds(ax: Any) -> None:
+        xs = [p["round"] for p in seq]
+        ax.plot(xs, [p["estimate"] * 100 for p in seq], "o-", color="#333", label="weighted gain of B over A")
+        ax.fill_between(xs, [p["low"] * 100 for p in seq], [p["high"] * 100 for p in seq], color="#333", alpha=0.15,
+                        label="its interval (the multiple-look z)")  # fmt: skip
+        ax.axhline(float(s.get("min_effect") or 0) * 100, color="#2a7", ls="--", lw=1, label="promotion bar")
+        ax.axhline(-float(s.get("max_regression") or 0) * 100, color="#c33", ls="--", lw=1, label="regression bar")
+        ax.set_xlabel("round")
+        ax.set_ylabel("B vs A, %")
+        ax.legend(fontsize=8)
+
+    g = doc.get("weighted_gain") or {}
+    sentence = (f"A/B of {doc.get('a')} (A) and {doc.get('b')} (B) on {doc.get('host')}: {doc.get('verdict')} after "
+                f"{doc.get('rounds')} rounds, because {doc.get('reason')}. Weighted gain of B {pct(g.get('estimate'))} "
+                f"({pct(g.get('low'))} to {pct(g.get('high'))}); {doc.get('winner')} is live.")  # fmt: skip
+    rows = [[b["concurrency"], f"{b['weight']:.2f}", f"{b['a_mean']:.1f}", f"{b['b_mean']:.1f}", pct(b.get("ratio")),
+             f"{pct(b.get('low'))} to {pct(b.get('high'))}", b.get("class"),
+             " ".join(f"{v:.0f}" for v in b["runs"]["A"]), " ".join(f"{v:.0f}" for v in b["runs"]["B"])]
+            for b in buckets]  # fmt: skip
+    settings_rows: list[list[Any]] = [["A", doc.get("a")], ["B", doc.get("b")], ["host", doc.get("host")],
+                     *[[k, v] for k, v in sorted(s.items())]]  # fmt: skip
+    sections = [
+        "<h2>Throughput per bucket</h2>",
+        svg(per_bucket),
+        "<h2>The sequential estimate, round by round</h2>",
+        svg(rounds) if seq else "<p>no round was measured</p>",
+        "<h2>Profiles and settings</h2>",
+        table(["", "value"], settings_rows),
+        "<h2>Raw numbers</h2>",
+        table(["concurrency", "weight", "A tok/s", "B tok/s", "B/A", "interval", "class", "A runs", "B runs"], rows),
+    ]
+    verdict = str(doc.get("verdict"))
+    return page(f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, verdict, sections)
+
+
+# --- records -----------------------------------------------------------------------------------------------
+
+
+def render(doc: dict[str, Any], where: str = "record") -> str:
+    """The page of a stored record: a canary record (``kind: canary``) or an A/B report (``report.json``)."""
+    from knobfleet.errors import KnobfleetError
+
+    try:
+        if doc.get("kind") == "canary":
+            return canary_page(doc)
+        if {"a", "b", "buckets"} <= set(doc):
+            return ab_page(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise KnobfleetError(f"{where}: not a complete record ({type(exc).__name__}: {str(exc)[:80]})") from None
+    raise KnobfleetError(f"{where}: neither a canary record nor an A/B report; nothing to render")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A stored record or A/B report.json, read like every record (bounded, no FIFO, device or symlink)."""
+    import json
+
+    from knobfleet import paths, safefile
+    from knobfleet.experiment import records
+
+    try:
+        text = safefile.read_text(path, records.MAX_RECORD_BYTES, "record")
+    except safefile.FileRefused as exc:
+        raise records.RecordError(f"{paths.display(path)}: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise records.RecordError(f"{paths.display(path)}: not a knobfleet record ({str(exc)[:80]})") from None
+    if not isinstance(doc, dict):
+        raise records.RecordError(f"{paths.display(path)}: not a knobfleet record")
+    version = doc.get("schema_version")
+    if isinstance(version, int) and version > records.SCHEMA_VERSION:
+        raise records.RecordError(
+            f"{paths.display(path)}: record schema {version} is newer than this knobfleet reads "
+            f"({records.SCHEMA_VERSION}); upgrade knobfleet to read it"
+        )
+    return doc
