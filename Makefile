@@ -4,7 +4,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
-APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter
+# chromium: the HTML report's test opens every report kind headless, in an empty network namespace.
+APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter chromium
 
 .PHONY: demo test unit integration lint perf system-deps venv vllm sglang router clean lab-down mutation mutation-quick \
 	coverage monitoring-check

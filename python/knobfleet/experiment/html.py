@@ -37,6 +37,10 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}code{font-size:12px}.plot svg{ma
 """
 
 
+# The page may load nothing: a reference that slipped in would be blocked (and show as a console error).
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -48,6 +52,7 @@ def pct(x: float | None) -> str:
 def page(title: str, decision: str, verdict: str, sections: list[str]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
         f'<h1>{esc(title)}</h1>\n<p class="decision {esc(verdict)}">{esc(decision)}</p>\n'
         + "\n".join(sections)
@@ -79,6 +84,9 @@ def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0)) -> 
         fig, ax = plt.subplots(figsize=size, dpi=96)
         try:
             draw(ax)
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # windows, rounds, concurrency: whole numbers
             ax.grid(alpha=0.3)
             fig.tight_layout()
             buf = io.StringIO()
@@ -101,7 +109,11 @@ def _side_mean(values: dict[str, Any], metric: str, hosts: list[str]) -> float |
 
 
 def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per measured window (pre-period first): canary mean / baseline mean − 1 for each metric, or None."""
+    """Per measured window (pre-period first), each metric as the judge sees it (``canary.METRICS``): positive is
+    the canary better. Throughput: canary / baseline − 1; a lower-is-better metric (ITL) inverted, baseline /
+    canary − 1, the same sign as the verdict's intervals. None where a side has no value."""
+    from knobfleet.experiment.canary import METRICS
+
     out = []
     for pre, rows in ((True, rec.get("pre_period") or []), (False, rec.get("windows") or [])):
         for row in rows:
@@ -110,7 +122,10 @@ def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
             for m in ("tput", "itl"):
                 c = _side_mean(vals, m, rec.get("canaries") or [])
                 b = _side_mean(vals, m, rec.get("baseline") or [])
-                diff[m] = c / b - 1 if c is not None and b else None
+                if c is None or b is None or c <= 0 or b <= 0:
+                    diff[m] = None
+                else:
+                    diff[m] = c / b - 1 if METRICS.get(m, True) else b / c - 1
             iv = row.get("interval") if isinstance(row.get("interval"), dict) else {}
             out.append({"pre": pre, "window": row.get("window"), "skipped": row.get("skipped"), "interval": iv,
                         **diff})  # fmt: skip
@@ -133,7 +148,7 @@ def canary_page(rec: dict[str, Any]) -> str:
 
     def draw(ax: Any) -> None:
         xs = list(range(1, len(diffs) + 1))
-        for m, color, label in (("tput", "#1f77b4", "throughput"), ("itl", "#d62728", "inter-token latency")):
+        for m, color, label in (("tput", "#1f77b4", "throughput"), ("itl", "#d62728", "inter-token speed (1/ITL)")):
             pts = [(x, d[m]) for x, d in zip(xs, diffs, strict=True) if d[m] is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", color=color, label=f"{label}, window")
@@ -154,7 +169,7 @@ def canary_page(rec: dict[str, Any]) -> str:
         ax.axhline(bars[0] * 100, color="#2a7", ls="--", lw=1, label=f"promotion bar {pct(bars[0])}")
         ax.axhline(bars[1] * 100, color="#c33", ls="--", lw=1, label=f"regression bar {pct(bars[1])}")
         ax.set_xlabel("window (pre-period, then judged)")
-        ax.set_ylabel("canary vs baseline, %")
+        ax.set_ylabel("canary vs baseline, % (+: canary better)")
         ax.legend(fontsize=8, loc="best")
 
     rows = [["pre" if d["pre"] else "judged", d["window"], pct(d["tput"]), pct(d["itl"]), d["skipped"] or ""]
@@ -171,13 +186,14 @@ def canary_page(rec: dict[str, Any]) -> str:
         "<h2>Each window's difference, canary vs baseline</h2>",
         svg(draw),
         "<h2>The estimate</h2>",
+        "<p>Positive is the canary better: throughput higher, inter-token latency lower.</p>",
         table(["metric", "estimate", "low", "high"], iv_rows) if iv_rows else "<p>no window was judged</p>",
         f"<p>Windows judged: {esc(rec.get('windows_counted'))}; pre-period windows: {esc(rec.get('windows_pre'))}."
         f" Follow-up: {esc(rec.get('followup') or '-')}</p>",
         "<h2>Hosts and settings</h2>",
         table(["", "value"], settings_rows),
         "<h2>Raw windows</h2>",
-        table(["period", "window", "throughput", "inter-token latency", "skipped"], rows, left=1),
+        table(["period", "window", "throughput", "inter-token speed (1/ITL)", "skipped"], rows, left=1),
     ]
     if rec.get("notes"):
         sections.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in rec["notes"]) + "</ul>")

@@ -1,0 +1,93 @@
+"""Every report kind opened in headless Chromium (Debian's package; `make test` installs it) with the network off:
+the page loads with no request to any URL and no console message, its plots are there, and a screenshot is kept
+under build/artifacts/report/ (also the README's picture).
+
+The network is off three times over:
+- Chromium runs in an empty network namespace (`unshare -n`: only a loopback that is down);
+- every host name resolves to nothing (`--host-resolver-rules`), and the proxy is 127.0.0.1:9;
+- the page's own Content-Security-Policy is `default-src 'none'`.
+
+Chromium's own background services still queue requests (its component updater, whatever the flags say), which
+can reach nothing there. The check reads Chromium's net-log for requests made on the page's behalf (their
+network isolation key is the page's site, file://): none may exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from knobfleet.experiment import html
+from tests.conftest import REPO
+from tests.unit.experiment import test_canary_run as fleet
+from tests.unit.experiment.test_html import ab_doc, canary_record
+
+profile, router = fleet.profile, fleet.router  # the fake fleet's fixtures
+ARTIFACTS = REPO / "build" / "artifacts" / "report"
+FLAGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,1600",
+    "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-default-apps", "--no-first-run", "--disable-extensions",
+    "--disable-breakpad", "--no-pings", "--disable-domain-reliability", "--enable-logging=stderr", "--v=0",
+]  # fmt: skip
+
+
+def _cannot_run() -> str | None:
+    if not shutil.which("chromium"):
+        return "chromium is missing: apt-get install -y chromium (make test does this)"
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "an empty network namespace needs root and unshare"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def browser() -> None:
+    reason = _cannot_run()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser test, but {reason}")
+        pytest.skip(f"LOUD SKIP: {reason}")
+
+
+def open_in_chromium(page: str, name: str, tmp: Path) -> tuple[list[str], list[str]]:
+    """Load ``page``; return the requests made on its behalf and the console lines; keep its screenshot."""
+    target = tmp / f"{name}.html"
+    target.write_text(page)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    netlog = tmp / f"{name}.netlog.json"
+    proc = subprocess.run(
+        ["unshare", "-n", "chromium", *FLAGS, f"--user-data-dir={tmp / 'profile'}", f"--log-net-log={netlog}",
+         f"--screenshot={ARTIFACTS / (name + '.png')}", target.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and (ARTIFACTS / f"{name}.png").is_file(), proc.stderr[-2000:]
+    log: dict[str, Any] = json.loads(netlog.read_text())
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    own = [e["params"]["url"] for e in log["events"] if e["type"] == start
+           and "file://" in str(e.get("params", {}).get("network_isolation_key", ""))]  # fmt: skip
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
+    return own, console
+
+
+def test_the_browser_check_sees_a_page_that_reaches_out(tmp_path: Path) -> None:
+    """The check itself: a page with a remote image and a console error is caught on both counts."""
+    bad = '<html><body><img src="http://example.invalid/x.png"><script>console.error("boom")</script></body></html>'
+    requests, console = open_in_chromium(bad, "negative-control", tmp_path)
+    assert requests == ["http://example.invalid/x.png"] and any('"boom"' in ln for ln in console)
+
+
+@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab"])
+def test_a_report_opens_offline_with_no_request_and_no_console_message(
+    profile: Any, router: Any, tmp_path: Path, kind: str
+) -> None:
+    doc = ab_doc() if kind == "ab" else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
+    page = html.render(doc)
+    requests, console = open_in_chromium(page, kind, tmp_path)
+    assert requests == [] and console == [], (requests, console)
+    assert page.count("<svg") == (2 if kind == "ab" else 1)
+    assert (ARTIFACTS / f"{kind}.png").stat().st_size > 50_000  # the plots and tables were drawn, not a blank page
