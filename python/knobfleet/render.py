@@ -125,6 +125,8 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
         "env": profile.env_strings(),
         "args": args,
         "allow_unknown": list(profile.allow_unknown),  # the role's preflight lets these loader variables through
+        # the pinned engine version: the role launches its install from knob_serve_launchers (render.launcher_of)
+        **({"engine_version": profile.engine_version} if profile.engine_version else {}),
     }
 
 

@@ -206,27 +206,27 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str 
     if profile.engine_version and hv.launchers:
         return None  # it launches the install of the version it pins (render refuses a host without one)
     if hv.engine_version:
-        version: str | None = hv.engine_version
+        version: str | None = engine_versions.parse_version(hv.engine_version) or hv.engine_version
         said = f"{profile.engine} {version} (knob_serve_engine_version)"
-    elif hv.version_file:
-        version = engine_versions.parse_version(doc.get("engine_version"))
-        said = f"{profile.engine} {version} ({hv.version_file})"
-        if version is None:
-            return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
-                    f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
     else:
         version, where = engine_versions.reported(doc)
+        if version is None and hv.version_file:
+            return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
+                    f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
         if version is None:
             return None  # nothing says which version runs: the catalog the profile was validated on speaks for it
-        said = f"{profile.engine} {version} ({where})"
+        said = f"{profile.engine} {version} ({hv.version_file if where == 'version file' else where})"
     if profile.engine_version and version != profile.engine_version:
         return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
                 f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip
-    pinned = catalogs.catalog_for(profile.engine)
+    from knobfleet.ops.profiles import store
+
+    where_catalogs = store().catalog_dir  # the catalogs the profile was resolved with
+    pinned = catalogs.catalog_for(profile.engine, where_catalogs)
     if not pinned.generated or version == (profile.validated_on or pinned.version):
         return None
     try:
-        cat = catalogs.catalog_for(profile.engine, None, version)
+        cat = catalogs.catalog_for(profile.engine, where_catalogs, version)
     except ProfileError as exc:
         return f"runs {said}: {exc.problems[0].split(': ', 1)[1]}; nothing was changed"
     problems = engine_versions.problems_on(profile, cat)
@@ -353,16 +353,6 @@ class _Rollout:
             self.checkpoint_hook(step)
         interrupts.checkpoint()
 
-    def pinned_launchers(self, group: list[str]) -> dict[str, Any]:
-        """``knob_serve_launcher_pinned``: the launcher of the pinned engine version per host that names its
-        installs (render.launcher_of), for the role; nothing when the profile pins no version."""
-        if not self.profile.engine_version:
-            return {}
-        from knobfleet.render import launcher_of
-
-        got = {h: list(launcher_of(self.profile, self.by_name[h]) or ()) for h in group if self.by_name[h].launchers}
-        return {"knob_serve_launcher_pinned": got} if got else {}
-
     def report(self) -> ApplyReport:
         return ApplyReport(self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0)
 
@@ -388,7 +378,6 @@ class _Rollout:
                         "knob_serve_operator": operator(),
                         # names the controller knows are secret beyond the inventory's own (vault-sourced values)
                         "knob_serve_secret_vaulted": {h: list(self.by_name[h].secret_env) for h in group},
-                        **self.pinned_launchers(group),
                         **(
                             {"knob_serve_groups": ranks.role_vars(self.groups, self.engine.name, self.rendered)}
                             if self.groups

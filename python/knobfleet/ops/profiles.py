@@ -145,7 +145,12 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     st = store()
     chain = st.chain(name)
     leaf_path, leaf = chain[-1]
-    current = st.resolve(name, check_lock=False, engine_version=source)  # on the version it targets now
+    try:
+        current = st.resolve(name, check_lock=False, engine_version=source)  # on the version it targets now
+    except ProfileError:
+        if source is not None:
+            raise
+        current = _valid_somewhere(st, name, engine)  # the newest synced version it is valid on, else the error
     if current.engine != engine:
         raise UsageError(f"{paths.display(leaf_path)}: engine: {leaf.name} is a {current.engine} profile, not "
                          f"{engine}; use --to {current.engine}@VERSION")  # fmt: skip
@@ -172,15 +177,27 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     if got.text is None:
         raise ProfileError([f"{paths.display(leaf_path)}: cannot migrate: {got.reason}; nothing changed"])
     with tempfile.TemporaryDirectory(prefix="knobfleet-migrate-") as tmp:  # the new file, checked before it lands
-        for path, _doc in chain[:-1]:
+        for path in leaf_path.parent.glob("*.yaml"):  # its parents, and the profiles that extend it
             shutil.copyfile(path, Path(tmp) / path.name)
         (Path(tmp) / leaf_path.name).write_text(got.text, encoding="utf-8")
+        trial = ProfileStore(Path(tmp), st.catalog_dir)
+
+        def shown(problems: list[str]) -> list[str]:
+            return [p.replace(str(Path(tmp).resolve()), paths.display(leaf_path.parent)) for p in problems]
+
         try:
-            ProfileStore(Path(tmp), st.catalog_dir).resolve(leaf.name, check_lock=False, engine_version=version)
+            trial.resolve(leaf.name, check_lock=False, engine_version=version)
         except ProfileError as exc:
-            shown = [p.replace(str(Path(tmp).resolve()), paths.display(leaf_path.parent)) for p in exc.problems]
+            lines = shown(exc.problems)
             raise ProfileError([f"{paths.display(leaf_path)}: the migrated profile is still not valid on {label} "
-                                f"(nothing changed): {shown[0]}", *shown[1:]]) from None  # fmt: skip
+                                f"(nothing changed): {lines[0]}", *lines[1:]]) from None  # fmt: skip
+        for child in _children(st, leaf.name, leaf_path):
+            try:
+                trial.resolve(child, check_lock=False)
+            except ProfileError as exc:
+                raise ProfileError([f"{paths.display(leaf_path)}: migrating it would break {child}, which extends it "
+                                    f"(nothing changed; migrate {child} too, or first): {shown(exc.problems)[0]}"]
+                                   ) from None  # fmt: skip
     if write:
         safefile.write_text(leaf_path, got.text)
     renamed = sum(1 for m in moves if m.new_name)
@@ -189,3 +206,38 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     summary = (f"{verb} {leaf.name}@{leaf.version + 1} for {label} ({paths.display(leaf_path)}): {renamed} renamed, "
                f"{removed} removed" + ("; publish it with `knobfleet profiles lock`" if write else ""))  # fmt: skip
     return MigrateResult(leaf_path, engine, label, leaf.version, leaf.version + 1, moves, summary)
+
+
+def _valid_somewhere(st: ProfileStore, name: str, engine: str) -> Profile:
+    """``name`` resolved on the newest synced version of ``engine`` it is valid on (a profile written for an older
+    engine that names no version), else the pinned catalog's error."""
+    from knobfleet.profiles import catalog as catalogs
+
+    for version in reversed(catalogs.synced_versions(engine, st.catalog_dir)):
+        try:
+            return st.resolve(name, check_lock=False, engine_version=version)
+        except ProfileError:
+            continue
+    return st.resolve(name, check_lock=False)  # raises the pinned catalog's problems
+
+
+def _children(st: ProfileStore, leaf: str, leaf_path: Path) -> list[str]:
+    """The profiles of ``leaf_path``'s folder whose extends chain includes ``leaf`` (not itself)."""
+    from knobfleet.profiles.loader import load_doc
+
+    docs = {}
+    for path in sorted(leaf_path.parent.glob("*.yaml")):
+        try:
+            docs[path.stem] = load_doc(path)
+        except ProfileError:
+            continue  # a broken file is its own problem, reported where it is used
+    out = []
+    for name, doc in docs.items():
+        seen, cur = set(), doc
+        while cur.extends is not None and cur.extends not in seen and cur.extends in docs:
+            if cur.extends == leaf:
+                out.append(name)
+                break
+            seen.add(cur.extends)
+            cur = docs[cur.extends]
+    return out

@@ -118,10 +118,15 @@ def _cached(files: list[Path]) -> dict[str, Any]:
 CACHE_SCHEMA = "catalog-2"
 
 
-@cache
 def catalog_for(engine: str, directory: Path | None = None, version: str | None = None) -> Catalog:
     """The engine's catalog: the pinned version's (``version`` None, or the pinned one named), or another synced
-    version's, with the renames the other synced versions declare added to its ``renamed`` table."""
+    version's, with the renames the other synced versions declare added to its ``renamed`` table. Cached per set of
+    synced files, so a version synced or removed in this process is seen."""
+    return _catalog_for(engine, directory, version, tuple(p.name for p in _others(engine, directory)))
+
+
+@cache
+def _catalog_for(engine: str, directory: Path | None, version: str | None, _synced: tuple[str, ...]) -> Catalog:
     if version is not None:
         pinned = catalog_for(engine, directory)
         if version == pinned.version or not pinned.generated:
@@ -149,6 +154,9 @@ def catalog_for(engine: str, directory: Path | None = None, version: str | None 
     return with_renames(cat, engine, directory) if cat.generated and _others(engine, directory) else cat
 
 
+catalog_for.cache_clear = _catalog_for.cache_clear  # type: ignore[attr-defined]  # tests reset it
+
+
 def _others(engine: str, directory: Path | None) -> list[Path]:
     base = generated_file(engine, directory).parent
     return sorted(base.glob(f"{engine}@*.yaml"))
@@ -165,11 +173,22 @@ def synced_versions(engine: str, directory: Path | None = None) -> list[str]:
     return sorted(found, key=version_key)
 
 
-def version_key(version: str) -> tuple[tuple[int, str], ...]:
-    """Order of version strings: 0.9.0 < 0.10.0 < 0.10.1rc1 (numbers as numbers, the rest as text)."""
+_PRE = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1, "pre": -1, "preview": -1, "post": 1}
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order of version strings: 0.9.0 < 0.10.0, and a pre-release below its release (0.10.0.dev1 < 0.10.0rc1 <
+    0.10.0 < 0.10.0.post1): the release numbers, then the pre/post tag's rank and number."""
     import re
 
-    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.+-]", version))
+    m = re.match(r"v?(\d+(?:\.\d+)*)[.-]?([a-z]*)[.-]?(\d*)", version.lower())
+    if m is None:
+        return ((), 0, 0, version)
+    release = tuple(int(p) for p in m.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]  # 0.32 == 0.32.0
+    tag = m.group(2)
+    return (release, _PRE.get(tag, 0 if not tag else -5), int(m.group(3) or 0), version[m.end() :])
 
 
 def with_renames(cat: Catalog, engine: str, directory: Path | None) -> Catalog:

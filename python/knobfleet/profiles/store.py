@@ -11,7 +11,7 @@ from knobfleet.errors import ProfileError
 from knobfleet.profiles import catalog as catalogs
 from knobfleet.profiles import safeyaml
 from knobfleet.profiles.loader import load_doc
-from knobfleet.profiles.model import Fingerprint, Gate, Profile, ProfileDoc, Scalar
+from knobfleet.profiles.model import Catalog, Fingerprint, Gate, Profile, ProfileDoc, Scalar
 
 MAX_DEPTH = 8
 LOCK_NAME = "profiles.lock"
@@ -116,9 +116,38 @@ class ProfileStore:
         if engine is None:
             engine = catalogs.default_engine(self.catalog_dir)
         engine_version = engine_version or pin  # a pinned version is the one it must be valid on
-        if engine_version is None and fingerprint is not None and fingerprint.engine_version:
-            engine_version = self.target_version(engine, fingerprint.engine_version)
         cat = catalogs.catalog_for(engine, self.catalog_dir, engine_version)
+        problems = self._problems(cat, merged, allow)
+        if problems and engine_version is None and fingerprint is not None and fingerprint.engine_version:
+            # not valid on the pinned catalog: valid on the synced version its fingerprint names, it targets that
+            aimed = self.target_version(engine, fingerprint.engine_version)
+            if aimed is not None and aimed != cat.version:
+                other = catalogs.catalog_for(engine, self.catalog_dir, aimed)
+                if not self._problems(other, merged, allow):
+                    cat, problems = other, []
+        if problems:
+            raise ProfileError(problems)
+        profile = Profile(
+            name=leaf.name,
+            version=leaf.version,
+            engine=engine,
+            engine_version=pin,
+            description=leaf.description,
+            env={k: v for k, (v, _) in sorted(merged.env.items())},
+            args={k: v for k, (v, _) in sorted(merged.args.items())},
+            allow_unknown=tuple(allow),
+            gate=gate or Gate(),
+            fingerprint=fingerprint or Fingerprint(),
+            chain=tuple(doc.name for _, doc in chain),
+            validated_on=cat.version,
+        )
+        if check_lock:
+            self.check_locked(profile, leaf_path)
+        return profile
+
+    @staticmethod
+    def _problems(cat: Catalog, merged: _Merged, allow: list[str]) -> list[str]:
+        """Every problem of the merged knobs against ``cat``, one line each (secrets, names, values)."""
         problems: list[str] = []
         from knobfleet.module_utils.knob_redact import secret_shape
 
@@ -160,25 +189,7 @@ class ProfileStore:
             why = catalogs.check_flag(cat, key, value, tuple(allow))
             if why:
                 problems.append(f"{paths.display(origin)}: args.{key}: {why}")
-        if problems:
-            raise ProfileError(problems)
-        profile = Profile(
-            name=leaf.name,
-            version=leaf.version,
-            engine=engine,
-            engine_version=pin,
-            description=leaf.description,
-            env={k: v for k, (v, _) in sorted(merged.env.items())},
-            args={k: v for k, (v, _) in sorted(merged.args.items())},
-            allow_unknown=tuple(allow),
-            gate=gate or Gate(),
-            fingerprint=fingerprint or Fingerprint(),
-            chain=tuple(doc.name for _, doc in chain),
-            validated_on=cat.version,
-        )
-        if check_lock:
-            self.check_locked(profile, leaf_path)
-        return profile
+        return problems
 
     def target_version(self, engine: str, fingerprint_version: str) -> str | None:
         """The synced engine version a profile's ``fingerprint.engine_version`` names, or None (the pinned

@@ -19,7 +19,7 @@ from typing import Any
 
 from knobfleet.profiles.model import Catalog, Knob, Profile, Scalar
 
-VERSION_RE = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:[a-z0-9.-]*))(\+[A-Za-z0-9.]+)?")
+VERSION_RE = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:[a-z0-9.-]*))(\+[a-z0-9.]+)?", re.I)
 
 
 def parse_version(text: str | None) -> str | None:
@@ -29,22 +29,22 @@ def parse_version(text: str | None) -> str | None:
         return None
     first = text.strip().splitlines()[0] if text.strip() else ""
     m = VERSION_RE.search(first)
-    return m.group(1) if m else None
+    return m.group(1).rstrip(".-").lower() if m else None
 
 
 def reported(doc: dict[str, Any] | None) -> tuple[str | None, str]:
-    """The engine version a probe document shows, and where from: the host's version file
-    (``knob_serve_version_file``), else the engine's own report (``version`` in its server info: SGLang's
-    /server_info, the lab's stand-in). (None, "") when neither says."""
+    """The engine version a probe document shows, and where from: the engine's own report (``version`` in its
+    server info: SGLang's /server_info, the lab's stand-in), which says what runs even where a host has several
+    installs; else the host's version file (``knob_serve_version_file``). (None, "") when neither says."""
     if not doc:
         return None, ""
+    info = doc.get("server_info")
+    said = info.get("version") if isinstance(info, dict) else None
+    if isinstance(said, str) and parse_version(said):  # what runs, from the engine itself: first
+        return parse_version(said), "the engine's server info"
     raw = doc.get("engine_version")
     if isinstance(raw, str) and raw.strip():
         return parse_version(raw), "version file"
-    info = doc.get("server_info")
-    said = info.get("version") if isinstance(info, dict) else None
-    if isinstance(said, str) and said.strip():
-        return parse_version(said), "the engine's server info"
     return None, ""
 
 
@@ -185,8 +185,8 @@ def moves_for(profile: Profile, target: Catalog, leaf_env: set[str], leaf_args: 
     return out
 
 
-_SECTION_RE = re.compile(r"^(env|args|fingerprint):\s*(#.*)?$")
-_KEY_RE = re.compile(r"^(\s+)(--)?([A-Za-z0-9_.-]+)\s*:(.*)$")
+_SECTION_RE = re.compile(r"^(env|args|fingerprint):\s*(\{\s*\}|null|~)?\s*(#.*)?$")  # a block, or empty
+_KEY_RE = re.compile(r"^(\s+)[\"']?(--)?([A-Za-z0-9_.-]+)[\"']?\s*:(.*)$")
 _VERSION_LINE = re.compile(r"^version:\s*(\d+)\s*(#.*)?$")
 
 
@@ -195,8 +195,12 @@ def _yaml_scalar(value: Scalar) -> str:
 
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):  # YAML 1.1 reads 1e-05 (no dot) as text: 1.0e-05
+        text = repr(value)
+        mantissa, e, exp = text.partition("e")
+        return f"{mantissa if '.' in mantissa else mantissa + '.0'}{e}{exp}" if e else text
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
@@ -217,11 +221,15 @@ def migrate_text(
     ``env``/``args``/``fingerprint`` mappings cannot be edited line by line: refused with the reason."""
     lines = text.splitlines()
     sections: dict[str, int] = {}
+    empty: set[str] = set()  # ``env: {}`` / ``env: null``: a section with no key yet
+    touched = {mv.section for mv in moves} | {"fingerprint"}
     for i, line in enumerate(lines):
         m = _SECTION_RE.match(line)
         if m:
             sections[m.group(1)] = i
-        elif re.match(r"^(env|args|fingerprint):\s*[{\[]", line):
+            if m.group(2):
+                empty.add(m.group(1))
+        elif re.match(r"^(env|args|fingerprint):\s*[{\[]", line) and line.split(":")[0] in touched:
             return Migration(None, moves, f"line {i + 1}: {line.split(':')[0]} is a flow mapping; write it as one "
                                           "key per line to migrate it")  # fmt: skip
     version_at = next((i for i, ln in enumerate(lines) if _VERSION_LINE.match(ln)), None)
@@ -229,6 +237,8 @@ def migrate_text(
         return Migration(None, moves, "no `version: N` line to bump")
 
     def section_end(start: int) -> int:
+        if lines[start].split(":")[0] in empty:
+            return start + 1
         j = start + 1
         while j < len(lines) and (not lines[j].strip() or lines[j].startswith((" ", "\t", "#"))):
             j += 1
@@ -238,7 +248,32 @@ def migrate_text(
 
     edits: dict[int, list[str]] = {}  # line index -> replacement lines
     appends: dict[str, list[str]] = {"env": [], "args": [], "fingerprint": []}
+
+    def keys_of(name: str) -> dict[str, int]:
+        start = sections.get(name)
+        if start is None:
+            return {}
+        return {m.group(3): j for j in range(start + 1, section_end(start)) if (m := _KEY_RE.match(lines[j]))}
+
+    def indent_of(name: str) -> str:
+        """The indent of the section's keys (what an added key must use), two spaces in a new or empty one."""
+        for j in keys_of(name).values():
+            m = _KEY_RE.match(lines[j])
+            if m:
+                return m.group(1)
+        return "  "
+
     for mv in moves:
+        if mv.new_name is not None and mv.new_name in keys_of(mv.section):
+            return Migration(None, moves, f"{mv.section}.{mv.new_name} is already set in this file, and "
+                                          f"{mv.name} is renamed to it; keep one of the two by hand")  # fmt: skip
+        at_line = keys_of(mv.section).get(mv.name)
+        if at_line is not None and not mv.inherited:
+            km = _KEY_RE.match(lines[at_line])
+            shown = km.group(4).split(" #")[0].strip() if km else ""
+            if shown in ("|", ">", "|-", ">-") or (shown.startswith(("[", "{")) and not shown.endswith(("]", "}"))):
+                return Migration(None, moves, f"line {at_line + 1}: {mv.name} has a value over several lines; "
+                                              "migrate it by hand")  # fmt: skip
         start = sections.get(mv.section)
         at = None
         if start is not None and not mv.inherited:
@@ -258,11 +293,12 @@ def migrate_text(
                 edits[at] = [f"{indent}# {dashes}{mv.name}:{value}  # removed in {engine_version}: {mv.note}"]
         else:
             why = f"renamed to {mv.new_name}" if mv.new_name else f"removed: {mv.note}"
-            appends[mv.section].append(f"  {mv.name}: null  # {why} in {engine_version}")
+            pad = indent_of(mv.section)
+            appends[mv.section].append(f"{pad}{mv.name}: null  # {why} in {engine_version}")
             if mv.new_name is not None:
-                appends[mv.section].append(f"  {mv.new_name}: {_yaml_scalar(mv.value)}")
+                appends[mv.section].append(f"{pad}{mv.new_name}: {_yaml_scalar(mv.value)}")
     fp = sections.get("fingerprint")
-    fp_line = f"  engine_version: {_yaml_scalar(engine_version)}"
+    fp_line = f"{indent_of('fingerprint')}engine_version: {_yaml_scalar(engine_version)}"
     if fp is not None:
         found = next(
             (j for j in range(fp + 1, section_end(fp)) if (m := _KEY_RE.match(lines[j])) and m.group(3) ==
@@ -298,6 +334,8 @@ def migrate_text(
                 out.append(f"engine_version: {_yaml_scalar(pin)}")
         elif i in emptied:
             out.append(line.split(":")[0] + ": {}" + (f"  #{line.split('#', 1)[1]}" if "#" in line else ""))
+        elif line.split(":")[0] in empty and i == sections.get(line.split(":")[0]) and appends[line.split(":")[0]]:
+            out.append(line.split(":")[0] + ":")  # ``env: {}`` gets its first keys: a block again
         else:
             out.extend(edits.get(i, [line]))
         if i in tails:

@@ -27,6 +27,9 @@ from knobfleet.profiles.store import ProfileStore
         ("0.31.0+cpu 2.13.0+cpu 5.17.0", "0.31.0"),  # vLLM's CPU build: the local label is not another catalog
         ("0.5.23+sim", "0.5.23"),  # the lab's stand-in for SGLang 0.5.23
         ("0.10.1rc1", "0.10.1rc1"),
+        ("V0.32.0", "0.32.0"),
+        ("vllm 0.32.0.", "0.32.0"),
+        ("0.32.0RC1", "0.32.0rc1"),
         ("0.4.9-sim", "0.4.9-sim"),
         ("sglang 0.5.23\nbuilt by ci", "0.5.23"),  # the first line only
         ("no version here", None),
@@ -38,10 +41,11 @@ def test_parse_version(text: str | None, want: str | None) -> None:
     assert versions.parse_version(text) == want
 
 
-def test_versions_sort_as_numbers() -> None:
-    assert sorted(["0.10.0", "0.9.1", "0.31.0", "0.5.23", "0.5.3"], key=catalogs.version_key) == [
-        "0.5.3", "0.5.23", "0.9.1", "0.10.0", "0.31.0",
-    ]  # fmt: skip
+def test_versions_sort_as_numbers_with_pre_releases_below_their_release() -> None:
+    got = sorted(["0.10.0", "0.9.1", "0.31.0", "0.5.23", "0.5.3", "0.10.0.dev1", "0.10.0rc1", "0.10.0.post1",
+                  "0.10.10rc1", "0.10.9rc1", "0.10.1rc1"], key=catalogs.version_key)  # fmt: skip
+    assert got == ["0.5.3", "0.5.23", "0.9.1", "0.10.0.dev1", "0.10.0rc1", "0.10.0", "0.10.0.post1", "0.10.1rc1",
+                   "0.10.9rc1", "0.10.10rc1", "0.31.0"]  # fmt: skip
 
 
 def real(engine: str, version: str | None = None) -> Catalog:
@@ -227,9 +231,47 @@ fingerprint:
     )
 
 
-def test_migrate_text_refuses_a_flow_mapping_it_cannot_edit_line_by_line() -> None:
-    got = versions.migrate_text("name: p\nversion: 1\nargs: {a: 1}\n", [], "eng 2.0", 2)
+def test_migrate_text_refuses_a_flow_mapping_it_would_edit_and_leaves_the_others() -> None:
+    got = versions.migrate_text("name: p\nversion: 1\nargs: {a: 1}\n", [versions.Move("args", "a", 1, "b")], "e 2", 2)
     assert got.text is None and got.reason.startswith("line 3: args is a flow mapping")
+    kept = versions.migrate_text("name: p\nversion: 1\nargs: {a: 1}\nenv:\n  E_X: 1\n",
+                                 [versions.Move("env", "E_X", 1, None, "gone")], "e 2", 2)  # fmt: skip
+    assert kept.text is not None and "args: {a: 1}\n" in kept.text
+
+
+@pytest.mark.parametrize(
+    ("text", "moves", "want"),
+    [
+        # a section migrate emptied itself (env: {}), or written null, gets its first key as a block again
+        ("name: p\nversion: 2\nenv: {}\n", [versions.Move("env", "E_OLD", 1, "E_NEW", inherited=True)],
+         {"E_OLD": None, "E_NEW": 1}),
+        ("name: p\nversion: 2\nenv: null\n", [versions.Move("env", "E_OLD", 1, "E_NEW", inherited=True)],
+         {"E_OLD": None, "E_NEW": 1}),
+        # a quoted key, renamed in place; four-space indent kept for the appended keys
+        ('name: p\nversion: 2\nenv:\n    "E_OLD": 3\n', [versions.Move("env", "E_OLD", 3, "E_NEW"),
+         versions.Move("env", "E_INH", 0.00001, "E_INH2", inherited=True)],
+         {"E_NEW": 3, "E_INH": None, "E_INH2": 1e-05}),
+    ],
+    ids=["empty-flow", "null", "quoted-and-indented"],
+)  # fmt: skip
+def test_migrate_text_edits_the_layouts_people_write(text: str, moves: list[Any], want: dict[str, Any]) -> None:
+    got = versions.migrate_text(text, moves, "e 2", 3)
+    assert got.text is not None, got.reason
+    assert safeyaml.loads(got.text)["env"] == want, got.text
+
+
+@pytest.mark.parametrize(
+    ("text", "move", "reason"),
+    [
+        ("name: p\nversion: 1\nargs:\n  a: 1\n  b: 2\n", versions.Move("args", "a", 1, "b"),
+         "args.b is already set in this file, and a is renamed to it"),
+        ("name: p\nversion: 1\nargs:\n  a: |\n    x\n", versions.Move("args", "a", "x", None, "gone"),
+         "line 4: a has a value over several lines; migrate it by hand"),
+    ],
+)  # fmt: skip
+def test_migrate_text_refuses_what_it_cannot_edit_safely(text: str, move: Any, reason: str) -> None:
+    got = versions.migrate_text(text, [move], "e 2", 2)
+    assert got.text is None and got.reason.startswith(reason), got.reason
 
 
 YAML11_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false"}  # keys the loader refuses unquoted (safeyaml)
@@ -457,7 +499,12 @@ def test_a_host_reporting_another_version_than_its_profile_pins_drifts(
 @pytest.mark.parametrize(
     ("doc", "want"),
     [
-        ({"engine_version": "0.31.0+cpu", "server_info": {"version": "0.5.23"}}, ("0.31.0", "version file")),
+        # what runs, from the engine itself, wins over a version file (a host with several installs)
+        (
+            {"engine_version": "0.31.0+cpu", "server_info": {"version": "0.32.0"}},
+            ("0.32.0", "the engine's server info"),
+        ),
+        ({"engine_version": "0.31.0+cpu", "server_info": {"max_total_num_tokens": 1}}, ("0.31.0", "version file")),
         ({"server_info": {"version": "0.5.22+sim"}}, ("0.5.22", "the engine's server info")),
         ({"server_info": {"version": 5}}, (None, "")),  # not text: says nothing
         ({"server_info": "not json"}, (None, "")),
@@ -467,3 +514,47 @@ def test_a_host_reporting_another_version_than_its_profile_pins_drifts(
 )
 def test_the_version_a_probe_shows(doc: dict[str, Any] | None, want: tuple[str | None, str]) -> None:
     assert versions.reported(doc) == want
+
+
+def test_a_profile_valid_on_the_pinned_catalog_stays_valid_whatever_its_fingerprint_says(profiles_dir: Path) -> None:
+    """The fingerprint picks another version's catalog only for a profile the pinned one refuses (review finding:
+    a profile fingerprinted 0.5.22 that uses a flag 0.5.23 added stopped resolving)."""
+    (profiles_dir / "tuned22.yaml").write_text(
+        "name: tuned22\nversion: 1\nextends: ctas512\nargs:\n  enable-http-worker-reuseport: true\n"
+        "fingerprint:\n  engine_version: sglang 0.5.22\n"
+    )
+    assert ProfileStore(profiles_dir).resolve("tuned22").validated_on == "0.5.23"
+
+
+def test_a_named_version_with_a_build_label_is_that_version(old: Path) -> None:
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.ops.apply import version_refusal
+
+    p = ProfileStore(old.parent).resolve("old", check_lock=False)
+    assert version_refusal(p, HostVars(host="a", engine="vllm", engine_version="0.31.0+cpu"), {}) is None
+    assert version_refusal(p, HostVars(host="a", engine="vllm", engine_version="v0.31.0"), {}) is None
+
+
+def test_migrate_refuses_what_would_break_a_profile_that_extends_it(old: Path) -> None:
+    from knobfleet.errors import ProfileError as Refused
+    from knobfleet.ops import profiles as app
+
+    old.write_text(OLD_PROFILE.replace("  VLLM_ENGINE_ITERATION_TIMEOUT_S: 120  # long prompts\n", "  {}\n"
+                                       ).replace("env:\n  {}\n", ""))  # fmt: skip
+    child = old.parent / "old-child.yaml"  # valid on 0.31.0 only, through old's fingerprint
+    child.write_text("name: old-child\nversion: 1\nextends: old\nenv:\n  VLLM_ENGINE_ITERATION_TIMEOUT_S: 120\n")
+    assert ProfileStore(old.parent).resolve("old-child", check_lock=False).validated_on == "0.31.0"
+    before = old.read_text()
+    with pytest.raises(Refused, match=r"migrating it would break old-child, which extends it \(nothing changed"):
+        app.migrate("old", "vllm@0.32.0")
+    assert old.read_text() == before
+
+
+def test_migrate_finds_the_version_a_profile_with_no_version_is_valid_on(old: Path) -> None:
+    """The refusal's hint says `profiles migrate ... --to vllm@0.32.0`: it must work for a profile written for
+    0.31.0 that names no version (review finding: it failed with the same error)."""
+    from knobfleet.ops import profiles as app
+
+    old.write_text(OLD_PROFILE.replace("fingerprint:\n  engine_version: vllm 0.31.0\n", ""))
+    got = app.migrate("old", "vllm@0.32.0")
+    assert got.after == 2 and [m.name for m in got.moves] == ["VLLM_ENGINE_ITERATION_TIMEOUT_S"]
