@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
@@ -106,8 +106,12 @@ def _check_once(
         if testinfra_rc != 0 and code == 0:
             code = 2
     testinfra = {"exit_code": testinfra_rc, "passed": testinfra_rc == 0} if testinfra_rc is not None else None
+    doc: dict[str, Any] = {"hosts": [v.as_json() for v in verdicts], "summary": summary}
+    if getattr(args, "report", None) is not None:
+        from knobfleet.cli.report import write_fleet
+
+        write_fleet(doc, args.report, f"{args.command}: {paths.display(inventory)}")
     if args.json:
-        doc = {"hosts": [v.as_json() for v in verdicts], "summary": summary}
         if testinfra is not None:
             doc["testinfra"] = testinfra
         _out(report.to_json(doc))
@@ -129,6 +133,10 @@ def _opts(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print one JSON object per host as it answers, then one with the summary (JSON Lines)",
     )
+    p.add_argument(
+        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        help="also write the fleet as one self-contained HTML page: each host's profile, generation and findings",
+    )  # fmt: skip
     p.add_argument(
         "--save-probes",
         type=types.output_dir,

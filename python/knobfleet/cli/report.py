@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from knobfleet.cli import types
 from knobfleet.cli.common import Sub
@@ -11,7 +12,7 @@ from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
-def write_html(doc: dict[str, object], out: Path, where: str) -> None:
+def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
     """Render ``doc`` and replace ``out`` with it (safefile: never through a symlink, FIFO or device)."""
     from knobfleet import safefile
     from knobfleet.experiment import html
@@ -20,6 +21,18 @@ def write_html(doc: dict[str, object], out: Path, where: str) -> None:
     try:
         safefile.check_output(out)
         safefile.write_text(out, text)
+    except (safefile.FileRefused, OSError) as exc:
+        raise KnobfleetError(f"{out}: cannot write the report: {exc}") from None
+
+
+def write_fleet(doc: dict[str, Any], out: Path, title: str) -> None:
+    """``drift --report``: the fleet page (experiment.html.fleet_page) at ``out``, under the same rules."""
+    from knobfleet import safefile
+    from knobfleet.experiment import html
+
+    try:
+        safefile.check_output(out)
+        safefile.write_text(out, html.fleet_page(dict(doc), title))
     except (safefile.FileRefused, OSError) as exc:
         raise KnobfleetError(f"{out}: cannot write the report: {exc}") from None
 

