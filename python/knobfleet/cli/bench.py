@@ -83,6 +83,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress, status=status)
         if status is not None:
             status.close()
+    if args.report is not None:
+        from knobfleet.cli.report import write_html
+
+        write_html({"kind": "bench", **doc}, args.report, "bench")
     if args.json:
         _out(report.to_json(doc))
     else:
@@ -261,6 +265,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--consistency", action="store_true", help="run the output-consistency check instead (exit 1 on fail)"
     )
+    p.add_argument(
+        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        help="also write the sweep as one self-contained HTML page (checked before anything runs)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser(
         "ab",

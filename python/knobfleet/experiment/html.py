@@ -288,6 +288,42 @@ def ab_page(doc: dict[str, Any]) -> str:
     return page(f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, verdict, sections)
 
 
+# --- bench -------------------------------------------------------------------------------------------------
+
+
+def bench_page(doc: dict[str, Any]) -> str:
+    """``bench --report``: throughput per concurrency bucket with its 95% interval (Student-t over the runs), the
+    engine and tool, and every run's numbers."""
+    buckets = doc.get("buckets") or []
+
+    def sweep(ax: Any) -> None:
+        xs = [b["concurrency"] for b in buckets]
+        ys = [b["mean"] for b in buckets]
+        lo = [b["mean"] - b["low"] if b.get("low") is not None else 0.0 for b in buckets]
+        hi = [b["high"] - b["mean"] if b.get("high") is not None else 0.0 for b in buckets]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, color="#1f77b4", label=str(doc.get("profile")))
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("aggregate tok/s (mean, 95% interval)")
+        ax.legend(fontsize=8)
+
+    errors = doc.get("errors") or 0
+    sentence = (f"bench of {doc.get('profile') or 'the current profile'} on {doc.get('host')}: {len(buckets)} "
+                f"bucket(s), {doc.get('repeats')} run(s) each, {errors} request error(s); measured with "
+                f"{doc.get('tool')}" + (f" against engine {doc['engine_version']}" if doc.get("engine_version")
+                                         else "") + ".")  # fmt: skip
+    rows = [[b["concurrency"], f"{b['mean']:.1f}",
+             "-" if b.get("low") is None else f"{b['low']:.1f} to {b['high']:.1f}",
+             " ".join(f"{v:.1f}" for v in b.get("runs") or [])] for b in buckets]  # fmt: skip
+    sections = [
+        "<h2>Throughput per bucket</h2>",
+        svg(sweep),
+        "<h2>Raw numbers</h2>",
+        table(["concurrency", "tok/s (mean)", "95% interval", "runs"], rows),
+    ]
+    return page(f"bench {doc.get('profile') or ''} on {doc.get('host')}", sentence,
+                "promote" if errors == 0 else "rollback", sections)  # fmt: skip
+
+
 # --- the fleet ---------------------------------------------------------------------------------------------
 
 
@@ -332,12 +368,15 @@ def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
 
 
 def render(doc: dict[str, Any], where: str = "record") -> str:
-    """The page of a stored record: a canary record (``kind: canary``) or an A/B report (``report.json``)."""
+    """The page of a stored record: a canary record (``kind: canary``), a bench (``kind: bench``) or an A/B report
+    (``report.json``)."""
     from knobfleet.errors import KnobfleetError
 
     try:
         if doc.get("kind") == "canary":
             return canary_page(doc)
+        if doc.get("kind") == "bench":
+            return bench_page(doc)
         if {"a", "b", "buckets"} <= set(doc):
             return ab_page(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -25,7 +25,7 @@ import pytest
 from knobfleet.experiment import html
 from tests.conftest import REPO
 from tests.unit.experiment import test_canary_run as fleet
-from tests.unit.experiment.test_html import ab_doc, canary_record, fleet_doc
+from tests.unit.experiment.test_html import ab_doc, bench_doc, canary_record, fleet_doc
 
 profile, router = fleet.profile, fleet.router  # the fake fleet's fixtures
 ARTIFACTS = REPO / "build" / "artifacts" / "report"
@@ -81,14 +81,15 @@ def test_the_browser_check_sees_a_page_that_reaches_out(tmp_path: Path) -> None:
     assert requests == ["http://example.invalid/x.png"] and any('"boom"' in ln for ln in console)
 
 
-@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "fleet"])
+@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "bench", "fleet"])
 def test_a_report_opens_offline_with_no_request_and_no_console_message(
     profile: Any, router: Any, tmp_path: Path, kind: str
 ) -> None:
     if kind == "fleet":
         page = html.fleet_page(fleet_doc(), "drift: inventories/lab")
     else:
-        doc = ab_doc() if kind == "ab" else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
+        doc = {"ab": ab_doc, "bench": bench_doc}.get(kind, lambda: canary_record(profile, 0.55 if kind.endswith("back")
+                                                                                   else 1.0))()  # fmt: skip
         page = html.render(doc)
     requests, console = open_in_chromium(page, kind, tmp_path)
     assert requests == [] and console == [], (requests, console)
