@@ -4,10 +4,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
-# chromium: the HTML report's test opens every report kind headless, in an empty network namespace.
-APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter chromium
+APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter
+# What `make test` needs on top: chromium, for the HTML report's test (every report kind opened headless, offline).
+TEST_APT_PACKAGES := chromium
 
-.PHONY: demo test unit integration lint perf system-deps venv vllm sglang router clean lab-down mutation mutation-quick \
+.PHONY: demo test unit integration lint perf system-deps test-deps venv vllm sglang router clean lab-down mutation mutation-quick \
 	coverage monitoring-check
 
 $(STAMP): requirements.lock pyproject.toml
@@ -24,17 +25,24 @@ venv: $(STAMP)
 # Installs the lab's system packages when missing (idempotent; needs root). Packages that ship a service
 # (prometheus, node_exporter, sshd) must not start it on this machine (it would listen on every address): a
 # policy-rc.d that denies starts is put in place for the install when the machine has none.
+define apt_install
+missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+if [ -n "$$missing" ]; then \
+  if [ "$$(id -u)" != 0 ]; then echo "make: need root to install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+  echo "installing:$$missing"; \
+  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d && guard=1; fi; \
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+  if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+fi
+endef
+
 system-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" != 0 ]; then echo "make: need root to install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
-	  echo "installing:$$missing"; \
-	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
-	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d && guard=1; fi; \
-	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
-	  if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
-	fi
+	@$(call apt_install,$(APT_PACKAGES))
+
+test-deps:
+	@$(call apt_install,$(APT_PACKAGES) $(TEST_APT_PACKAGES))
 
 demo: venv system-deps router
 	$(BIN)/knobfleet profiles validate
@@ -58,7 +66,7 @@ sglang: venv
 router: venv
 	$(BIN)/python -m knobfleet.lab.router_install
 
-test: venv system-deps vllm sglang router
+test: venv test-deps vllm sglang router
 	$(BIN)/python -m pytest -q tests/unit
 	$(MAKE) --no-print-directory monitoring-check
 	$(BIN)/knobfleet lab down
