@@ -82,6 +82,20 @@ def cmd_load_profile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def progress_line(name: str, k: int, max_windows: int, verdict: object, window_s: float) -> str:
+    """A canary's line after window ``k``: where it is, the running estimate per metric with its interval
+    (positive: the canary better), what the judge says and does next, and when the last possible window ends."""
+    import math
+
+    running = " · ".join(
+        f"{m} {math.expm1(iv.estimate):+.1%} ({math.expm1(iv.low):+.1%} to {math.expm1(iv.high):+.1%})"
+        for m, iv in sorted((getattr(verdict, "intervals", None) or {}).items())
+    )
+    return (f"canary {name}: window {k} of at most {max_windows} · {running or 'no estimate yet'} · "
+            f"{getattr(verdict, 'reason', '')} · next: {getattr(verdict, 'verdict', '')} · last possible window in "
+            f"~{(max_windows - k) * window_s:.0f}s")  # fmt: skip
+
+
 def cmd_canary(args: argparse.Namespace) -> int:
     import sys
 
@@ -127,12 +141,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     def progress(k: int, verdict: object, row: dict[str, object]) -> None:
         if args.json:
             return
-        v = verdict  # experiment.canary.Verdict
-        eta = (settings.max_windows - k) * args.window
-        sys.stderr.write(
-            f"canary {profile.name}: window {k} of at most {settings.max_windows} · {getattr(v, 'reason', '')} "
-            f"· next: {getattr(v, 'verdict', '')} · last possible window in ~{eta:.0f}s\n"
-        )
+        sys.stderr.write(progress_line(profile.name, k, settings.max_windows, verdict, args.window) + "\n")
 
     try:
         with interrupts.handled():
