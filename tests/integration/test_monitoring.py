@@ -97,3 +97,24 @@ def test_load_profile_measures_where_the_live_load_is(watched: tuple[Fleet, Prom
     text = fleet.knobfleet("load-profile", "--window", window, "--step", "1s", "--limit", "lab1")
     assert text.returncode == 0 and text.stdout.splitlines()[-1].startswith("--weights 48="), text.stdout
     print(text.stdout)
+
+
+def test_every_shipped_dashboard_panel_returns_data_after_traffic(watched: tuple[Fleet, Prometheus]) -> None:
+    """Each query of the stand-in's dashboard (it serves as SGLang 0.5.23) and of knobfleet's own, evaluated by
+    the lab's real Prometheus after the load above (and a drift run for knobfleet's series): a panel whose query
+    returns nothing fails with its title: the dashboard rot of a renamed metric."""
+    import json
+
+    from knobfleet.telemetry import dashboards
+    from tests.conftest import REPO
+
+    fleet, prom = watched
+    fleet.knobfleet("drift", "--prom", str(monitoring.textfile_dir(fleet.lab.dir) / "knobfleet.prom"))
+    empty = []
+    for name in ("sglang-0.5.23.json", "knobfleet.json"):
+        board = json.loads((REPO / "monitoring" / "dashboards" / name).read_text())
+        for title, expr in dashboards.queries(board):
+            query = dashboards.as_promql(expr, "5m")
+            if not any(s.value == s.value for s in prom.query(query)):  # NaN: no data either
+                empty.append(f"{name}: {title}: {query}")
+    assert empty == [], "\n".join(empty)
