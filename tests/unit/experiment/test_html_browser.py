@@ -70,7 +70,8 @@ def open_in_chromium(page: str, name: str, tmp: Path) -> tuple[list[str], list[s
     start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
     own = [e["params"]["url"] for e in log["events"] if e["type"] == start
            and "file://" in str(e.get("params", {}).get("network_isolation_key", ""))]  # fmt: skip
-    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
+    # the page's console only: Chromium's own pages (chrome://resources/...) may log about the blocked network
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln and "source: chrome://" not in ln]
     return own, console
 
 
