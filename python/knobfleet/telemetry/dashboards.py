@@ -101,8 +101,11 @@ def knobfleet_dashboard() -> dict[str, Any]:
     """knobfleet's own series, from the ``drift --prom`` textfile node_exporter exports."""
     panels = [
         _panel(1, "Drift findings per host and kind",
-               [('sum by (host, kind) (knobfleet_drift_findings{host=~"$host"})', "{{host}} {{kind}}")], "short",
-               "knobfleet_drift_findings: the last drift run's findings (0: in sync)"),
+               [('sum by (host, kind) (knobfleet_drift_findings{host=~"$host"})', "{{host}} {{kind}}"),
+                ('sum by (host) (knobfleet_probe_success{host=~"$host"}) * 0 unless on (host) '
+                 'knobfleet_drift_findings', "{{host}} in sync")], "short",
+               "knobfleet_drift_findings: the last drift run's findings. A host in sync has none (the textfile "
+               "writes no zero): the second query draws it at 0, so the panel never goes empty"),
         _panel(2, "Profile per host", [('max by (host, profile, version) (knobfleet_profile_info{host=~"$host"})',
                "{{host}}: {{profile}}@{{version}}")], "short",
                "knobfleet_profile_info: the profile each host's current generation runs (1 per host)"),
