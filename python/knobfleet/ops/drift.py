@@ -75,23 +75,28 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
 def version_mismatch(declared: Declared | None, verdict: HostVerdict) -> Finding | None:
     """The ``engine_version_mismatch`` finding of a host whose version file says another version than its
     declared profile pins; None when the profile pins none, the host reports none, or they agree. Pure."""
-    from knobfleet.module_utils.knob_live import RULES, Kind
+    from knobfleet.module_utils.knob_live import Kind
 
     pin = declared.engine_version if declared is not None else None
     if not pin or not verdict.engine_version or verdict.engine_version == pin:
         return None
     if verdict.status not in ("in_sync", "drift"):
         return None
-    rule = RULES[Kind.ENGINE_VERSION_MISMATCH]
-    return Finding(
+    return ruled(
         Kind.ENGINE_VERSION_MISMATCH,
         f"the host reports engine version {verdict.engine_version}; {declared.name if declared else '?'}@"
         f"{declared.version if declared else '?'} pins {pin}: check the install behind its launcher",
-        rule.severity,
-        rule.action,
         expected=pin,
         actual=verdict.engine_version,
     )
+
+
+def ruled(kind: Any, message: str, **fields: Any) -> Finding:
+    """A finding drift makes itself (not the host's rule), with its kind's severity and action. Pure."""
+    from knobfleet.module_utils.knob_live import RULES
+
+    rule = RULES[kind]
+    return Finding(kind, message, rule.severity, rule.action, **fields)
 
 
 def stream(
@@ -193,18 +198,15 @@ def out_of_router(host: str, router: dict[str, str], listed: set[str]) -> Findin
     """The ``out_of_router`` finding of ``host`` when its worker (``router["worker"]``) is not among ``listed``,
     the URLs its router lists; None when it is. Pure."""
     from knobfleet.fleet.router import normalize_url
-    from knobfleet.module_utils.knob_live import RULES, Kind
+    from knobfleet.module_utils.knob_live import Kind
 
     worker = normalize_url(router["worker"])
     if worker in listed:
         return None
-    rule = RULES[Kind.OUT_OF_ROUTER]
-    return Finding(
+    return ruled(
         Kind.OUT_OF_ROUTER,
         f"{router['url']} does not list {worker} among its {len(listed)} worker(s): it sends this host no traffic; "
         f"`knobfleet router readd --limit {host}` puts it back",
-        rule.severity,
-        rule.action,
         expected=worker,
     )
 
