@@ -194,11 +194,12 @@ def _outcome(
     return out
 
 
-def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str | None:
+def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any], catalog_dir: Path | None = None) -> str | None:
     """Why ``profile`` cannot go to this host, given the engine version it runs (``knob_serve_engine_version``, else
-    the first line of ``knob_serve_version_file`` as the probe read it): a knob that version lacks or rejects, a
-    version with no synced catalog, or a version file that cannot be read. None: the host runs the version the
-    profile was validated against, or names none (no version file: the pinned catalog speaks for it)."""
+    the engine's own server info, else the first line of ``knob_serve_version_file``: ``versions.reported``): a knob
+    that version lacks or rejects, a version with no synced catalog, a version file that cannot be read, or another
+    version than the profile pins on a host naming no installs. None: the host runs the version the profile was
+    validated on, or says none. ``catalog_dir``: the catalogs the profile was resolved with (default: the store's)."""
     from knobfleet.errors import ProfileError
     from knobfleet.profiles import catalog as catalogs
     from knobfleet.profiles import versions as engine_versions
@@ -219,9 +220,11 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any]) -> str 
     if profile.engine_version and version != profile.engine_version:
         return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
                 f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip
-    from knobfleet.ops.profiles import store
+    if catalog_dir is None:
+        from knobfleet.ops.profiles import store
 
-    where_catalogs = store().catalog_dir  # the catalogs the profile was resolved with
+        catalog_dir = store().catalog_dir
+    where_catalogs = catalog_dir
     pinned = catalogs.catalog_for(profile.engine, where_catalogs)
     if not pinned.generated or version == (profile.validated_on or pinned.version):
         return None
@@ -255,6 +258,9 @@ def pre_check(
         return {}
     declared = Declared(profile.name, profile.version, profile.content_hash)
     eng = adapter(profile.engine)
+    from knobfleet.ops.profiles import store
+
+    catalog_dir = store().catalog_dir  # once, not per host
     out = {}
     for hv in hosts:
         o = outcomes[hv.host]
@@ -262,7 +268,7 @@ def pre_check(
             continue  # unreachable or erroring now: the playbook run reports it
         if versions is not None and hv.version_file:
             versions[hv.host] = o.doc.get("engine_version")
-        wrong = version_refusal(profile, hv, o.doc)
+        wrong = version_refusal(profile, hv, o.doc, catalog_dir)
         if wrong is not None:
             current = (o.doc.get("generations") or {}).get("current")
             out[hv.host] = HostOutcome(hv.host, "refused", 0, current, current, message=wrong)
