@@ -12,12 +12,10 @@ from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
-def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
-    """Render ``doc`` and replace ``out`` with it (safefile: never through a symlink, FIFO or device)."""
+def write_page(text: str, out: Path) -> None:
+    """Replace ``out`` with the page ``text`` (safefile: never through a symlink, FIFO or device)."""
     from knobfleet import safefile
-    from knobfleet.experiment import html
 
-    text = html.render(dict(doc), where)
     try:
         safefile.check_output(out)
         safefile.write_text(out, text)
@@ -25,16 +23,18 @@ def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
         raise KnobfleetError(f"{out}: cannot write the report: {exc}") from None
 
 
-def write_fleet(doc: dict[str, Any], out: Path, title: str) -> None:
-    """``drift --report``: the fleet page (experiment.html.fleet_page) at ``out``, under the same rules."""
-    from knobfleet import safefile
+def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
+    """The page of a record (experiment.html.render) at ``out``."""
     from knobfleet.experiment import html
 
-    try:
-        safefile.check_output(out)
-        safefile.write_text(out, html.fleet_page(dict(doc), title))
-    except (safefile.FileRefused, OSError) as exc:
-        raise KnobfleetError(f"{out}: cannot write the report: {exc}") from None
+    write_page(html.render(dict(doc), where), out)
+
+
+def write_fleet(doc: dict[str, Any], out: Path, title: str) -> None:
+    """``drift --report``: the fleet page (experiment.html.fleet_page) at ``out``."""
+    from knobfleet.experiment import html
+
+    write_page(html.fleet_page(dict(doc), title), out)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
