@@ -11,8 +11,9 @@ command then exits 130. SIGKILL stays the one hard stop (``--break-lock`` clears
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,10 +49,14 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _state.depth > 0 or _state.deferring > 0:
         if _state.pending is None and not _state.told:
             _state.told = True
-            sys.stderr.write(
-                f"knobfleet: {signal.Signals(signum).name}: letting the hosts finish their current step (they "
-                "release their locks), then restoring what this run changed\n"
-            )
+            # os.write, not sys.stderr: the handler may run inside the main thread's own write to stderr, and a
+            # reentrant write to a buffered stream raises RuntimeError right where the shield must hold.
+            with contextlib.suppress(OSError):
+                os.write(
+                    2,
+                    f"knobfleet: {signal.Signals(signum).name}: letting the hosts finish their current step (they "
+                    "release their locks), then restoring what this run changed\n".encode(),
+                )
         _state.pending = signum
         return
     raise KeyboardInterrupt

@@ -155,10 +155,13 @@ def run_follower(
     rank, nnodes = args.node_rank, args.nnodes
     where = f"{rendezvous[0]}:{rendezvous[1]}"
     stopping = threading.Event()
+    signalled: list[int] = []
 
     def shutdown(signum: int, _frame: Any) -> None:
+        # A handler never prints: it may run in the middle of the main thread's own print (a reentrant write
+        # raises and the process would exit 1). The main loop logs the signal.
         if not stopping.is_set():
-            log(f"Received signal {signum}; shutting down.")
+            signalled.append(signum)
             stopping.set()
 
     signal.signal(signal.SIGTERM, shutdown)
@@ -170,6 +173,7 @@ def run_follower(
     if not follower.join(stopping, timeout_s):
         stop_workers(workers)
         if stopping.is_set():
+            log(f"Received signal {signalled[0]}; shutting down.")
             return 0
         log(f"torch.distributed.DistStoreError: timed out after {timeout_s:g}s waiting for rank 0 at {where}")
         return 1
@@ -198,6 +202,8 @@ def run_follower(
             log("A scheduler process exited unexpectedly; shutting down.")
             code = 4
             break
+    if signalled:
+        log(f"Received signal {signalled[0]}; shutting down.")
     follower.close()
     httpd.shutdown()
     httpd.server_close()
@@ -265,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_s = float(env.get("SGLANG_SIM_DRAIN_TIMEOUT_S", "30"))
     force = env.get("SGLANG_FORCE_SHUTDOWN", "0") not in ("", "0", "false")
 
-    def drain_then_stop() -> None:
+    def drain_then_stop(signum: int) -> None:
+        log(f"Received signal {signum}; draining {state.active} request(s) in flight, then shutting down.")
         deadline = time.monotonic() + drain_s
         while not force and state.ready.is_set() and (state.active or engine.num_running or engine.num_waiting):
             if time.monotonic() >= deadline:
@@ -283,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         if group is not None:  # a rank restarted now must not join this process
             group.stop_accepting()
         state.draining.set()
-        log(f"Received signal {signum}; draining {state.active} request(s) in flight, then shutting down.")
-        threading.Thread(target=drain_then_stop, daemon=True).start()
+        # No print here: the handler may interrupt the main thread's own print (a reentrant write raises).
+        threading.Thread(target=drain_then_stop, args=(signum,), daemon=True).start()
 
     def watch_group(group: Rendezvous) -> None:
         # Once the group formed, a rank that leaves breaks every collective: NCCL's watchdog ends rank 0.
