@@ -171,7 +171,13 @@ def test_fast_path_and_playbook_observe_the_same_state(fleet: Fleet) -> None:
             doc.pop("time"), doc.pop("probe_s")
             for state in (doc.get("server_info") or {}).get("internal_states") or []:
                 state.pop("last_gen_throughput", None)  # /health_generate really generates: it moves
-        assert a == b
+            for proc in doc.get("processes") or []:
+                # running or sleeping depends on the instant (an engine answering a request); stopped (T) and
+                # zombie (Z) are what the findings read, and those are compared as they are
+                if proc.get("state") == "R":
+                    proc["state"] = "S"
+        diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+        assert not diff, f"{name}: fast path vs playbook: {diff}"
     # and from the command line, both ways give the same verdicts
     code_fast, rep_fast = drift(fleet, "--via", "ssh")
     code_slow, rep_slow = drift(fleet, "--via", "ansible")
