@@ -30,6 +30,7 @@ COMMANDS = (
     "router",
     "bench",
     "telemetry",
+    "tune",
     "report",
     "kernel",
     "lab",

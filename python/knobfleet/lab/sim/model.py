@@ -106,6 +106,13 @@ def aggregate_tok_s(
     return batch / step_seconds(batch, knobs, sms, BASE_CONTEXT + max_tokens / 2, calibration)
 
 
+def weighted_log_tok_s(knobs: waves.KernelKnobs, weights: dict[int, float], sms: int, max_tokens: int = 256) -> float:
+    """The traffic-weighted mean log throughput of ``knobs`` (noise off): the truth a tuning campaign on the lab is
+    judged against (tests, perf/tune_quality.py), never an input of its decisions."""
+    total = sum(weights.values())
+    return sum(w / total * math.log(aggregate_tok_s(b, knobs, sms, max_tokens)) for b, w in weights.items() if w)
+
+
 def engine_calibration(env: dict[str, str]) -> waves.Calibration | None:
     """The calibration an engine uses: the stored one for ``SGLANG_SIM_GPU`` unless
     ``SGLANG_SIM_CALIBRATION=0``. None (the uncalibrated model) when there is none or the file is absent."""

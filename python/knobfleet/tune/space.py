@@ -1,0 +1,471 @@
+"""The SPACE file of ``knobfleet tune`` (pure: a parsed document in, a ``Space`` or one line per problem out).
+
+    schema_version: 1
+    name: ctas-blockh                 # the campaign (its record, its report)
+    base: ctas512                     # the current profile: every candidate extends it, and must beat it
+    knobs:                            # the knobs to vary: a list of values, or a range
+      SGLANG_SM120_MMA_TARGET_CTAS: [256, 384, 512, 640, 768]
+      SGLANG_SM120_MMA_BLOCK_H: {min: 16, max: 64, step: 16}
+    traffic: {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}   # or `live` (load-profile, from Prometheus)
+    budget: {wall: 2h, host_minutes: 60, gpu_minutes: 10}
+    stages:
+      model: {gpu: rtx-pro-6000, keep: 4, margin: 0.05}
+      kernel: {host: gpu1}            # or {sweep: FILE} (a stored kernel sweep) or {skip: "why"}
+      engine: {host: lab1, keep: 2, max_rounds: 8, round: 60s}
+      live: {hosts: 1, window: 30s, pre_windows: 4, max_windows: 6, advisory: false}   # or {skip: "why"}
+    result: ctas-tuned                # the winner's profile name (default: NAME-best)
+
+Values are checked against the base profile's catalog (names, types, choices, bounds) by ``check_against``;
+everything else here. A problem is ``FILE: key: what is wrong; how to fix it``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knobfleet import paths, waves
+from knobfleet.errors import KnobfleetError
+
+SCHEMA_VERSION = 1
+MAX_CANDIDATES = 100_000  # the model scores each in microseconds; beyond this a space is a typo, not a plan
+MAX_VALUES = 4096
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*")
+TOP_KEYS = {"schema_version", "name", "base", "knobs", "traffic", "budget", "stages", "result", "description"}
+STAGE_KEYS = {
+    "model": {"gpu", "keep", "margin", "heads", "context"},
+    "kernel": {"host", "sweep", "skip", "keep", "budget"},
+    "engine": {"host", "keep", "max_rounds", "round", "conc", "n_mult", "max_tokens", "min_effect", "max_regression"},
+    "live": {"hosts", "window", "pre_windows", "max_windows", "advisory", "skip", "prometheus"},
+}
+KERNEL_KNOBS = tuple(waves.DEFAULTS)
+
+
+class SpaceError(KnobfleetError):
+    """A SPACE file that cannot run: every problem, one line each, naming the file and the key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Budget:
+    wall_s: float
+    host_s: float
+    gpu_s: float
+
+
+@dataclass(frozen=True)
+class ModelStage:
+    gpu: str = "rtx-pro-6000"
+    keep: int = 4
+    margin: float = 0.05
+    heads: int = 64
+    context: int = waves.L_REF
+
+
+@dataclass(frozen=True)
+class KernelStage:
+    host: str | None = None
+    sweep: str | None = None
+    skip: str | None = None
+    keep: int = 3
+    budget_s: float = 480.0
+
+
+@dataclass(frozen=True)
+class EngineStage:
+    host: str = ""
+    keep: int = 2
+    max_rounds: int = 8
+    round_s: float = 60.0  # one AB/BA round's expected cost on the host: what the budget is checked with
+    conc: tuple[int, ...] = ()
+    n_mult: int = 4
+    max_tokens: int = 256
+    min_effect: float = 0.01
+    max_regression: float = 0.03
+
+
+@dataclass(frozen=True)
+class LiveStage:
+    skip: str | None = None
+    hosts: int = 1
+    window_s: float = 30.0
+    pre_windows: int = 4
+    max_windows: int = 6
+    advisory: bool = False
+    prometheus: str | None = None
+
+
+@dataclass(frozen=True)
+class Space:
+    path: str
+    sha256: str
+    name: str
+    base: str
+    knobs: dict[str, tuple[int | float | str | bool, ...]]
+    traffic: dict[int, float] | None  # None: `live`
+    budget: Budget
+    model: ModelStage
+    kernel: KernelStage
+    engine: EngineStage
+    live: LiveStage
+    result: str
+    description: str = ""
+
+    @property
+    def kernel_knobs(self) -> list[str]:
+        return [k for k in self.knobs if k in KERNEL_KNOBS]
+
+
+def duration(value: object) -> float | None:
+    """``90s``, ``10m``, ``2h`` or a number of seconds; None when it is none of them (or not > 0)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) and value > 0 else None
+    m = DURATION_RE.fullmatch(str(value))
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def file_hash(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse(doc: object, path: Path, text: str) -> Space:
+    """The space in ``doc`` (parsed from ``text`` at ``path``), or SpaceError with every problem found."""
+    where = paths.display(path)
+    problems: list[str] = []
+
+    def bad(key: str, what: str) -> None:
+        problems.append(f"{where}: {key}: {what}")
+
+    if not isinstance(doc, dict):
+        raise SpaceError([f"{where}: expected a mapping with name, base, knobs, traffic, budget and stages"])
+    for key in sorted(set(map(str, doc)) - TOP_KEYS):
+        bad(key, f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        bad("schema_version", f"{doc.get('schema_version')!r}: expected {SCHEMA_VERSION}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        bad("name", f"{name!r}: expected lower-case letters, digits and dashes (at most 63), e.g. ctas-blockh")
+        name = "tune"
+    base = doc.get("base")
+    if not isinstance(base, str) or not base:
+        bad("base", "missing: name the current profile every candidate extends, e.g. base: ctas512")
+        base = ""
+    knobs = _knobs(doc.get("knobs"), bad)
+    traffic = _traffic(doc.get("traffic"), bad)
+    budget = _budget(doc.get("budget"), bad)
+    stages = doc.get("stages")
+    if not isinstance(stages, dict):
+        bad("stages", "missing: give at least stages.engine.host (the host the candidates are compared on)")
+        stages = {}
+    for key in sorted(set(map(str, stages)) - set(STAGE_KEYS)):
+        bad(f"stages.{key}", f"unknown stage; expected {', '.join(STAGE_KEYS)}")
+    sections: dict[str, dict[str, Any]] = {}
+    for stage, allowed in STAGE_KEYS.items():
+        raw = stages.get(stage, {})
+        if not isinstance(raw, dict):
+            bad(f"stages.{stage}", f"expected a mapping of {', '.join(sorted(allowed))}")
+            raw = {}
+        for key in sorted(set(map(str, raw)) - allowed):
+            bad(f"stages.{stage}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
+        sections[stage] = raw
+    model = _model(sections["model"], bad)
+    kernel = _kernel(sections["kernel"], bad)
+    engine = _engine(sections["engine"], traffic, bad)
+    live = _live(sections["live"], bad)
+    result = doc.get("result", f"{name}-best")
+    if not isinstance(result, str) or not NAME_RE.fullmatch(result):
+        bad("result", f"{result!r}: expected a profile name (lower-case letters, digits, dashes)")
+        result = f"{name}-best"
+    description = doc.get("description") or ""
+    if knobs:
+        n = math.prod(len(v) for v in knobs.values())
+        if n > MAX_CANDIDATES:
+            bad("knobs", f"{n} candidates: more than {MAX_CANDIDATES}; narrow the ranges or vary fewer knobs")
+    kernel_knobs = [k for k in knobs if k in KERNEL_KNOBS]
+    if kernel_knobs and kernel.host is None and kernel.sweep is None and kernel.skip is None:
+        bad(
+            "stages.kernel",
+            f"the space varies kernel knobs ({', '.join(kernel_knobs)}) and names no GPU host; give "
+            "stages.kernel.host (a host with a GPU), stages.kernel.sweep (a stored `kernel bench` sweep) or "
+            'stages.kernel.skip: "why"',
+        )
+    if engine.host and isinstance(doc.get("budget"), dict) and budget.host_s < engine.round_s * 3:
+        bad(
+            "budget.host_minutes",
+            f"{budget.host_s / 60:g} min cannot cover one candidate: its A/B needs at least 3 rounds of "
+            f"~{engine.round_s:g}s (stages.engine.round); raise the budget",
+        )
+    if kernel.host is not None and kernel.skip is None and kernel.sweep is None and budget.gpu_s <= 0:
+        bad("budget.gpu_minutes", "0: the kernel stage runs on a GPU host; give it minutes or skip the stage")
+    if problems:
+        raise SpaceError(problems)
+    return Space(
+        path=str(path),
+        sha256=file_hash(text),
+        name=str(name),
+        base=str(base),
+        knobs=knobs,
+        traffic=traffic,
+        budget=budget,
+        model=model,
+        kernel=kernel,
+        engine=engine,
+        live=live,
+        result=str(result),
+        description=str(description),
+    )
+
+
+def _knobs(raw: object, bad: Any) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(raw, dict) or not raw:
+        bad("knobs", "empty: name at least one knob with its values, e.g. SGLANG_SM120_MMA_TARGET_CTAS: [384, 512]")
+        return {}
+    out: dict[str, tuple[Any, ...]] = {}
+    for key, spec in raw.items():
+        name = str(key)
+        values: list[Any]
+        if isinstance(spec, list):
+            values = spec
+        elif isinstance(spec, dict) and set(spec) <= {"min", "max", "step"} and {"min", "max"} <= set(spec):
+            lo, hi, step = spec.get("min"), spec.get("max"), spec.get("step", 1)
+            nums = (lo, hi, step)
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in nums):
+                bad(f"knobs.{name}", "a range takes integers: {min: 256, max: 768, step: 128}")
+                continue
+            assert isinstance(lo, int) and isinstance(hi, int) and isinstance(step, int)
+            if step < 1 or hi < lo:
+                bad(f"knobs.{name}", f"range {lo}..{hi} step {step}: needs min <= max and step >= 1")
+                continue
+            if (hi - lo) // step + 1 > MAX_VALUES:
+                bad(f"knobs.{name}", f"range {lo}..{hi} step {step}: more than {MAX_VALUES} values; use a larger step")
+                continue
+            values = list(range(lo, hi + 1, step))
+        else:
+            bad(f"knobs.{name}", "expected a list of values or a range {min: A, max: B, step: S}")
+            continue
+        if not values:
+            bad(f"knobs.{name}", "no values: give at least one")
+            continue
+        if len(values) > MAX_VALUES:
+            bad(f"knobs.{name}", f"{len(values)} values: more than {MAX_VALUES}")
+            continue
+        if any(isinstance(v, dict | list) or v is None for v in values):
+            bad(f"knobs.{name}", "values must be scalars (numbers, strings, true/false)")
+            continue
+        seen: list[Any] = []
+        for v in values:
+            if not any(v == s and type(v) is type(s) for s in seen):
+                seen.append(v)
+        out[name] = tuple(seen)
+    return out
+
+
+def _traffic(raw: object, bad: Any) -> dict[int, float] | None:
+    if raw == "live":
+        return None
+    if not isinstance(raw, dict) or not raw:
+        bad("traffic", "expected concurrency: weight pairs such as {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}, or live")
+        return {}
+    out: dict[int, float] = {}
+    for c, w in raw.items():
+        ok_c = isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 1_000_000
+        ok_w = isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
+        if not (ok_c and ok_w):
+            bad(f"traffic.{c}", f"{w!r}: expected a concurrency >= 1 and a weight >= 0")
+            continue
+        assert isinstance(c, int) and isinstance(w, int | float)
+        out[c] = float(w)
+    if out and sum(out.values()) <= 0:
+        bad("traffic", "weights add up to 0; give the buckets where the load is a weight > 0")
+    return out
+
+
+def _budget(raw: object, bad: Any) -> Budget:
+    if not isinstance(raw, dict):
+        bad("budget", "missing: e.g. {wall: 2h, host_minutes: 60, gpu_minutes: 10}")
+        return Budget(0, 0, 0)
+    for key in sorted(set(map(str, raw)) - {"wall", "host_minutes", "gpu_minutes"}):
+        bad(f"budget.{key}", "unknown key; expected wall, host_minutes, gpu_minutes")
+    wall = duration(raw.get("wall"))
+    if wall is None:
+        bad("budget.wall", f"{raw.get('wall')!r}: expected a duration such as 90m or 2h")
+    minutes = {}
+    for key in ("host_minutes", "gpu_minutes"):
+        v = raw.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            bad(f"budget.{key}", f"{v!r}: expected a number of minutes >= 0")
+            v = 0
+        minutes[key] = float(v) * 60
+    return Budget(wall or 0.0, minutes["host_minutes"], minutes["gpu_minutes"])
+
+
+def _int(sec: dict[str, Any], key: str, default: int, lo: int, where: str, bad: Any) -> int:
+    v = sec.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        bad(f"{where}.{key}", f"{v!r}: expected an integer >= {lo}")
+        return default
+    return v
+
+
+def _frac(sec: dict[str, Any], key: str, default: float, where: str, bad: Any) -> float:
+    v = sec.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
+        bad(f"{where}.{key}", f"{v!r}: expected a fraction in [0, 1), e.g. 0.05")
+        return default
+    return float(v)
+
+
+def _skip(sec: dict[str, Any], where: str, bad: Any) -> str | None:
+    if "skip" not in sec:
+        return None
+    v = sec["skip"]
+    if not isinstance(v, str) or not v.strip():
+        bad(f"{where}.skip", 'expected the reason, e.g. skip: "no GPU host in this fleet"')
+        return "skipped"
+    return v.strip()
+
+
+def _model(sec: dict[str, Any], bad: Any) -> ModelStage:
+    w = "stages.model"
+    gpu = sec.get("gpu", ModelStage.gpu)
+    gpus = waves.load_gpus()
+    if gpu not in gpus:
+        bad(f"{w}.gpu", f"{gpu!r}: unknown GPU; known: {', '.join(sorted(gpus))}")
+        gpu = ModelStage.gpu
+    return ModelStage(
+        gpu=str(gpu),
+        keep=_int(sec, "keep", ModelStage.keep, 1, w, bad),
+        margin=_frac(sec, "margin", ModelStage.margin, w, bad),
+        heads=_int(sec, "heads", ModelStage.heads, 1, w, bad),
+        context=_int(sec, "context", ModelStage.context, 1, w, bad),
+    )
+
+
+def _kernel(sec: dict[str, Any], bad: Any) -> KernelStage:
+    w = "stages.kernel"
+    skip = _skip(sec, w, bad)
+    host, sweep = sec.get("host"), sec.get("sweep")
+    given = [k for k in ("host", "sweep", "skip") if k in sec]
+    if len(given) > 1:
+        bad(w, f"{' and '.join(given)}: give one of host, sweep or skip")
+    if host is not None and (not isinstance(host, str) or not host):
+        bad(f"{w}.host", f"{host!r}: expected an inventory host name")
+        host = None
+    if sweep is not None and (not isinstance(sweep, str) or not sweep):
+        bad(f"{w}.sweep", f"{sweep!r}: expected the path of a `kernel bench` sweep (JSON)")
+        sweep = None
+    budget = duration(sec.get("budget", KernelStage.budget_s))
+    if budget is None:
+        bad(f"{w}.budget", f"{sec.get('budget')!r}: expected a duration such as 8m")
+    return KernelStage(
+        host=host,
+        sweep=sweep,
+        skip=skip,
+        keep=_int(sec, "keep", KernelStage.keep, 1, w, bad),
+        budget_s=budget or KernelStage.budget_s,
+    )
+
+
+def _engine(sec: dict[str, Any], traffic: dict[int, float] | None, bad: Any) -> EngineStage:
+    w = "stages.engine"
+    host = sec.get("host")
+    if not isinstance(host, str) or not host:
+        bad(f"{w}.host", f"{host!r}: name the host the candidates are compared on (one inventory host)")
+        host = ""
+    round_s = duration(sec.get("round", EngineStage.round_s))
+    if round_s is None:
+        bad(f"{w}.round", f"{sec.get('round')!r}: expected a duration such as 60s (one AB/BA round's cost)")
+    conc_raw = sec.get("conc")
+    conc: tuple[int, ...]
+    if conc_raw is None:
+        conc = tuple(sorted(traffic)) if traffic else (48, 64, 80, 96)
+    elif (
+        isinstance(conc_raw, list)
+        and conc_raw
+        and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc_raw)
+    ):
+        conc = tuple(sorted(set(conc_raw)))
+    else:
+        bad(f"{w}.conc", f"{conc_raw!r}: expected a list of concurrencies >= 1")
+        conc = (48, 64, 80, 96)
+    if traffic and set(conc) != set(traffic):
+        bad(f"{w}.conc", f"{list(conc)}: must be the traffic's buckets {sorted(traffic)} (or left out)")
+    return EngineStage(
+        host=host,
+        keep=_int(sec, "keep", EngineStage.keep, 1, w, bad),
+        max_rounds=_int(sec, "max_rounds", EngineStage.max_rounds, 3, w, bad),
+        round_s=round_s or EngineStage.round_s,
+        conc=conc,
+        n_mult=_int(sec, "n_mult", EngineStage.n_mult, 1, w, bad),
+        max_tokens=_int(sec, "max_tokens", EngineStage.max_tokens, 1, w, bad),
+        min_effect=_frac(sec, "min_effect", EngineStage.min_effect, w, bad),
+        max_regression=_frac(sec, "max_regression", EngineStage.max_regression, w, bad),
+    )
+
+
+def _live(sec: dict[str, Any], bad: Any) -> LiveStage:
+    w = "stages.live"
+    window = duration(sec.get("window", LiveStage.window_s))
+    if window is None:
+        bad(f"{w}.window", f"{sec.get('window')!r}: expected a duration such as 30s")
+    advisory = sec.get("advisory", False)
+    if not isinstance(advisory, bool):
+        bad(f"{w}.advisory", f"{advisory!r}: expected true or false")
+        advisory = False
+    prom = sec.get("prometheus")
+    if prom is not None and (not isinstance(prom, str) or not prom.startswith(("http://", "https://"))):
+        bad(f"{w}.prometheus", f"{prom!r}: expected an http(s) URL")
+        prom = None
+    return LiveStage(
+        skip=_skip(sec, w, bad),
+        hosts=_int(sec, "hosts", LiveStage.hosts, 1, w, bad),
+        window_s=window or LiveStage.window_s,
+        pre_windows=_int(sec, "pre_windows", LiveStage.pre_windows, 2, w, bad),
+        max_windows=_int(sec, "max_windows", LiveStage.max_windows, 2, w, bad),
+        advisory=advisory,
+        prometheus=prom,
+    )
+
+
+def grid(knobs: dict[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Every combination of the knobs' values (the exhaustive grid), in the file's order."""
+    names = list(knobs)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(knobs[n] for n in names))]
+
+
+def check_against(space: Space, catalog: Any) -> None:
+    """Every knob is in the catalog, as an env knob, and every value valid for it (choices, bounds, type)."""
+    from knobfleet.profiles.catalog import check_value, did_you_mean
+
+    where = paths.display(Path(space.path))
+    problems = []
+    for name, values in space.knobs.items():
+        knob = catalog.knobs.get(name)
+        if knob is None:
+            hint = did_you_mean(name, sorted(catalog.knobs)) or ""
+            engine = f"{catalog.engine}@{catalog.version}" if catalog.version else catalog.engine
+            problems.append(f"{where}: knobs.{name}: not a knob of {engine}{hint or '; see `knobfleet catalog show`'}")
+            continue
+        if knob.kind != "env":
+            problems.append(f"{where}: knobs.{name}: a launch flag; tune varies env knobs only (for now)")
+            continue
+        for v in values:
+            why = check_value(knob, v)
+            if why:
+                problems.append(f"{where}: knobs.{name}: {why}")
+                break
+    if problems:
+        raise SpaceError(problems)

@@ -1,0 +1,118 @@
+"""The SPACE file: every bad input is one line naming the file and the key, and nothing runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from tune_fixtures import SEED_SPACE
+
+from knobfleet.cli.tune import load_space
+from knobfleet.ops import profiles as app
+from knobfleet.profiles import catalog as catalogs
+from knobfleet.tune import space
+from knobfleet.tune.space import SpaceError
+
+
+def parsed(tmp_path: Path, **changes: object) -> space.Space:
+    doc = yaml.safe_load(SEED_SPACE)
+    for dotted, value in changes.items():
+        keys = dotted.split("__")
+        target = doc
+        for k in keys[:-1]:
+            target = target.setdefault(k, {})
+        if value is None:
+            target.pop(keys[-1], None)
+        else:
+            target[keys[-1]] = value
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    sp = load_space(p)
+    st = app.store()
+    base = st.resolve(sp.base)
+    space.check_against(sp, catalogs.catalog_for(base.engine, st.catalog_dir, base.validated_on))
+    return sp
+
+
+def test_the_seed_space_parses_into_its_grid(tmp_path: Path) -> None:
+    sp = parsed(tmp_path)
+    assert (sp.name, sp.base, sp.result) == ("seed", "ctas512", "seed-best")
+    assert len(space.grid(sp.knobs)) == 15 and sp.kernel_knobs == list(sp.knobs)
+    assert sp.traffic == {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1} and sp.engine.conc == (48, 64, 80, 96)
+    assert (sp.budget.wall_s, sp.budget.host_s, sp.budget.gpu_s) == (7200, 3600, 0)
+    assert sp.sha256.startswith("sha256:") and len(sp.sha256) == 71
+
+
+def test_a_range_expands_and_live_traffic_is_kept_for_load_profile(tmp_path: Path) -> None:
+    sp = parsed(tmp_path, knobs__SGLANG_SM120_MMA_TARGET_CTAS={"min": 256, "max": 768, "step": 128}, traffic="live")
+    assert sp.knobs["SGLANG_SM120_MMA_TARGET_CTAS"] == (256, 384, 512, 640, 768)
+    assert sp.traffic is None
+
+
+BAD = [
+    # (change, the key named, a word of the fix)
+    ({"knobs__SGLANG_SM120_MMA_TARGET_CTAZ": [1]}, "knobs.SGLANG_SM120_MMA_TARGET_CTAZ", "did you mean"),
+    ({"knobs__SGLANG_SM120_MMA_BLOCK_H": [16, 48]}, "knobs.SGLANG_SM120_MMA_BLOCK_H", "not one of"),
+    ({"knobs__SGLANG_SM120_MMA_TARGET_CTAS": {"min": 0, "max": 512, "step": 256}}, "TARGET_CTAS", "out of range"),
+    ({"knobs__SGLANG_SM120_MMA_TARGET_CTAS": [512, 100000]}, "TARGET_CTAS", "out of range"),
+    ({"knobs": {}}, "knobs", "empty"),
+    ({"knobs__SGLANG_SM120_MMA_TARGET_CTAS": []}, "TARGET_CTAS", "no values"),
+    ({"knobs__SGLANG_SM120_MMA_TARGET_CTAS": {"min": 512, "max": 256}}, "TARGET_CTAS", "min <= max"),
+    ({"budget__host_minutes": 1}, "budget.host_minutes", "cannot cover one candidate"),
+    ({"budget__wall": "soon"}, "budget.wall", "duration"),
+    ({"budget": None}, "budget", "missing"),
+    ({"stages__kernel": {}}, "stages.kernel", "names no GPU host"),
+    ({"stages__kernel": {"host": "gpu1", "skip": "x"}}, "stages.kernel", "give one of"),
+    ({"stages__engine__host": None}, "stages.engine.host", "name the host"),
+    ({"stages__engine__conc": [48, 64]}, "stages.engine.conc", "traffic's buckets"),
+    ({"stages__model__gpu": "h300"}, "stages.model.gpu", "unknown GPU"),
+    ({"stages__live__advisory": "yes"}, "stages.live.advisory", "true or false"),
+    ({"stages__warp": {}}, "stages.warp", "unknown stage"),
+    ({"traffic": {48: -1}}, "traffic.48", "weight >= 0"),
+    ({"traffic": {48: 0}}, "traffic", "add up to 0"),
+    ({"name": "Seed Space"}, "name", "lower-case"),
+    ({"schema_version": 2}, "schema_version", "expected 1"),
+    ({"colour": "blue"}, "colour", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("change", "key", "fix"), BAD, ids=[b[1] + "-" + b[2].split()[0] for b in BAD])
+def test_a_bad_space_is_one_line_naming_the_file_and_the_key(
+    tmp_path: Path, change: dict[str, object], key: str, fix: str
+) -> None:
+    with pytest.raises(SpaceError) as err:
+        parsed(tmp_path, **change)
+    lines = err.value.problems
+    assert len(lines) == 1, lines
+    assert "s.yaml: " in lines[0]
+    assert key in lines[0] and fix in lines[0], lines[0]
+
+
+def test_no_kernel_knob_needs_no_gpu_host(tmp_path: Path) -> None:
+    sp = parsed(tmp_path, knobs={"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": [0, 1]}, stages__kernel=None)
+    assert sp.kernel_knobs == [] and sp.kernel.host is None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink-to-fifo", "dir", "missing"])
+def test_a_space_path_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path, kind: str) -> None:
+    """Only nodes this test makes in its temp dir: a FIFO (a read would block), a character device like
+    /dev/zero (a read would never end), a symlink to a FIFO, a folder, nothing."""
+    import os
+    import stat
+
+    p = tmp_path / "s.yaml"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root (CI runs as root)")
+        os.mknod(p, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # the zero device's numbers, here in tmp_path
+    elif kind == "symlink-to-fifo":
+        os.mkfifo(tmp_path / "pipe")
+        p.symlink_to(tmp_path / "pipe")
+    elif kind == "dir":
+        p.mkdir()
+    with pytest.raises(SpaceError) as err:
+        load_space(p)
+    assert "s.yaml" in str(err.value) and "\n" not in str(err.value)
