@@ -1,0 +1,180 @@
+"""A whole campaign over the stand-in's model (``lab.sim.tune.SimStages``: the real sequential rule over runs
+with the lab's 6.5% noise): where it ends, what it never does, its record, ``--resume`` after an interruption at
+every step, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tune_fixtures import SEED_SPACE
+
+from knobfleet import waves
+from knobfleet.cli.tune import load_space
+from knobfleet.lab.sim import model
+from knobfleet.lab.sim.tune import SimStages
+from knobfleet.ops import profiles as app
+from knobfleet.tune import run, space
+
+MIX = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
+
+
+def truth(env: dict[str, Any], weights: dict[int, float]) -> float:
+    """Computed here from the stand-in's model, independently of the campaign's own scoring."""
+    k = waves.KernelKnobs(int(env["SGLANG_SM120_MMA_TARGET_CTAS"]), int(env["SGLANG_SM120_MMA_BLOCK_H"]))
+    return model.weighted_log_tok_s(k, weights, 188)
+
+
+def campaign(tmp_path: Path, text: str = SEED_SPACE, seed: int = 0, **sim: Any) -> tuple[run.Campaign, SimStages]:
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    sp = load_space(p)
+    base = app.store().resolve(sp.base)
+    stages = SimStages(dict(sp.traffic or MIX), seed=seed, **sim)
+    stages.base = base
+    c = run.Campaign(sp, base, stages, tmp_path / "record.json", 188, write_profile=run.write_profile_file(tmp_path))
+    return c, stages
+
+
+def test_the_seed_space_ends_within_2_percent_of_the_best_and_writes_the_winner(tmp_path: Path) -> None:
+    c, stages = campaign(tmp_path)
+    c.new_record()
+    doc = c.run()
+    d = doc["decision"]
+    assert doc["status"] == "done" and d["verdict"] == "promote", d
+    base_env = c.base.env
+    best = max(truth({**base_env, **cand}, MIX) for cand in space.grid(c.space.knobs))
+    got = truth({**base_env, **d["knobs"]}, MIX)
+    assert math.expm1(best - got) <= 0.02, (d, best, got)
+    assert got > truth(base_env, MIX)
+    # the winner is a profile file that extends the base with only the chosen knobs
+    text = (tmp_path / "seed-best.yaml").read_text()
+    assert "extends: ctas512" in text and all(f"{k}: {v}" in text for k, v in d["knobs"].items())
+    # the record says what each stage kept and dropped, and is what was returned
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["kind"] == "tune" and rec["decision"] == d
+    m = rec["stages"]["model"]
+    assert m["candidates"] == 15 and m["dropped"] == 15 - len(m["kept"])
+    assert rec["stages"]["kernel"]["skipped"] == "no GPU host in the lab"
+    assert stages.calls[-2:] == ["restore", "canary"]
+
+
+@pytest.mark.parametrize(("weights", "may_promote"), [(MIX, False), ({96: 1.0}, True)])
+def test_the_seeds_own_case_768_is_not_promoted_under_the_mix(
+    tmp_path: Path, weights: dict[int, float], may_promote: bool
+) -> None:
+    """Current 512, candidate 768 (BLOCK_H 32): under the seed's mix 768 is -0.8% (never promoted); at C96 alone
+    it is +2.2% and may be."""
+    traffic = "{" + ", ".join(f"{c}: {w}" for c, w in weights.items()) + "}"
+    text = (
+        SEED_SPACE.replace("[256, 384, 512, 640, 768]", "[512, 768]")
+        .replace("[16, 32, 64]", "[32]")
+        .replace("{48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}", traffic)
+    )
+    promoted = 0
+    for seed in range(20):
+        c, _ = campaign(tmp_path, text, seed=seed)
+        c.new_record()
+        doc = c.run()
+        assert [r["knobs"] for r in doc["stages"]["engine"]["results"]] == [
+            {"SGLANG_SM120_MMA_TARGET_CTAS": 768, "SGLANG_SM120_MMA_BLOCK_H": 32}
+        ]
+        promoted += doc["decision"]["verdict"] == "promote"
+        (tmp_path / "seed-best.yaml").unlink(missing_ok=True)
+    if not may_promote:
+        assert promoted == 0
+    else:
+        assert promoted >= 1  # not a requirement of the rule, a check that the case is reachable
+
+
+def test_a_candidate_that_crashes_is_out_with_its_reason_and_the_next_one_decides(tmp_path: Path) -> None:
+    c, _ = campaign(tmp_path, scale={"seed-c8": 0.0})
+    c.new_record()
+    doc = c.run()
+    results = {r["name"]: r for r in doc["stages"]["engine"]["results"]}
+    assert "engine exited at start" in results["seed-c8"]["out"]
+    assert doc["decision"]["candidate"] != 8
+
+
+def test_a_space_where_nothing_beats_the_current_profile_keeps_it_and_takes_nothing_live(tmp_path: Path) -> None:
+    text = SEED_SPACE.replace("[256, 384, 512, 640, 768]", "[256, 384]").replace("[16, 32, 64]", "[16]")
+    c, stages = campaign(tmp_path, text)
+    c.new_record()
+    doc = c.run()
+    assert doc["decision"]["verdict"] == "keep" and doc["decision"]["profile"] == c.base.ref
+    assert "canary" not in stages.calls and not (tmp_path / "seed-best.yaml").exists()
+
+
+def test_the_host_budget_bounds_the_rounds_and_skips_what_it_cannot_pay_for(tmp_path: Path) -> None:
+    text = SEED_SPACE.replace("host_minutes: 60", "host_minutes: 4").replace(
+        "{host: lab1, keep: 3}", "{host: lab1, keep: 3, round: 60s}"
+    )
+    c, _ = campaign(tmp_path, text)
+    c.clock = iter(range(0, 100_000, 70)).__next__  # every step "takes" 70 s
+    c.new_record()
+    doc = c.run()
+    results = doc["stages"]["engine"]["results"]
+    assert any("budget:" in (r.get("skipped") or "") for r in results), results
+    assert doc["used"]["host_s"] <= 4 * 60 + 70
+
+
+STEPS = ["model:", "ab seed-c8", "ab seed-c11", "restore", "canary"]
+
+
+@pytest.mark.parametrize("at", STEPS)
+def test_an_interrupted_campaign_resumes_to_the_same_decision_with_the_engine_host_restored(
+    tmp_path: Path, at: str
+) -> None:
+    (tmp_path / "ref").mkdir()
+    ref, _ = campaign(tmp_path / "ref")
+    ref.new_record()
+    want = ref.run()["decision"]
+
+    c, stages = campaign(tmp_path)
+    fired: list[str] = []
+
+    def interrupt(what: str) -> None:
+        if what.startswith(at) and not fired:
+            fired.append(what)
+            raise KeyboardInterrupt
+
+    stages.on_call = interrupt
+    c.on_step = interrupt
+    c.new_record()
+    with pytest.raises(KeyboardInterrupt):
+        c.run()
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["status"] == "interrupted" and fired
+    if at.startswith("ab "):
+        assert stages.calls[-1] == "restore" and stages.current == c.base.name  # the host is back on the base
+    done_before = [r["name"] for r in rec["stages"].get("engine", {}).get("results", [])]
+    again, stages2 = campaign(tmp_path)
+    again.load(rec)
+    doc = again.run()
+    assert doc["status"] == "done" and doc["decision"] == want
+    assert not [n for n in done_before if f"ab {n}" in stages2.calls], (done_before, stages2.calls)  # never twice
+
+
+def test_a_changed_space_file_is_refused_on_resume_with_both_hashes(tmp_path: Path) -> None:
+    c, _ = campaign(tmp_path)
+    c.new_record()
+    c.save()
+    rec = json.loads((tmp_path / "record.json").read_text())
+    changed, _ = campaign(tmp_path, SEED_SPACE.replace("keep: 3", "keep: 2"))
+    with pytest.raises(run.TuneError) as err:
+        changed.load(rec)
+    msg = str(err.value)
+    assert rec["space"]["sha256"] in msg and changed.space.sha256 in msg and "space.yaml" in msg
+
+
+def test_the_winners_file_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "seed-best.yaml").write_text("# mine\n")
+    c, _ = campaign(tmp_path)
+    c.new_record()
+    with pytest.raises(run.TuneError, match="exists with other content"):
+        c.run()
+    assert (tmp_path / "seed-best.yaml").read_text() == "# mine\n"
+    assert json.loads((tmp_path / "record.json").read_text())["status"] == "failed"
