@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tune_fixtures import SEED_SPACE
 
 from knobfleet import waves
 from knobfleet.cli.tune import load_space
@@ -18,6 +17,7 @@ from knobfleet.lab.sim import model
 from knobfleet.lab.sim.tune import SimStages
 from knobfleet.ops import profiles as app
 from knobfleet.tune import run, space
+from tests.unit.tune.tune_fixtures import SEED_SPACE
 
 MIX = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
 

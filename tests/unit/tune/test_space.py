@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tune_fixtures import SEED_SPACE
 
 from knobfleet.cli.tune import load_space
 from knobfleet.ops import profiles as app
 from knobfleet.profiles import catalog as catalogs
 from knobfleet.tune import space
 from knobfleet.tune.space import SpaceError
+from tests.unit.tune.tune_fixtures import SEED_SPACE
 
 
 def parsed(tmp_path: Path, **changes: object) -> space.Space:
