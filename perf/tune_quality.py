@@ -4,7 +4,7 @@ Each campaign draws a GPU (the SM counts of python/knobfleet/gpus.json), a traff
 buckets 48, 64, 80, 96), a current profile (TARGET_CTAS from the grid, BLOCK_H from 16/32/64) and a space of
 4-6 TARGET_CTAS values x BLOCK_H {16, 32, 64}. The campaign is the real one (python/knobfleet/tune/run.py with
 the real model stage and the real sequential A/B rule); the engine is the stand-in's noise-free model with the
-lab's 6.5% run-to-run noise (python/knobfleet/lab/sim/tune.py), so the truth of every candidate is known.
+lab's 6.5% run-to-run noise (python/knobfleet/tune/sim.py), so the truth of every candidate is known.
 
 Two scenarios:
 - "model right": the model stage scores for the GPU the engine really has;
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from knobfleet import waves
 from knobfleet.lab.sim import model
-from knobfleet.lab.sim.tune import SimStages
+from knobfleet.tune.sim import SimStages
 from knobfleet.ops import profiles as app
 from knobfleet.tune import run
 from knobfleet.tune.space import grid, parse

@@ -27,6 +27,11 @@ def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
     """The page of a record (experiment.html.render) at ``out``."""
     from knobfleet.experiment import html
 
+    if doc.get("kind") == "tune":  # a campaign's page is the tune wing's (experiment may not import it)
+        from knobfleet.tune.report import tune_page
+
+        write_page(tune_page(dict(doc)), out)
+        return
     write_page(html.render(dict(doc), where), out)
 
 

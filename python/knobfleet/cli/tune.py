@@ -61,7 +61,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             )
     elif args.resume:
         raise run.TuneError(f"{paths.display(path)}: no campaign {sp.name} to resume; run without --resume")
-    gpus = __import__("knobfleet.waves", fromlist=["load_gpus"]).load_gpus()
+    from knobfleet import waves
+
+    gpus = waves.load_gpus()
     cal, note = calibration_line(sp.model.gpu, None)
     sms = cal.sms if cal is not None else gpus[sp.model.gpu]
     live = "canary" if sp.live.skip is None else "rollout"

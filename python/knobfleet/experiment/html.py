@@ -367,62 +367,6 @@ def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
 # --- records -----------------------------------------------------------------------------------------------
 
 
-def tune_page(doc: dict[str, Any]) -> str:
-    """A tuning campaign: every stage, what it kept and dropped and why, the A/Bs, the decision, the budget."""
-    from knobfleet.tune.report import budget_lines, knobs_text
-
-    st = doc.get("stages") or {}
-    d = doc.get("decision") or {}
-    verdict = str(d.get("verdict") or doc.get("status") or "running")
-    decision = f"{verdict}: {d.get('profile', '')} — {d.get('reason', '')}" if d else f"campaign {doc.get('status')}"
-    sections = [f"<p>{esc(line)}</p>" for line in budget_lines(doc)]
-    m = st.get("model")
-    if m:
-        rows = [
-            [f"c{r['index']}", knobs_text(r["knobs"]), f"{r['cost']:.5g}", pct(r["relative"]), r["reason"]]
-            for r in sorted(m["rows"], key=lambda r: r["cost"])
-        ]
-        sections.append(
-            f"<h2>1. Model: {m['candidates']} candidates, {len(m['kept'])} kept</h2>"
-            f"<p>{esc(doc.get('gpu'))}, {esc(doc.get('sms'))} SMs; {esc(doc.get('calibration'))}</p>"
-            + table(["candidate", "knobs", "predicted cost", "vs best", "why"], rows, 2)
-        )
-    k = st.get("kernel")
-    if k:
-        if k.get("skipped"):
-            sections.append(f"<h2>2. Kernel: skipped</h2><p>{esc(k['skipped'])}</p>")
-        else:
-            rows = [
-                [f"c{r['index']}", knobs_text(r["knobs"]), "-" if r["us_per_req"] is None else f"{r['us_per_req']:.3f}",
-                 pct(r["vs_current"]), r["reason"]]
-                for r in k["rows"]
-            ]  # fmt: skip
-            sections.append(
-                f"<h2>2. Kernel: {esc(k.get('points'))} points from {esc(k.get('source'))}</h2>"
-                + table(["candidate", "knobs", "µs per request", "vs current", "why"], rows, 2)
-            )
-    e = st.get("engine")
-    if e:
-        rows = []
-        for r in e.get("results") or []:
-            ab = r.get("ab") or {}
-            g = ab.get("weighted_gain") or {}
-            rows.append(
-                [r["name"], knobs_text(r["knobs"]), r.get("out") or r.get("skipped") or ab.get("verdict"),
-                 pct(g.get("estimate")), f"{pct(g.get('low'))} … {pct(g.get('high'))}", ab.get("rounds", "-")]
-            )  # fmt: skip
-        sections.append(
-            "<h2>3. Engine: interleaved A/B against the current profile</h2>"
-            + table(["candidate", "knobs", "verdict", "weighted gain", "interval", "rounds"], rows, 3)
-        )
-    live = st.get("live")
-    if live:
-        c = live.get("canary") or {}
-        text = live.get("skipped") or f"canary {c.get('verdict')}: {c.get('reason')}"
-        sections.append(f"<h2>4. Live</h2><p>{esc(text)}</p>")
-    return page(f"knobfleet tune {(doc.get('space') or {}).get('name')}", decision, verdict, sections)
-
-
 def render(doc: dict[str, Any], where: str = "record") -> str:
     """The page of a stored record: a canary record (``kind: canary``), a bench (``kind: bench``) or an A/B report
     (``report.json``)."""
@@ -433,8 +377,6 @@ def render(doc: dict[str, Any], where: str = "record") -> str:
             return canary_page(doc)
         if doc.get("kind") == "bench":
             return bench_page(doc)
-        if doc.get("kind") == "tune":
-            return tune_page(doc)
         if {"a", "b", "buckets"} <= set(doc):
             return ab_page(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

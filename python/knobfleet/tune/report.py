@@ -1,8 +1,11 @@
-"""What a campaign record says, as text lines (the CLI) — the HTML page is ``experiment.html.tune_page``."""
+"""What a campaign record says: text lines (the CLI) and one self-contained HTML page (``tune_page``, on the
+report pages' own parts: experiment/html.py)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from knobfleet.experiment.html import esc, page, pct, table
 
 
 def knobs_text(knobs: dict[str, Any]) -> str:
@@ -60,3 +63,57 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"decision: {d['verdict']} {d.get('profile')} — {d.get('reason')}")
     out += budget_lines(doc)
     return out
+
+
+def tune_page(doc: dict[str, Any]) -> str:
+    """A tuning campaign: every stage, what it kept and dropped and why, the A/Bs, the decision, the budget."""
+    st = doc.get("stages") or {}
+    d = doc.get("decision") or {}
+    verdict = str(d.get("verdict") or doc.get("status") or "running")
+    decision = f"{verdict}: {d.get('profile', '')} — {d.get('reason', '')}" if d else f"campaign {doc.get('status')}"
+    sections = [f"<p>{esc(line)}</p>" for line in budget_lines(doc)]
+    m = st.get("model")
+    if m:
+        rows = [
+            [f"c{r['index']}", knobs_text(r["knobs"]), f"{r['cost']:.5g}", pct(r["relative"]), r["reason"]]
+            for r in sorted(m["rows"], key=lambda r: r["cost"])
+        ]
+        sections.append(
+            f"<h2>1. Model: {m['candidates']} candidates, {len(m['kept'])} kept</h2>"
+            f"<p>{esc(doc.get('gpu'))}, {esc(doc.get('sms'))} SMs; {esc(doc.get('calibration'))}</p>"
+            + table(["candidate", "knobs", "predicted cost", "vs best", "why"], rows, 2)
+        )
+    k = st.get("kernel")
+    if k:
+        if k.get("skipped"):
+            sections.append(f"<h2>2. Kernel: skipped</h2><p>{esc(k['skipped'])}</p>")
+        else:
+            rows = [
+                [f"c{r['index']}", knobs_text(r["knobs"]), "-" if r["us_per_req"] is None else f"{r['us_per_req']:.3f}",
+                 pct(r["vs_current"]), r["reason"]]
+                for r in k["rows"]
+            ]  # fmt: skip
+            sections.append(
+                f"<h2>2. Kernel: {esc(k.get('points'))} points from {esc(k.get('source'))}</h2>"
+                + table(["candidate", "knobs", "µs per request", "vs current", "why"], rows, 2)
+            )
+    e = st.get("engine")
+    if e:
+        rows = []
+        for r in e.get("results") or []:
+            ab = r.get("ab") or {}
+            g = ab.get("weighted_gain") or {}
+            rows.append(
+                [r["name"], knobs_text(r["knobs"]), r.get("out") or r.get("skipped") or ab.get("verdict"),
+                 pct(g.get("estimate")), f"{pct(g.get('low'))} … {pct(g.get('high'))}", ab.get("rounds", "-")]
+            )  # fmt: skip
+        sections.append(
+            "<h2>3. Engine: interleaved A/B against the current profile</h2>"
+            + table(["candidate", "knobs", "verdict", "weighted gain", "interval", "rounds"], rows, 3)
+        )
+    live = st.get("live")
+    if live:
+        c = live.get("canary") or {}
+        text = live.get("skipped") or f"canary {c.get('verdict')}: {c.get('reason')}"
+        sections.append(f"<h2>4. Live</h2><p>{esc(text)}</p>")
+    return page(f"knobfleet tune {(doc.get('space') or {}).get('name')}", decision, verdict, sections)

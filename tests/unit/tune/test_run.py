@@ -14,7 +14,7 @@ import pytest
 from knobfleet import waves
 from knobfleet.cli.tune import load_space
 from knobfleet.lab.sim import model
-from knobfleet.lab.sim.tune import SimStages
+from knobfleet.tune.sim import SimStages
 from knobfleet.ops import profiles as app
 from knobfleet.tune import run, space
 from tests.unit.tune.tune_fixtures import SEED_SPACE

@@ -116,3 +116,13 @@ def test_a_space_path_that_is_not_a_regular_file_is_refused_unread(tmp_path: Pat
     with pytest.raises(SpaceError) as err:
         load_space(p)
     assert "s.yaml" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_shipped_seed_space_parses_and_checks_against_the_catalog() -> None:
+    from tests.conftest import REPO
+
+    sp = load_space(REPO / "profiles" / "spaces" / "seed.yaml")
+    st = app.store()
+    base = st.resolve(sp.base)
+    space.check_against(sp, catalogs.catalog_for(base.engine, st.catalog_dir, base.validated_on))
+    assert (sp.name, sp.result, sp.live.advisory, len(space.grid(sp.knobs))) == ("seed", "seed-tuned", True, 15)
