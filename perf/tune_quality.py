@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from knobfleet import waves
 from knobfleet.lab.sim import model
-from knobfleet.tune.sim import SimStages
 from knobfleet.ops import profiles as app
 from knobfleet.tune import run
+from knobfleet.tune.sim import SimStages
 from knobfleet.tune.space import grid, parse
 
 CTAS = [128, 192, 256, 320, 384, 448, 512, 640, 768, 1024]

@@ -68,9 +68,9 @@ def test_a_running_campaign_is_not_started_over(capsys: pytest.CaptureFixture[st
 def test_a_tune_record_renders_as_a_page_with_every_stage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     import yaml
 
-    from knobfleet.tune.sim import SimStages
     from knobfleet.ops import profiles as app
     from knobfleet.tune import run
+    from knobfleet.tune.sim import SimStages
     from knobfleet.tune.space import parse
 
     sp = parse(yaml.safe_load(SEED_SPACE), tmp_path / "s.yaml", SEED_SPACE)

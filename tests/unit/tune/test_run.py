@@ -14,9 +14,9 @@ import pytest
 from knobfleet import waves
 from knobfleet.cli.tune import load_space
 from knobfleet.lab.sim import model
-from knobfleet.tune.sim import SimStages
 from knobfleet.ops import profiles as app
 from knobfleet.tune import run, space
+from knobfleet.tune.sim import SimStages
 from tests.unit.tune.tune_fixtures import SEED_SPACE
 
 MIX = {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}
