@@ -36,6 +36,7 @@ class SimStages:
     seed: int = 0
     max_tokens: int = 256
     scale: dict[str, float] = field(default_factory=dict)  # profile name -> extra factor (a crash: 0)
+    inconsistent: set[str] = field(default_factory=set)  # profile names whose outputs diverge under load
     live: dict[int, float] | None = None
     calls: list[str] = field(default_factory=list)
     on_call: Any = None  # called with the step's name before it runs (tests interrupt here)
@@ -62,6 +63,7 @@ class SimStages:
 
     def kernel_rows(self, ctas: list[int], block_h: list[int], batches: list[int]) -> list[dict[str, Any]]:
         self._call("kernel")
+        self.kernel_asked = (list(ctas), list(block_h), list(batches))
         rows = []
         for b in batches:
             for c in ctas:
@@ -121,7 +123,7 @@ class SimStages:
                 "high": r1(g.high) if g else None,
             },
             "buckets": [],
-            "consistency": {"A": "skipped", "B": "skipped"},
+            "consistency": {"A": "pass", "B": "fail" if candidate.name in self.inconsistent else "pass"},
             "wall_s": 0.0,
         }
 

@@ -165,7 +165,9 @@ def parse(doc: object, path: Path, text: str) -> Space:
         base = ""
     knobs = _knobs(doc.get("knobs"), bad)
     traffic = _traffic(doc.get("traffic"), bad)
+    before = len(problems)
     budget = _budget(doc.get("budget"), bad)
+    budget_ok = len(problems) == before  # a budget already refused is not also "too small"
     stages = doc.get("stages")
     if not isinstance(stages, dict):
         bad("stages", "missing: give at least stages.engine.host (the host the candidates are compared on)")
@@ -202,7 +204,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
             "stages.kernel.host (a host with a GPU), stages.kernel.sweep (a stored `kernel bench` sweep) or "
             'stages.kernel.skip: "why"',
         )
-    if engine.host and isinstance(doc.get("budget"), dict) and budget.host_s < engine.round_s * 3:
+    if engine.host and budget_ok and budget.host_s < engine.round_s * 3:
         bad(
             "budget.host_minutes",
             f"{budget.host_s / 60:g} min cannot cover one candidate: its A/B needs at least 3 rounds of "

@@ -178,3 +178,65 @@ def test_the_winners_file_is_never_overwritten(tmp_path: Path) -> None:
         c.run()
     assert (tmp_path / "seed-best.yaml").read_text() == "# mine\n"
     assert json.loads((tmp_path / "record.json").read_text())["status"] == "failed"
+
+
+def test_the_winners_file_says_what_it_is(tmp_path: Path) -> None:
+    c, _ = campaign(tmp_path)
+    c.new_record()
+    doc = c.run()
+    knobs = doc["decision"]["knobs"]
+    assert (tmp_path / "seed-best.yaml").read_text() == (
+        "# Written by `knobfleet tune space.yaml`: the campaign's winner over ctas512@2.\n"
+        "# Commit it with the lock (`knobfleet profiles lock`) to keep what was shipped.\n"
+        "schema_version: 1\nname: seed-best\nversion: 1\nextends: ctas512\n"
+        "description: chosen by tune seed over ctas512.\nenv:\n" + "".join(f"  {k}: {v}\n" for k, v in knobs.items())
+    )
+    live = doc["stages"]["live"]
+    assert live["done"] and live["canary"]["verdict"] == "promote" and live["profile_file"].endswith("seed-best.yaml")
+    assert doc["decision"]["profile"] == "seed-best@1" and doc["decision"]["candidate"] == 8
+
+
+def test_a_candidate_whose_outputs_diverge_is_out_even_if_faster(tmp_path: Path) -> None:
+    c, _ = campaign(tmp_path, inconsistent={"seed-c8"})
+    c.new_record()
+    doc = c.run()
+    c8 = next(r for r in doc["stages"]["engine"]["results"] if r["name"] == "seed-c8")
+    assert c8["out"] == "failed the output-consistency check" and c8["ab"]["verdict"] == "keep"
+    assert doc["decision"].get("candidate") != 8
+
+
+KERNEL_SPACE = SEED_SPACE.replace('{skip: "no GPU host in the lab"}', "{host: gpu1, keep: 2}").replace(
+    "host_minutes: 60}", "host_minutes: 60, gpu_minutes: 5}"
+)
+
+
+def test_the_kernel_stage_measures_the_survivors_and_the_current_profile(tmp_path: Path) -> None:
+    c, stages = campaign(tmp_path, KERNEL_SPACE)
+    c.new_record()
+    doc = c.run()
+    k = doc["stages"]["kernel"]
+    model_kept = doc["stages"]["model"]["kept"]
+    assert k["source"] == "gpu1"
+    ctas, bh, batches = stages.kernel_asked
+    assert 512 in ctas and 32 in bh and batches == [48, 64, 80, 96]  # the current profile's cells too
+    assert k["points"] == len(ctas) * len(bh) * 4
+    assert sorted(r["index"] for r in k["rows"]) == sorted(model_kept) and len(k["kept"]) == 2
+    assert [r["index"] for r in doc["stages"]["engine"]["results"]] == k["kept"]
+
+
+def test_a_resumed_campaign_does_not_measure_the_kernel_again(tmp_path: Path) -> None:
+    c, stages = campaign(tmp_path, KERNEL_SPACE)
+
+    def stop(what: str) -> None:
+        if what.startswith("ab "):
+            raise KeyboardInterrupt
+
+    stages.on_call = stop
+    c.new_record()
+    with pytest.raises(KeyboardInterrupt):
+        c.run()
+    rec = json.loads((tmp_path / "record.json").read_text())
+    again, stages2 = campaign(tmp_path, KERNEL_SPACE)
+    again.load(rec)
+    again.run()
+    assert "kernel" not in stages2.calls and stages.calls.count("kernel") == 1

@@ -126,3 +126,35 @@ def test_the_shipped_seed_space_parses_and_checks_against_the_catalog() -> None:
     base = st.resolve(sp.base)
     space.check_against(sp, catalogs.catalog_for(base.engine, st.catalog_dir, base.validated_on))
     assert (sp.name, sp.result, sp.live.advisory, len(space.grid(sp.knobs))) == ("seed", "seed-tuned", True, 15)
+
+
+MORE_BAD = [
+    ({"budget__host_minutes": "lots"}, "budget.host_minutes: 'lots': expected a number of minutes >= 0"),
+    ({"stages__engine__min_effect": 2}, "stages.engine.min_effect: 2: expected a fraction in [0, 1)"),
+    ({"stages__engine__max_regression": -1}, "stages.engine.max_regression: -1: expected a fraction in [0, 1)"),
+    ({"knobs__SGLANG_SM120_MMA_BLOCK_H": 32}, "knobs.SGLANG_SM120_MMA_BLOCK_H: expected a list of values or a range"),
+    ({"base": None}, "s.yaml: base: missing: name the current profile"),
+    ({"stages__kernel": {"host": "gpu1"}}, "budget.gpu_minutes: 0: the kernel stage runs on a GPU host"),
+]
+
+
+@pytest.mark.parametrize(("change", "line"), MORE_BAD, ids=[b[1].split(":")[0] for b in MORE_BAD])
+def test_more_bad_spaces_say_exactly_what(tmp_path: Path, change: dict[str, object], line: str) -> None:
+    with pytest.raises(SpaceError) as err:
+        parsed(tmp_path, **change)
+    assert len(err.value.problems) == 1 and line in err.value.problems[0], err.value.problems
+
+
+def test_every_setting_reaches_its_stage(tmp_path: Path) -> None:
+    sp = parsed(
+        tmp_path,
+        description="why we tune",
+        stages__engine={"host": "lab1", "min_effect": 0.02, "max_regression": 0.05, "n_mult": 2, "max_tokens": 64},
+        stages__kernel={"sweep": "sweep.json", "keep": 5, "budget": "2m"},
+        budget={"wall": "90m", "host_minutes": 30, "gpu_minutes": 2.5},
+    )
+    assert sp.description == "why we tune"
+    e = sp.engine
+    assert (e.min_effect, e.max_regression, e.n_mult, e.max_tokens) == (0.02, 0.05, 2, 64)
+    assert (sp.kernel.sweep, sp.kernel.keep, sp.kernel.budget_s) == ("sweep.json", 5, 120.0)
+    assert (sp.budget.wall_s, sp.budget.host_s, sp.budget.gpu_s) == (5400.0, 1800.0, 150.0)
