@@ -102,7 +102,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.experiment import records
     from knobfleet.experiment.canary import Settings
-    from knobfleet.experiment.canary_run import CanaryOptions, CanaryReport, canary, split
+    from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary, split
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops import profiles as app
     from knobfleet.telemetry.prom import Prometheus
@@ -130,13 +130,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         len(canaries) + len(baseline),
         args,
     )
-    record_path: list[Path] = []
-
-    def keep(r: CanaryReport) -> None:
-        if not record_path:
-            record_path.append(records.new_path(r.profile, r.started))
-            r.record = str(record_path[0])
-        records.write(record_path[0], "canary", r.as_json())
+    keep = RecordKeeper()
 
     def progress(k: int, verdict: object, row: dict[str, object]) -> None:
         if args.json:
@@ -147,10 +141,10 @@ def cmd_canary(args: argparse.Namespace) -> int:
         with interrupts.handled():
             result = canary(profile, hosts, door, prom, opts, on_window=progress, keep=keep)
     finally:  # the page of what was measured, also when the canary ended early (interrupted, refused)
-        if args.report is not None and record_path:
+        if args.report is not None and keep.path is not None:
             from knobfleet.cli.report import write_html
 
-            write_html(records.read(record_path[0]), args.report, "canary")
+            write_html(records.read(keep.path), args.report, "canary")
             if not args.json:
                 _out(f"report: {args.report}")
     if args.json:

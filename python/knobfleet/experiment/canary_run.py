@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import KnobfleetError, UsageError
@@ -239,6 +240,22 @@ def _measure(
         router_errors=router_errors,
     )
     return row, window
+
+
+class RecordKeeper:
+    """``keep`` for ``canary``: the record's path is chosen on the first call (from the profile and the start) and
+    told to the report, then the record is rewritten at every call. ``path`` is None until then."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def __call__(self, r: CanaryReport) -> None:
+        from knobfleet.experiment import records
+
+        if self.path is None:
+            self.path = records.new_path(r.profile, r.started)
+            r.record = str(self.path)
+        records.write(self.path, "canary", r.as_json())
 
 
 def canary(

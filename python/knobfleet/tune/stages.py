@@ -112,26 +112,17 @@ class HostStages:
         activate(base, self._engine_host(), self.inventory, self.on_event)
 
     def canary(self, winner: Profile) -> dict[str, Any]:
-        from knobfleet.experiment import records
         from knobfleet.experiment.canary import Settings
-        from knobfleet.experiment.canary_run import CanaryOptions, CanaryReport, canary
+        from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary
         from knobfleet.ops import fleet
         from knobfleet.telemetry.prom import Prometheus
 
         live = self.space.live
         settings = Settings(max_windows=live.max_windows, pre_windows=live.pre_windows)
         opts = CanaryOptions(hosts=live.hosts, window_s=live.window_s, settings=settings, advisory=live.advisory)
-        kept: list[Path] = []
-
-        def keep(r: CanaryReport) -> None:
-            if not kept:
-                kept.append(records.new_path(r.profile, r.started))
-                r.record = str(kept[0])
-            records.write(kept[0], "canary", r.as_json())
-
         door = fleet.door(self.inventory)
         hosts = fleet.hosts(self.inventory, None)
-        report = canary(winner, hosts, door, Prometheus(live.prometheus or self.prometheus), opts, keep=keep)
+        report = canary(winner, hosts, door, Prometheus(live.prometheus or self.prometheus), opts, keep=RecordKeeper())
         return report.as_json()
 
     def rollout(self, winner: Profile) -> dict[str, Any]:

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from knobfleet import cli
 from knobfleet.errors import EXIT_ERROR, EXIT_OK
+from tests.unit.cli.test_commands import call
 from tests.unit.tune.tune_fixtures import SEED_SPACE
-
-
-def call(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.run(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
