@@ -197,7 +197,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
         if n > MAX_CANDIDATES:
             bad("knobs", f"{n} candidates: more than {MAX_CANDIDATES}; narrow the ranges or vary fewer knobs")
     kernel_knobs = [k for k in knobs if k in KERNEL_KNOBS]
-    if kernel_knobs and kernel.host is None and kernel.sweep is None and kernel.skip is None:
+    if kernel_knobs and not {"host", "sweep", "skip"} & set(map(str, sections["kernel"])):  # a bad one: said above
         bad(
             "stages.kernel",
             f"the space varies kernel knobs ({', '.join(kernel_knobs)}) and names no GPU host; give "

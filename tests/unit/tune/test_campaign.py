@@ -84,6 +84,9 @@ def test_the_kernel_stage_ranks_by_measured_weighted_time_and_keeps_unmeasured_o
     ]
     assert ranked[0]["us_per_req"] == pytest.approx(0.75) and ranked[0]["vs_current"] == pytest.approx(-0.625)
     assert ranked[0]["knobs"] == b.knobs and ranked[2]["us_per_req"] is None and ranked[2]["vs_current"] is None
+    # a bucket of weight 0 is not measured, and does not end the sum
+    zero_first = campaign.kernel_rank([a, b], BASE, rows, {32: 0.0, **weights}, 64, 4096, keep=2)
+    assert [r["us_per_req"] for r in zero_first] == pytest.approx([0.75, 1.5])
     only = campaign.kernel_rank([c], BASE, rows, weights, 64, 4096, keep=1)
     assert only[0]["reason"] == "kept, unmeasured (not in the sweep at every bucket)"
 
