@@ -70,6 +70,7 @@ def test_tune_ends_within_2_percent_of_the_best_and_rolls_it_out(fleet: Fleet, t
     assert math.expm1(best - ended) <= 0.02, (d, math.expm1(best - ended))
     # it says how much of each budget it used; the model stage pruned 15 to 2 and said why
     assert doc["used"]["host_s"] > 0 and doc["used"]["wall_s"] >= doc["used"]["host_s"]
+    assert doc["used_by_stage"]["engine"] > 0 and doc["used_by_stage"]["live"] > 0
     m = doc["stages"]["model"]
     assert m["candidates"] == 15 and len(m["kept"]) == 2 and m["dropped"] == 13
     assert all(r["reason"] for r in m["rows"])

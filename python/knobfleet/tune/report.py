@@ -24,11 +24,22 @@ def budget_lines(doc: dict[str, Any]) -> list[str]:
         share = f" ({u / lim:.0%})" if lim else ""
         return f"{label} {u / 60:.1f} of {lim / 60:.0f} min{share}"
 
+    by = doc.get("used_by_stage") or {}
+
+    def stage(name: str, skipped: bool) -> str:
+        return f"{name} {'skipped' if skipped else f'{float(by.get(name) or 0) / 60:.1f} min'}"
+
     return [
         "budget used: " + ", ".join([part("wall_s", "wall"), part("host_s", "host"), part("gpu_s", "GPU")]),
-        f"  model {float((st.get('model') or {}).get('used_s') or 0):.2f}s · kernel "
-        f"{'skipped' if (st.get('kernel') or {}).get('skipped') else 'measured'} · engine A/B {engine / 60:.1f} min"
-        f" · live {'skipped' if (st.get('live') or {}).get('skipped') else 'canary'}",
+        "  by stage: "
+        + " · ".join(
+            [
+                f"model {float(by.get('model') or 0):.2f}s",
+                stage("kernel", bool((st.get("kernel") or {}).get("skipped"))),
+                f"engine {float(by.get('engine') or 0) / 60:.1f} min (A/B {engine / 60:.1f})",
+                stage("live", "live" not in by),
+            ]
+        ),
     ]
 
 

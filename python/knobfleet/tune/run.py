@@ -148,9 +148,11 @@ class Campaign:
     def used(self) -> campaign.Ledger:
         return campaign.Ledger.from_json(self.doc.get("used"))
 
-    def _spend(self, started: float, kind: str) -> None:
+    def _spend(self, started: float, kind: str, stage: str) -> None:
         used = self.used
         spent = self.clock() - started
+        by_stage = self.doc.setdefault("used_by_stage", {})
+        by_stage[stage] = round(float(by_stage.get(stage, 0.0)) + spent, 1)
         used.wall_s += spent
         if kind == "host":
             used.host_s += spent
@@ -208,7 +210,7 @@ class Campaign:
             "rows": [r.as_json() for r in rows],
             "used_s": round(self.clock() - started, 3),
         }
-        self._spend(started, "model")
+        self._spend(started, "model", "model")
         self.on_step(f"model: {len(rows)} candidates scored, {len(kept)} kept, {len(rows) - len(kept)} dropped")
         self.save()
 
@@ -242,7 +244,7 @@ class Campaign:
                 source=k.sweep or k.host, rows=ranked, kept=[r["index"] for r in ranked if r["kept"]], points=len(rows)
             )
         self.doc["stages"]["kernel"] = section
-        self._spend(started, "gpu" if k.host else "none")
+        self._spend(started, "gpu" if k.host else "none", "kernel")
         self.save()
 
     def _engine(self) -> None:
@@ -280,7 +282,7 @@ class Campaign:
             except KnobfleetError as exc:  # a candidate that does not come up is out, with the engine's reason
                 result["out"] = str(exc).splitlines()[0][:300]
             finally:
-                self._spend(started, "host")
+                self._spend(started, "host", "engine")
             section.pop("running", None)
             section["results"].append(result)
             self.save()
@@ -332,7 +334,7 @@ class Campaign:
             if live.advisory:
                 verdict = "advisory"
             reason = f"canary: {v} — {section['canary'].get('reason', '')}".rstrip(" —")
-        self._spend(started, "host")
+        self._spend(started, "host", "live")
         self.doc["stages"]["live"] = section
         self.doc["decision"] = {
             "verdict": verdict,

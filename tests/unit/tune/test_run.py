@@ -119,6 +119,8 @@ def test_the_host_budget_bounds_the_rounds_and_skips_what_it_cannot_pay_for(tmp_
     results = doc["stages"]["engine"]["results"]
     assert any("budget:" in (r.get("skipped") or "") for r in results), results
     assert doc["used"]["host_s"] <= 4 * 60 + 70
+    by = doc["used_by_stage"]  # what each stage used, as the budget lines print it
+    assert set(by) == {"model", "kernel", "engine", "live"} and by["engine"] + by["live"] == doc["used"]["host_s"]
 
 
 STEPS = ["model:", "ab seed-c8", "ab seed-c11", "restore", "canary"]
