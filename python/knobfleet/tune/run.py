@@ -43,7 +43,7 @@ class Stages(Protocol):
 
     def kernel_rows(self, ctas: list[int], block_h: list[int], batches: list[int]) -> list[dict[str, Any]]: ...
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int) -> dict[str, Any]: ...
+    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]: ...
 
     def restore(self, base: Profile) -> None: ...
 
@@ -272,7 +272,7 @@ class Campaign:
             self.on_step(f"engine: ab {self.base.name} vs {cand.name} on {e.host} (at most {rounds} rounds)")
             started = self.clock()
             try:
-                doc = self.stages.ab(self.base, cand, rounds)
+                doc = self.stages.ab(self.base, cand, rounds, self.weights)
                 result["ab"] = campaign.ab_summary(doc)
                 if result["ab"]["verdict"] == "promote" and (doc.get("consistency") or {}).get("B") == "fail":
                     result["ab"]["verdict"] = "keep"

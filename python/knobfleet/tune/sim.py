@@ -80,7 +80,7 @@ class SimStages:
         self.drift = a * self.drift + math.sqrt(1 - a * a) * self.rng.gauss(0, SIGMA_DRIFT)
         return {c: self.true_tok_s(profile, c) * math.exp(self.drift + self.rng.gauss(0, SIGMA_WHITE)) for c in conc}
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int) -> dict[str, Any]:
+    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]:
         from knobfleet.errors import KnobfleetError
         from knobfleet.experiment import stats
 
@@ -92,8 +92,8 @@ class SimStages:
         # each candidate's A/B has its own seeded machine: an A/B redone after an interruption sees the same runs
         self.rng = random.Random(f"{self.seed}-{candidate.name}-{max_rounds}")
         self.drift = 0.0
-        s = Settings(weights=self.weights, max_rounds=max_rounds, min_rounds=min(3, max_rounds))
-        conc = sorted(self.weights)
+        s = Settings(weights=weights, max_rounds=max_rounds, min_rounds=min(3, max_rounds))
+        conc = sorted(weights)
         per: dict[int, list[float]] = {c: [] for c in conc}
         d = decide(per, s)
         for r in range(max_rounds):

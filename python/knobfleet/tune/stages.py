@@ -86,13 +86,13 @@ class HostStages:
         doc = json.loads(Path(str(out)).read_text(encoding="utf-8")) if out else {}
         return list(doc.get("results") or [])
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int) -> dict[str, Any]:
+    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]:
         from knobfleet.experiment import ab
         from knobfleet.experiment.bench.run import BenchSpec
         from knobfleet.experiment.design import Settings
 
         e = self.space.engine
-        weights = {int(c): w for c, w in (self.space.traffic or {}).items()} or {c: 1.0 for c in e.conc}
+        # the campaign's weights: the space's, or the live load's as measured at the start (kept in the record)
         settings = Settings(
             weights=weights,
             min_effect=e.min_effect,

@@ -242,3 +242,15 @@ def test_a_resumed_campaign_does_not_measure_the_kernel_again(tmp_path: Path) ->
     again.load(rec)
     again.run()
     assert "kernel" not in stages2.calls and stages.calls.count("kernel") == 1
+
+
+def test_live_traffic_is_measured_once_and_weights_the_ab(tmp_path: Path) -> None:
+    text = SEED_SPACE.replace("traffic: {48: 0.3, 64: 0.3, 80: 0.3, 96: 0.1}", "traffic: live")
+    c, stages = campaign(tmp_path, text, live={96: 1.0})
+    seen: list[dict[int, float]] = []
+    real_ab = stages.ab
+    stages.ab = lambda base, cand, rounds, weights: (seen.append(weights), real_ab(base, cand, rounds, weights))[1]  # type: ignore[method-assign]
+    c.new_record()
+    doc = c.run()
+    assert stages.calls.count("live_weights") == 1 and doc["weights"] == {"96": 1.0}
+    assert seen and all(w == {96: 1.0} for w in seen)
