@@ -7,7 +7,9 @@ starts N scheduler worker processes plus a detokenizer, all inheriting the envir
 themselves like SGLang's (``sglang::scheduler_TP0``, see ``proctitle``) and stopped with the main process.
 
 Stand-in settings (env): SGLANG_SIM_GPU (rtx-pro-6000 | h200 | … from gpus.json), SGLANG_SIM_STARTUP_S
-(seconds of 503 before ready, default 3), SGLANG_SIM_TIME_SCALE (multiplies every decode step, default 1),
+(seconds of 503 before ready, default 3), SGLANG_SIM_TIME_SCALE (multiplies every decode step, default 1; the
+lab's host env sets it), SGLANG_SIM_SLOWDOWN (a profile's knob in the lab's tests: multiplies every step too, 1..10,
+so a profile can be a known few percent worse: profiles/slower5.yaml),
 SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG_SIM_FAIL for tests:
 ``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
 seconds after becoming ready).
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -105,6 +108,19 @@ def die(exc_type: str, message: str, where: str = "load_env_knobs") -> NoReturn:
     print(f'  File "/sgl-workspace/sglang/python/sglang/srt/server_args.py", line 812, in {where}', file=sys.stderr)
     print(f"{exc_type}: {message}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def step_scale(env: dict[str, str]) -> float:
+    """What every decode step is multiplied by: SGLANG_SIM_TIME_SCALE (the lab host's) times SGLANG_SIM_SLOWDOWN (a
+    profile's); a slowdown that is not a number in 1..10 ends the start like a bad knob."""
+    raw = env.get("SGLANG_SIM_SLOWDOWN", "1")
+    try:
+        slowdown = float(raw)
+    except ValueError:
+        slowdown = math.nan
+    if not 1.0 <= slowdown <= 10.0:
+        die("ValueError", f"SGLANG_SIM_SLOWDOWN={raw!r}: expected a factor in 1..10 (1.05 = every step 5% slower)")
+    return float(env.get("SGLANG_SIM_TIME_SCALE", "1")) * slowdown
 
 
 def read_knobs(env: dict[str, str]) -> tuple[model.KernelKnobs, bool, bool]:
@@ -220,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if gpu not in gpus:
         die("KeyError", f"SGLANG_SIM_GPU={gpu!r}; known: {', '.join(sorted(gpus))}", "sim_config")
     startup = float(env.get("SGLANG_SIM_STARTUP_S", "3"))
-    scale = float(env.get("SGLANG_SIM_TIME_SCALE", "1"))
+    scale = step_scale(env)
     noise = float(env.get("SGLANG_SIM_NOISE", str(model.DEFAULT_NOISE)))
     seed = int(env["SGLANG_SIM_SEED"]) if env.get("SGLANG_SIM_SEED") else None
     fail = env.get("SGLANG_SIM_FAIL", "")

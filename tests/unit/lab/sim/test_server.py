@@ -15,6 +15,7 @@ import pytest
 
 from knobfleet.lab.sim import model
 from knobfleet.lab.sim.engine import Engine, EngineConfig
+from knobfleet.lab.sim.launch_server import step_scale
 from knobfleet.lab.sim.server import State, chat_prompt, make_server
 from knobfleet.waves import KernelKnobs
 
@@ -286,3 +287,27 @@ def test_health_generate_fails_while_a_scheduler_process_is_stopped(server: tupl
     finally:
         worker.kill()
         worker.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("env", "scale"),
+    [
+        ({}, 1.0),
+        ({"SGLANG_SIM_TIME_SCALE": "0.25"}, 0.25),
+        ({"SGLANG_SIM_TIME_SCALE": "0.25", "SGLANG_SIM_SLOWDOWN": "1.05"}, 0.2625),
+        ({"SGLANG_SIM_SLOWDOWN": "2"}, 2.0),
+        ({"SGLANG_SIM_SLOWDOWN": "1"}, 1.0),
+        ({"SGLANG_SIM_SLOWDOWN": "10"}, 10.0),
+    ],
+)
+def test_a_slowdown_multiplies_the_hosts_time_scale(env: dict[str, str], scale: float) -> None:
+    assert step_scale(env) == pytest.approx(scale)
+
+
+@pytest.mark.parametrize("value", ["0.95", "10.5", "nan", "fast", ""])
+def test_a_slowdown_outside_1_to_10_ends_the_start(value: str) -> None:
+    proc = run_launcher(
+        {"SGLANG_SIM_SLOWDOWN": value, "PYTHONPATH": sys.path[0]}, "--model-path=/m", "--port", str(free_port())
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"ValueError: SGLANG_SIM_SLOWDOWN={value!r}: expected a factor in 1..10" in proc.stderr
