@@ -35,6 +35,7 @@ class Engine:
     liveness_path: str | None = None  # verify's one-token completion, where readiness_path does not generate
     argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
     metric_names: Metrics | None = None  # the catalog's serve.metrics
+    info_version: tuple[str | int, ...] = ("version",)  # where its server info says its version
 
     def metrics(self, needed_by: str) -> Metrics:
         """The engine's Prometheus names (catalog ``serve.metrics``); a one-line KnobfleetError naming the catalog
@@ -117,6 +118,7 @@ class Engine:
             "info_env": list(self.info_env) if self.info_env else None,
             "info_args": self.info_args,
             "info_args_ignore": list(self.info_args_ignore),
+            "info_version": list(self.info_version),
             "argv": self.argv_spec,
         }
         if with_known:
@@ -172,6 +174,7 @@ def engine(name: str | None = None) -> Engine:
         liveness_path=s.liveness_path,
         argv_spec=spec,
         metric_names=s.metrics,
+        info_version=s.info_version,
     )
 
 

@@ -206,11 +206,16 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any], catalog
 
     if profile.engine_version and hv.launchers:
         return None  # it launches the install of the version it pins (render refuses a host without one)
+    if catalog_dir is None:
+        from knobfleet.ops.profiles import store
+
+        catalog_dir = store().catalog_dir
+    pinned = catalogs.catalog_for(profile.engine, catalog_dir)
     if hv.engine_version:
         version: str | None = engine_versions.parse_version(hv.engine_version) or hv.engine_version
         said = f"{profile.engine} {version} (knob_serve_engine_version)"
     else:
-        version, where = engine_versions.reported(doc)
+        version, where = engine_versions.reported(doc, pinned.serve.info_version)
         if version is None and hv.version_file:
             return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
                     f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
@@ -220,16 +225,10 @@ def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any], catalog
     if profile.engine_version and version != profile.engine_version:
         return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
                 f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip
-    if catalog_dir is None:
-        from knobfleet.ops.profiles import store
-
-        catalog_dir = store().catalog_dir
-    where_catalogs = catalog_dir
-    pinned = catalogs.catalog_for(profile.engine, where_catalogs)
     if not pinned.generated or version == (profile.validated_on or pinned.version):
         return None
     try:
-        cat = catalogs.catalog_for(profile.engine, where_catalogs, version)
+        cat = catalogs.catalog_for(profile.engine, catalog_dir, version)
     except ProfileError as exc:
         return f"runs {said}: {exc.problems[0].split(': ', 1)[1]}; nothing was changed"
     problems = engine_versions.problems_on(profile, cat)

@@ -60,10 +60,11 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
     declared = _declared(host.profile, cache)
     if isinstance(declared, str):
         return HostVerdict(host.host, "error", error=declared)
-    verdict = verify_host(host.host, o.doc, declared, plan.rules_for(host, o.doc))
-    from knobfleet.profiles.versions import reported
+    rules = plan.rules_for(host, o.doc)
+    verdict = verify_host(host.host, o.doc, declared, rules)
+    from knobfleet.profiles.versions import INFO_VERSION, reported
 
-    running, _ = reported(o.doc)
+    running, _ = reported(o.doc, tuple(rules.get("info_version") or INFO_VERSION))
     if running:  # the fleet's engine versions: skew shows mid-upgrade
         verdict.engine_version = running
         found = version_mismatch(declared, verdict)

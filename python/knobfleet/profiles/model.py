@@ -243,6 +243,9 @@ class Serve(_Strict):
     info_env: tuple[str | int, ...] | None = Field(
         default=None, description="where in the info endpoint's JSON the engine reports its env vars"
     )
+    info_version: tuple[str | int, ...] = Field(
+        default=("version",), description="where in the info endpoint's JSON the engine reports its version"
+    )
     ignore_env: tuple[str, ...] = Field(default=(), description="env vars the engine sets itself in its processes")
     info_args: bool = Field(default=False, description="the info endpoint reports the resolved server arguments")
     info_args_ignore: tuple[str, ...] = Field(

@@ -32,12 +32,31 @@ def parse_version(text: str | None) -> str | None:
     return m.group(1).rstrip(".-").lower() if m else None
 
 
-def reported(doc: dict[str, Any] | None) -> tuple[str | None, str]:
-    """The engine version a probe document shows, and where from: the engine's own report (``version`` in its
-    server info: SGLang's /server_info, the lab's stand-in), which says what runs even where a host has several
-    installs; else the host's version file (``knob_serve_version_file``). (None, "") when neither says."""
+INFO_VERSION: tuple[str | int, ...] = ("version",)  # where an engine's server info says its version, by default
+
+
+def reported(doc: dict[str, Any] | None, info_version: tuple[str | int, ...] = INFO_VERSION) -> tuple[str | None, str]:
+    """The engine version a probe document shows, and where from: the engine's own report (its server info at
+    ``info_version``, the catalog's ``serve.info_version``: ``version`` in SGLang's /server_info and the lab's
+    stand-in, ``system_env.vllm_version`` in vLLM's), which says what runs even where a host has several installs;
+    else the host's version file (``knob_serve_version_file``). (None, "") when neither says."""
     if not doc:
         return None, ""
+    said: Any = doc.get("server_info")
+    for step in info_version:
+        if isinstance(step, str) and isinstance(said, dict):
+            said = said.get(step)
+        elif isinstance(step, int) and isinstance(said, list) and -len(said) <= step < len(said):
+            said = said[step]
+        else:
+            said = None
+            break
+    if isinstance(said, str) and parse_version(said):  # what runs, from the engine itself: first
+        return parse_version(said), "the engine's server info"
+    raw = doc.get("engine_version")
+    if isinstance(raw, str) and raw.strip():
+        return parse_version(raw), "version file"
+    return None, ""
     info = doc.get("server_info")
     said = info.get("version") if isinstance(info, dict) else None
     if isinstance(said, str) and parse_version(said):  # what runs, from the engine itself: first

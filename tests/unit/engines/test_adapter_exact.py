@@ -52,6 +52,7 @@ def test_rules_and_role_vars_exactly() -> None:
         "info_env": ["env", 0],
         "info_args": True,
         "info_args_ignore": ["--port"],
+        "info_version": ["version"],
         "argv": None,  # the flag table for the argv reader: the toy catalog declares no flags
     }
     assert TOY.rules() == {**rules, "known_env": ["TOY_A", "TOY_B"]}
@@ -95,10 +96,11 @@ def test_the_shipped_engines_come_from_their_catalogs(name: str) -> None:
     assert e.show == dict(cat.serve.show)
     assert e.known_env == tuple(sorted(cat.env_knobs())) and e.known_env
     assert e.secret_env == cat.secret_names()
-    assert (e.info_args, e.info_args_ignore, e.bench) == (
+    assert (e.info_args, e.info_args_ignore, e.bench, e.info_version) == (
         cat.serve.info_args,
         cat.serve.info_args_ignore,
         cat.serve.bench,
+        cat.serve.info_version,
     )
 
 

@@ -41,6 +41,51 @@ def test_parse_version(text: str | None, want: str | None) -> None:
     assert versions.parse_version(text) == want
 
 
+VLLM_INFO = ("system_env", "vllm_version")
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "want"),
+    [
+        ({"server_info": {"version": "0.5.23"}}, ("version",), ("0.5.23", "the engine's server info")),
+        # vLLM's dev-mode /server_info: collect_env's vllm_version, the CPU build's label dropped
+        (
+            {"server_info": {"system_env": {"vllm_version": "0.31.0+cpu"}}},
+            VLLM_INFO,
+            ("0.31.0", "the engine's server info"),
+        ),
+        # the engine's own word wins over the version file (a host with several installs)
+        (
+            {"server_info": {"system_env": {"vllm_version": "0.32.0"}}, "engine_version": "0.31.0"},
+            VLLM_INFO,
+            ("0.32.0", "the engine's server info"),
+        ),
+        # a report elsewhere than the engine's path is not the engine's word: the version file speaks
+        (
+            {"server_info": {"version": "0.32.0"}, "engine_version": "vllm 0.31.0"},
+            VLLM_INFO,
+            ("0.31.0", "version file"),
+        ),
+        ({"server_info": {"system_env": "not a mapping"}}, VLLM_INFO, (None, "")),
+        ({"server_info": {"system_env": {"vllm_version": "N/A (dev)"}}}, VLLM_INFO, (None, "")),
+        ({"server_info": [{"version": "0.5.23"}]}, (0, "version"), ("0.5.23", "the engine's server info")),
+        ({"server_info": [{"version": "0.5.23"}]}, (3, "version"), (None, "")),
+        ({"server_info": None}, ("version",), (None, "")),
+        ({}, ("version",), (None, "")),
+        (None, ("version",), (None, "")),
+    ],
+)
+def test_the_reported_version_is_read_where_the_engine_says_it(
+    doc: dict[str, Any] | None, path: tuple[str | int, ...], want: tuple[str | None, str]
+) -> None:
+    assert versions.reported(doc, path) == want
+
+
+def test_each_engines_catalog_says_where_its_server_info_has_the_version() -> None:
+    assert catalogs.catalog_for("vllm").serve.info_version == VLLM_INFO
+    assert catalogs.catalog_for("sglang").serve.info_version == ("version",)
+
+
 def test_versions_sort_as_numbers_with_pre_releases_below_their_release() -> None:
     got = sorted(["0.10.0", "0.9.1", "0.31.0", "0.5.23", "0.5.3", "0.10.0.dev1", "0.10.0rc1", "0.10.0.post1",
                   "0.10.10rc1", "0.10.9rc1", "0.10.1rc1"], key=catalogs.version_key)  # fmt: skip
@@ -396,6 +441,12 @@ def test_the_pre_check_refuses_a_host_on_a_version_that_lacks_a_knob(old: Path) 
         "named 0.33": (HostVars(host="d", engine="vllm", engine_version="0.33.0"), {}),
         "unreadable": (HostVars(host="e", engine="vllm", version_file="/v"), {"engine_version": None}),
         "no version": (HostVars(host="f", engine="vllm"), {}),
+        # vLLM's own word (dev-mode /server_info), over a version file that names another install
+        "engine 0.32": (
+            HostVars(host="g", engine="vllm", version_file="/v"),
+            {"server_info": {"system_env": {"vllm_version": "0.32.0+cpu"}}, "engine_version": "0.31.0"},
+        ),
+        "engine 0.31": (HostVars(host="h", engine="vllm"), {"server_info": {"system_env": {"vllm_version": "0.31.0"}}}),
     }
     got = {k: version_refusal(p, hv, doc) for k, (hv, doc) in on.items()}
     assert got == {
@@ -408,6 +459,10 @@ def test_the_pre_check_refuses_a_host_on_a_version_that_lacks_a_knob(old: Path) 
         "unreadable": "engine version unreadable: /v gives None; fix the file, or name the version in "
         "knob_serve_engine_version; nothing was changed",
         "no version": None,
+        "engine 0.32": "runs vllm 0.32.0 (the engine's server info): profile old@1: "
+        "env.VLLM_ENGINE_ITERATION_TIMEOUT_S: vllm 0.32.0 has no VLLM_ENGINE_ITERATION_TIMEOUT_S: removed (last in "
+        "vllm 0.31.0); drop it from the profile; nothing was changed",
+        "engine 0.31": None,
     }
 
 

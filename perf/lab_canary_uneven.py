@@ -1,0 +1,187 @@
+"""Live canaries on an uneven lab fleet: how often each verdict comes out, on real hosts and the real router.
+
+Boots 3 lab hosts (stand-in engines) behind SGLang's router with the lab's Prometheus, sends constant load through
+the router (`knobfleet.lab.loadgen`, 8 requests/s, bounded in count and time), makes lab1 8% slower from outside
+(`lab speed`: a host-level file the stand-in reads, as a slower GPU) and runs, ``--repeats`` times each:
+
+- ``aa-slow-canary``:   `canary default` with lab1 (slow) as the canary and lab2 as the baseline;
+- ``aa-slow-baseline``: the same with lab2 made slow instead;
+- ``worse5``:           `canary slower5` (every decode step 5% slower: profiles/slower5.yaml), lab1 slow.
+
+Each canary judges lab1 against lab2 (`--hosts 1`); between canaries lab1 is put back on default when the canary
+left it elsewhere. It prints one row per canary (verdict, windows, the throughput estimate and interval, where lab1
+ended) and a summary per case: how often an A/A was rolled back (the bar: never) and how often the 5%-worse
+profile came back off the canary (rollback or inconclusive, both restore the canary; promote is the failure).
+Failed requests through all of it are counted (the bar: 0). Raw results: perf/results/lab_canary_uneven.json.
+
+Usage: python perf/lab_canary_uneven.py [--repeats 2] [--window 30s] [--pre-windows 4] [--max-windows 6]
+(about (pre + max windows) x window per canary: 5 min each at the defaults here; `canary`'s own defaults are
+60 s windows and 12 at most).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from _lab import KNOBFLEET, REPO, table
+
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO))
+from knobfleet.lab import loadgen, monitoring
+from knobfleet.lab.hostfiles import LabHost
+from knobfleet.lab.nspawn import Lab
+from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST, LabRouter
+from knobfleet.telemetry.promconfig import Target
+
+RESULTS = REPO / "perf" / "results" / "lab_canary_uneven.json"
+CASES = {  # case -> (profile, slow host)
+    "aa-slow-canary": ("default", "lab1"),
+    "aa-slow-baseline": ("default", "lab2"),
+    "worse5": ("slower5", "lab1"),
+}
+SLOW = 0.92
+
+
+def knobfleet(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KNOBFLEET, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def current_profile(host: str) -> str:
+    hist = json.loads(knobfleet("history", "--json").stdout)["hosts"]
+    h = next(h for h in hist if h["host"] == host)
+    return str(next(g["profile"] for g in h["generations"] if g["number"] == h["current"]))
+
+
+def one_canary(lab: Lab, case: str, window: str, pre: int, most: int) -> dict[str, Any]:
+    profile, slow_host = CASES[case]
+    for name in ("lab1", "lab2"):
+        lab.set_host_speed(name, SLOW if name == slow_host else 1.0)
+    started = time.monotonic()
+    proc = knobfleet(
+        "canary", profile, "--hosts", "1", "--window", window, "--pre-windows", str(pre),
+        "--max-windows", str(most), "--yes", "--json",
+    )  # fmt: skip
+    took = time.monotonic() - started
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        said = f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        raise SystemExit(f"canary {profile} exited {proc.returncode}:\n{said}") from None
+    ended = current_profile("lab1")
+    if ended != "default":  # a promoted slower5 (the failure this measures): back to default for the next one
+        knobfleet("apply", "default", "--limit", "lab1", "--yes")
+    tput = doc.get("intervals", {}).get("tput", {})
+    return {
+        "case": case,
+        "profile": profile,
+        "slow_host": slow_host,
+        "rc": proc.returncode,
+        "verdict": doc.get("verdict"),
+        "reason": doc.get("reason"),
+        "windows_pre": doc.get("windows_pre"),
+        "windows": doc.get("windows_counted"),
+        "tput": tput,
+        "lab1_ended_on": ended,
+        "seconds": round(took, 1),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--window", default="30s")
+    ap.add_argument("--pre-windows", type=int, default=4)
+    ap.add_argument("--max-windows", type=int, default=6)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    ap.add_argument("--rate", type=float, default=8.0)
+    a = ap.parse_args()
+    cases = [c for c in a.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise SystemExit(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    secs = float(a.window.rstrip("s"))
+    budget = len(cases) * a.repeats * (a.pre_windows + a.max_windows + 2) * secs + 600
+
+    lab = Lab()
+    lab.down()
+    lab.up(3, router=True)
+    from tests.integration.conftest import wait_engines
+
+    wait_engines([LabHost(i).address for i in range(1, 4)], timeout=120)
+    monitoring.start_for_lab(lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+    model = lab.router_model_dir()
+    assert model
+    spec = loadgen.LoadSpec(
+        LabRouter(lab.dir).url, model, rate=a.rate, max_requests=min(100_000, int(budget * a.rate)),
+        max_seconds=min(3600.0, budget), max_tokens=256,
+    )  # fmt: skip
+    records: list[loadgen.Record] = []
+    started, stop = threading.Event(), threading.Event()
+    load = threading.Thread(
+        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
+    )
+    load.start()
+    rows: list[dict[str, Any]] = []
+    try:
+        if not started.wait(10):
+            raise SystemExit("loadgen did not start within 10 s")
+        applied = knobfleet("apply", "default", "--yes")
+        if applied.returncode != 0:
+            raise SystemExit(f"apply default exited {applied.returncode}: {applied.stderr[-1000:]}")
+        time.sleep(8)  # a few scrapes of every engine before the first canary
+        for r in range(a.repeats):
+            for case in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                row = one_canary(lab, case, a.window, a.pre_windows, a.max_windows)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        for name in ("lab1", "lab2"):
+            lab.set_host_speed(name, 1.0)
+        stop.set()
+        load.join(timeout=300)
+        monitoring.stop(lab.dir)
+        lab.down()
+    summary = loadgen.summarize(records)
+    failed = sum(1 for r in records if r.outcome != "ok")
+    print()
+    print(
+        table(
+            ["case", "verdict", "pre", "windows", "tput est", "interval", "lab1 on", "s"],
+            [
+                [
+                    r["case"], r["verdict"], r["windows_pre"], r["windows"],
+                    f"{r['tput'].get('estimate', float('nan')):+.1%}",
+                    f"{r['tput'].get('low', float('nan')):+.1%} .. {r['tput'].get('high', float('nan')):+.1%}",
+                    r["lab1_ended_on"], r["seconds"],
+                ]
+                for r in rows
+            ],
+        )
+    )  # fmt: skip
+    print()
+    for case in cases:
+        mine = [r for r in rows if r["case"] == case]
+        verdicts = {v: sum(1 for r in mine if r["verdict"] == v) for v in ("promote", "inconclusive", "rollback")}
+        bar = (
+            f"rolled back {verdicts['rollback']} of {len(mine)} (bar: 0)"
+            if CASES[case][0] == "default"
+            else f"canary restored {verdicts['rollback'] + verdicts['inconclusive']} of {len(mine)} (bar: all)"
+        )
+        print(f"{case}: {verdicts}; {bar}")
+    print(f"requests: {summary['sent']} sent, {failed} not ok (bar: 0)")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"window": a.window, "pre_windows": a.pre_windows, "max_windows": a.max_windows, "slow": SLOW}
+    doc = {"settings": settings, "rows": rows, "requests": summary, "failed": failed}
+    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"raw: {RESULTS.relative_to(REPO)}")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
