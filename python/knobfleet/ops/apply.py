@@ -277,8 +277,8 @@ def pre_check(
         if p.in_sync or p.refused or opts.check:
             out[hv.host] = from_plan(p, opts.check, (o.doc.get("generations") or {}).get("current"))
             lock = (o.doc.get("generations") or {}).get("lock")
-            if p.refused and isinstance(lock, dict) and "lock held by" in out[hv.host].message:
-                out[hv.host].message = out[hv.host].message.split(": an apply is running")[0] + _stale_hint(lock)
+            if p.refused and isinstance(lock, dict) and not lock.get("corrupt") and _refused_for_the_lock(p):
+                out[hv.host].message = lock_refusal(lock)
     return out
 
 
@@ -844,6 +844,23 @@ def _roll_back_earlier(
         if o.restored is not None and o.restored.ok:
             o.status = "rolled-back"
             o.message = f"rolled back to generation {o.restored.generation:04d} (--rollback-fleet)"
+
+
+def _refused_for_the_lock(p: plan.HostPlan) -> bool:
+    """Whether the pre-check refused the host for another run's lock (its ``interrupted_apply`` finding on the
+    lock, not on a generation left installing): decided on the finding's fields, not its text."""
+    from knobfleet.module_utils.knob_live import Kind
+
+    held = [f for f in p.findings if f.kind is Kind.INTERRUPTED_APPLY and f.name == "lock"]
+    return bool(held) and p.refusal == held[0].message
+
+
+def lock_refusal(holder: dict[str, Any]) -> str:
+    """The refusal of a host another run holds locked, from the lock's own fields."""
+    return (
+        f"lock held by {holder.get('operator')} (run {holder.get('run_id')}) since {holder.get('since')} from "
+        f"{holder.get('controller')}{_stale_hint(holder)}"
+    )
 
 
 def _stale_hint(holder: dict[str, Any]) -> str:

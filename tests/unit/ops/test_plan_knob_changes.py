@@ -217,6 +217,29 @@ def test_refusal_and_break_lock(lab1: HostVars) -> None:
     assert broken.actions == ["break-lock"] and broken.refusal is None and not broken.in_sync
 
 
+def test_apply_words_a_lock_refusal_from_the_locks_fields_not_the_findings_text(lab1: HostVars) -> None:
+    from knobfleet.ops.apply import _refused_for_the_lock, lock_refusal
+
+    doc = copy.deepcopy(CLEAN)
+    holder = {"run_id": "r9", "operator": "bob", "since": "t", "controller": "elsewhere:1"}
+    doc["generations"]["lock"] = holder
+    p = plan(doc, lab1)
+    assert _refused_for_the_lock(p)
+    assert lock_refusal(holder) == (
+        "lock held by bob (run r9) since t from elsewhere:1; wait for it to finish (or, if it was killed, re-run "
+        "with --break-lock)"
+    )
+    # refused for something else (a foreign drop-in comes first), or not refused: not the lock's refusal
+    doc["generations"]["lock"] = None
+    assert not _refused_for_the_lock(plan(doc, lab1))
+    dropin = json.loads((CASES / "dropin_environment" / "probe.json").read_text())
+    dropin["generations"]["lock"] = holder
+    q = plan(dropin, lab1)
+    assert (
+        q.refused and q.refusal is not None and q.refusal.startswith("foreign drop-in") and not _refused_for_the_lock(q)
+    )
+
+
 def test_a_missing_script_diff_removes_nothing(lab1: HostVars) -> None:
     doc = copy.deepcopy(CLEAN)
     doc["files"]["script"] = {"path": lab1.script_path, "exists": False}
