@@ -7,6 +7,7 @@ import argparse
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts, via_opt, yes_opt
@@ -98,6 +99,7 @@ def progress_line(name: str, k: int, max_windows: int, verdict: object, window_s
 
 def cmd_canary(args: argparse.Namespace) -> int:
     import sys
+    import time
 
     from knobfleet import report
     from knobfleet.experiment import records
@@ -132,7 +134,18 @@ def cmd_canary(args: argparse.Namespace) -> int:
     )
     keep = RecordKeeper()
 
-    def progress(k: int, verdict: object, row: dict[str, object]) -> None:
+    def textfile(verdict: str, windows: int, intervals: Any) -> None:
+        if args.prom is not None:
+            from knobfleet import safefile
+
+            text = report.canary_prometheus(
+                profile.name, verdict, windows, intervals, time.time(), [h.host for h in canaries],
+                [h.host for h in baseline],
+            )  # fmt: skip
+            safefile.write_text(args.prom, text)
+
+    def progress(k: int, verdict: Any, row: dict[str, Any]) -> None:
+        textfile(verdict.verdict, verdict.windows, row.get("interval") or {})
         if args.json:
             return
         sys.stderr.write(progress_line(profile.name, k, settings.max_windows, verdict, args.window) + "\n")
@@ -140,6 +153,8 @@ def cmd_canary(args: argparse.Namespace) -> int:
     try:
         with interrupts.handled():
             result = canary(profile, hosts, door, prom, opts, on_window=progress, keep=keep)
+        doc = result.as_json()
+        textfile(doc["verdict"], doc["windows_counted"], doc["intervals"])
     finally:  # the page of what was measured, also when the canary ended early (interrupted, refused)
         if args.report is not None and keep.path is not None:
             from knobfleet.cli.report import write_html
@@ -224,6 +239,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--report", type=types.html_file, default=None, metavar="FILE.html",
         help="also write the canary as one self-contained HTML page (checked before anything changes)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prom", type=types.output_file, default=None, metavar="FILE",
+        help="also write the running estimate, interval and verdict as a Prometheus textfile, after every window",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     yes_opt(p)

@@ -3,7 +3,8 @@
 One dashboard per engine and synced catalog version, built from that catalog's ``serve.metrics`` (the names the
 router drain, the canary and load-profile read, in either spelling Prometheus stores them under:
 ``telemetry.prom.series``), plus one of knobfleet's own series (the ``drift --prom`` textfile: findings per host and
-kind, the profile each host runs, whether it could be probed, when drift last ran).
+kind, the profile each host runs, whether it could be probed, when drift last ran), and one of a running canary (the
+``canary --prom`` textfile: each metric's estimate inside its interval, the verdict, the windows judged).
 
 ``python -m knobfleet.telemetry.dashboards [--check]`` writes them (or checks that the committed ones are current:
 a unit test runs it). Every panel's query is a plain PromQL expression over ``host``-labelled series; import a
@@ -118,6 +119,38 @@ def knobfleet_dashboard() -> dict[str, Any]:
     return _board("knobfleet-fleet", "knobfleet: the fleet", panels, ["drift"])
 
 
+def canary_dashboard() -> dict[str, Any]:
+    """A running canary, from the ``canary --prom`` textfile: each judged metric's estimate with its interval (the
+    band the verdict is read from, not a baseline line next to a canary line), the verdict so far, the windows
+    judged."""
+    sel = 'profile=~"$profile"'
+    panels = [
+        _panel(n, f"Canary: {label} change and its interval",
+               [(f'max by (profile) (knobfleet_canary_{name}{{{sel},metric="{metric}"}})', f"{{{{profile}}}} {key}")
+                for name, key in (("estimate", "estimate"), ("interval_low", "low"), ("interval_high", "high"))],
+               "percentunit",
+               f"knobfleet_canary_estimate and _interval_low/_high (metric {metric}): the canary against its baseline "
+               "with the pre-period's host difference removed. Promotion needs the low end above -max-regression; "
+               "a rollback, the interval wholly below it")
+        for n, (metric, label) in enumerate((("tput", "throughput"), ("itl", "inter-token latency")), start=1)
+    ]  # fmt: skip
+    panels += [
+        _panel(3, "Canary verdict", [(f"max by (profile, verdict) (knobfleet_canary_verdict{{{sel}}})",
+               "{{profile}}: {{verdict}}")], "short",
+               "knobfleet_canary_verdict: continue while windows are judged, then promote, rollback or inconclusive"),
+        _panel(4, "Canary windows judged", [(f"max by (profile) (knobfleet_canary_windows{{{sel}}})", "{{profile}}")],
+               "short", "knobfleet_canary_windows: windows counted so far (skipped ones are not)"),
+    ]  # fmt: skip
+    board = _board("knobfleet-canary", "knobfleet: canary", panels, ["canary"])
+    board["templating"] = {"list": [
+        VARIABLES[0],
+        {"name": "profile", "type": "query", "datasource": DATASOURCE, "includeAll": True, "multi": True,
+         "allValue": ".*", "query": "label_values(knobfleet_canary_windows, profile)", "refresh": 2,
+         "label": "profile"},
+    ]}  # fmt: skip
+    return board
+
+
 def queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, PromQL) of every target of ``board``: what a lab test evaluates."""
     return [(p["title"], t["expr"]) for p in board["panels"] for t in p["targets"]]
@@ -126,7 +159,7 @@ def queries(board: dict[str, Any]) -> list[tuple[str, str]]:
 def as_promql(expr: str, window: str = "1m") -> str:
     """A panel's query with Grafana's variables filled in (every host, ``window`` as the rate interval): what
     Prometheus itself can evaluate or ``promtool`` check."""
-    return expr.replace('"$host"', '".*"').replace("$__rate_interval", window)
+    return expr.replace('"$host"', '".*"').replace('"$profile"', '".*"').replace("$__rate_interval", window)
 
 
 def render(board: dict[str, Any]) -> str:
@@ -137,7 +170,7 @@ def generated(catalog_dir: Path | None = None) -> dict[str, str]:
     """File name -> text of every dashboard: one per engine with metrics and per synced version, and knobfleet's."""
     from knobfleet.profiles import catalog as catalogs
 
-    out = {"knobfleet.json": render(knobfleet_dashboard())}
+    out = {"knobfleet.json": render(knobfleet_dashboard()), "knobfleet-canary.json": render(canary_dashboard())}
     for engine in catalogs.engine_names(catalog_dir):
         pinned = catalogs.catalog_for(engine, catalog_dir)
         if pinned.serve.metrics is None:

@@ -155,6 +155,13 @@ def test_canary_report_is_checked_before_anything_runs(tmp_path: Path) -> None:
     assert code == 64 and "a directory" in err
 
 
+def test_canary_prom_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    fifo = tmp_path / "canary.prom"
+    os.mkfifo(fifo)
+    code, _, err = cli("canary", "ctas512", "--prom", str(fifo), "--yes")
+    assert code == 64 and "FIFO" in err and len(err.strip().splitlines()) == 1
+
+
 def fleet_doc() -> dict[str, Any]:
     from knobfleet.live.verify import Finding, HostVerdict, summary
     from knobfleet.module_utils.knob_live import Kind

@@ -60,3 +60,25 @@ def test_promtool_accepts_every_panel_query(tmp_path: Path) -> None:
     proc = subprocess.run(["promtool", "check", "rules", str(tmp_path / "panels.yml")], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0 and f"SUCCESS: {n} rules found" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_canary_board_draws_each_metrics_interval_from_the_series_canary_prom_writes() -> None:
+    import re
+
+    from knobfleet.report import canary_prometheus
+
+    board = dashboards.canary_dashboard()
+    text = canary_prometheus("p", "continue", 3, {"tput": {"estimate": -0.1, "low": -0.2, "high": 0.0},
+                                                  "itl": {"estimate": 0.1, "low": 0.0, "high": 0.2}}, 1.0)  # fmt: skip
+    written = {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
+    for title, expr in dashboards.queries(board):
+        read = set(re.findall(r"knobfleet_canary_\w+", expr))
+        assert read and read <= written, (title, read - written)
+    bands = [p for p in board["panels"] if "interval" in p["title"]]
+    assert [p["title"] for p in bands] == [
+        "Canary: throughput change and its interval",
+        "Canary: inter-token latency change and its interval",
+    ]
+    for p in bands:  # the estimate with both ends of its interval: a band, not two lines
+        assert [t["legendFormat"].split()[-1] for t in p["targets"]] == ["estimate", "low", "high"]
+    assert 'profile=~".*"' in dashboards.as_promql(bands[0]["targets"][0]["expr"])
