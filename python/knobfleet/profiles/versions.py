@@ -57,14 +57,6 @@ def reported(doc: dict[str, Any] | None, info_version: tuple[str | int, ...] = I
     if isinstance(raw, str) and raw.strip():
         return parse_version(raw), "version file"
     return None, ""
-    info = doc.get("server_info")
-    said = info.get("version") if isinstance(info, dict) else None
-    if isinstance(said, str) and parse_version(said):  # what runs, from the engine itself: first
-        return parse_version(said), "the engine's server info"
-    raw = doc.get("engine_version")
-    if isinstance(raw, str) and raw.strip():
-        return parse_version(raw), "version file"
-    return None, ""
 
 
 @dataclass(frozen=True)
