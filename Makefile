@@ -52,9 +52,11 @@ demo: venv system-deps router
 
 
 # The integration tests boot their own lab on 127.0.1.1-3: a demo lab left running is stopped first.
-# Real vLLM (CPU build) for the vLLM lab host: installed once into /var/cache/knobfleet, then a no-op.
+# Real vLLM (CPU build) for the vLLM lab host: installed once into /var/cache/knobfleet, then a no-op. 0.31.0 too,
+# side by side: the upgrade test rolls a host from one to the other (tests/integration/test_vllm.py).
 vllm: venv
 	$(BIN)/python -m knobfleet.lab.vllm_install
+	$(BIN)/python -m knobfleet.lab.vllm_install --version 0.31.0
 
 # Real SGLang 0.5.23 (CPU path, knobfleet's placeholder sgl_kernel, the tiny model) for `lab up --sglang HOSTS`:
 # installed once into /var/cache/knobfleet (~3 min, 6.4 GB), then a no-op.

@@ -8,6 +8,7 @@ to few restarts."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from knobfleet.lab.hostfiles import VLLM_PORT, VLLM_SCRIPT_PATH, VLLM_SERVICE
 from knobfleet.lab.nspawn import Lab
+from tests.conftest import REPO
 from tests.integration.conftest import Fleet, touch_later_sh
 
 ADDR = "127.0.1.1"
@@ -253,3 +255,101 @@ def test_rollback_to_the_adopted_hand_written_vllm_script(vfleet: Fleet, tmp_pat
     assert v["liveness"]["status"] == 200 and "liveness" not in d
     live = v["liveness"]["seconds"]
     print(f"probe: verify {v['probe_s']:.3f}s (one-token completion {live:.3f}s), drift {d['probe_s']:.3f}s")
+
+
+UP_OLD = """\
+# valid on vLLM 0.31: the engine iteration timeout raised for long prompts (0.32 removed the variable)
+name: up-old
+version: 1
+extends: vllm-tiny
+engine_version: "0.31.0"
+env:
+  VLLM_ENGINE_ITERATION_TIMEOUT_S: 120
+"""
+REMOVED_ENV = "VLLM_ENGINE_ITERATION_TIMEOUT_S"
+
+
+def test_an_upgrade_from_vllm_0_31_to_0_32_refused_migrated_rolled_out_and_rolled_back(
+    vfleet: Fleet, tmp_path: Path
+) -> None:
+    """Two real vLLM builds side by side on lab1 (``knob_serve_launchers``: /var/cache/knobfleet/vllm-0.31.0 and
+    -0.32.0), the version read from vLLM's own report (system_env.vllm_version of its dev-mode /server_info):
+
+    1. a profile valid on 0.31 that sets VLLM_ENGINE_ITERATION_TIMEOUT_S (removed in 0.32: `catalog diff vllm
+       0.31.0 0.32.0`), unpinned, is refused on lab1 while it runs 0.32, before any restart;
+    2. pinned to 0.31, it launches the 0.31 install, verified, and drift sees 0.31;
+    3. `profiles migrate --to vllm@0.32.0` writes the next version without the variable (left as a comment);
+    4. the upgrade with `--canary` launches 0.32, verified, and drift sees 0.32;
+    5. `rollback` brings back the 0.31 install with the old variable, verified."""
+    import yaml
+
+    from knobfleet.lab import vllm_install
+
+    old, new = vllm_install.layout("0.31.0"), vllm_install.layout()
+    assert vllm_install.is_installed(old), "vLLM 0.31.0 is not installed: run `make vllm`"
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    shutil.copy2(REPO / "profiles" / "vllm-tiny.yaml", profiles)
+    assert vfleet.inventory is not None
+    host_vars = vfleet.inventory / "host_vars" / "lab1.yml"
+    host_vars.parent.mkdir(exist_ok=True)
+    launchers = {"0.31.0": [str(old.vllm)], "0.32.0": [str(new.vllm)]}
+    host_vars.write_text(yaml.safe_dump({"knob_serve_launchers": launchers}))
+    kf(vfleet, "apply", "vllm-tiny", "--yes", check=True)  # 0.32, whatever the tests before left
+    try:
+        # 1. unpinned (validated on 0.31, its fingerprint), on a host whose vLLM says 0.32: refused, no restart
+        before = main_pid(vfleet)
+        unpinned = UP_OLD.replace('engine_version: "0.31.0"\n', "fingerprint:\n  engine_version: vllm 0.31.0\n")
+        (profiles / "up-unpinned.yaml").write_text(unpinned.replace("name: up-old", "name: up-unpinned"))
+        proc = kf(vfleet, "apply", str(profiles / "up-unpinned.yaml"), "--yes", "--json")
+        (h,) = json.loads(proc.stdout)["hosts"]
+        assert proc.returncode == 1 and h["status"] == "refused", proc.stdout + proc.stderr
+        assert h["message"] == (
+            f"runs vllm 0.32.0 (the engine's server info): profile up-unpinned@1: env.{REMOVED_ENV}: vllm 0.32.0 has "
+            f"no {REMOVED_ENV}: removed (last in vllm 0.31.0); drop it from the profile; nothing was changed"
+        )
+        assert main_pid(vfleet) == before
+
+        # 2. pinned to 0.31: lab1 launches its 0.31 install with the variable; verify and drift agree
+        (profiles / "up-old.yaml").write_text(UP_OLD)
+        kf(vfleet, "apply", str(profiles / "up-old.yaml"), "--yes", check=True)
+        assert launched(vfleet) == [str(old.python), str(old.vllm)] and f"{REMOVED_ENV}=120" in environ(vfleet)
+        kf(vfleet, "verify", check=True)
+        assert engine_versions(vfleet) == {"0.31.0": ["lab1"]}
+
+        # 3. migrate: the next version pins 0.32, the removed variable left as a comment, never silently dropped
+        proc = kf(vfleet, "profiles", "migrate", str(profiles / "up-old.yaml"), "--to", "vllm@0.32.0")
+        assert proc.returncode == 0 and f"env.{REMOVED_ENV}: REMOVED in vllm 0.32.0" in proc.stdout, proc.stdout
+        text = (profiles / "up-old.yaml").read_text()
+        assert 'engine_version: "0.32.0"' in text and f"  # {REMOVED_ENV}: 120  # removed in vllm 0.32.0" in text
+
+        # 4. the upgrade as a rollout: 0.32 launched, verified, drift on 0.32
+        kf(vfleet, "apply", str(profiles / "up-old.yaml"), "--canary", "--yes", check=True)
+        assert launched(vfleet) == [str(new.python), str(new.vllm)] and REMOVED_ENV not in environ(vfleet)
+        kf(vfleet, "verify", check=True)
+        assert engine_versions(vfleet) == {"0.32.0": ["lab1"]}
+
+        # 5. rollback: the 0.31 install and the old variable again, verified
+        kf(vfleet, "rollback", "--yes", check=True)
+        assert launched(vfleet) == [str(old.python), str(old.vllm)] and f"{REMOVED_ENV}=120" in environ(vfleet)
+        kf(vfleet, "verify", check=True)
+        assert engine_versions(vfleet) == {"0.31.0": ["lab1"]}
+    finally:
+        host_vars.unlink(missing_ok=True)
+
+
+def launched(fleet: Fleet) -> list[str]:
+    """The first two words of the engine's command line: which install's launcher runs (``vllm`` is a script, so
+    the kernel shows its interpreter, that install's python, then the script)."""
+    return fleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(fleet)}/cmdline").stdout.splitlines()[:2]
+
+
+def environ(fleet: Fleet) -> list[str]:
+    return fleet.ssh("lab1", f"tr '\\0' '\\n' < /proc/{main_pid(fleet)}/environ").stdout.splitlines()
+
+
+def engine_versions(fleet: Fleet) -> dict[str, list[str]]:
+    proc = kf(fleet, "drift", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    versions: dict[str, list[str]] = json.loads(proc.stdout)["summary"]["engine_versions"]
+    return versions
