@@ -6,6 +6,7 @@ systemd-nspawn) they are skipped with a loud reason — except under CI (``CI`` 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -158,3 +159,20 @@ def fleet(lab_state: Path) -> Iterator[Fleet]:
     f = boot_fleet(lab_state, 3)
     yield f
     f.lab.down()
+
+
+def empty_panels(prom: Any, *boards: str, window: str = "5m") -> list[str]:
+    """The panels of the shipped dashboards ``boards`` (file names in monitoring/dashboards) none of whose queries
+    returns data (a sample that is not NaN) from ``prom`` (a ``telemetry.prom.Prometheus``): the dashboard rot of a
+    renamed metric, named by board, title and queries."""
+    from knobfleet.telemetry import dashboards
+    from tests.conftest import REPO
+
+    empty = []
+    for name in boards:
+        board = json.loads((REPO / "monitoring" / "dashboards" / name).read_text())
+        for panel in board["panels"]:
+            got = [prom.query(dashboards.as_promql(t["expr"], window)) for t in panel["targets"]]
+            if not any(s.value == s.value for samples in got for s in samples):
+                empty.append(f"{name}: {panel['title']}: {[t['expr'] for t in panel['targets']]}")
+    return empty

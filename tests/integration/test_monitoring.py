@@ -11,7 +11,7 @@ import pytest
 
 from knobfleet.lab import monitoring
 from knobfleet.telemetry.prom import Prometheus
-from tests.integration.conftest import Fleet, boot_fleet, wait_until
+from tests.integration.conftest import Fleet, boot_fleet, empty_panels, wait_until
 
 SCRIPT = "/root/serve_dsv4_decode.sh"
 
@@ -103,18 +103,7 @@ def test_every_shipped_dashboard_panel_returns_data_after_traffic(watched: tuple
     """Each query of the stand-in's dashboard (it serves as SGLang 0.5.23) and of knobfleet's own, evaluated by
     the lab's real Prometheus after the load above (and a drift run for knobfleet's series): a panel whose query
     returns nothing fails with its title: the dashboard rot of a renamed metric."""
-    import json
-
-    from knobfleet.telemetry import dashboards
-    from tests.conftest import REPO
-
     fleet, prom = watched
     fleet.knobfleet("drift", "--prom", str(monitoring.textfile_dir(fleet.lab.dir) / "knobfleet.prom"))
-    empty = []
-    for name in ("sglang-0.5.23.json", "knobfleet.json"):
-        board = json.loads((REPO / "monitoring" / "dashboards" / name).read_text())
-        for panel in board["panels"]:  # a panel shows data when any of its queries returns some (not NaN)
-            got = [prom.query(dashboards.as_promql(t["expr"], "5m")) for t in panel["targets"]]
-            if not any(s.value == s.value for samples in got for s in samples):
-                empty.append(f"{name}: {panel['title']}: {[t['expr'] for t in panel['targets']]}")
+    empty = empty_panels(prom, "sglang-0.5.23.json", "knobfleet.json")
     assert empty == [], "\n".join(empty)

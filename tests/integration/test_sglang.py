@@ -28,7 +28,7 @@ from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
 from knobfleet.lab.sgl_kernel_placeholder import MARK
 from knobfleet.profiles.store import ProfileStore
-from tests.integration.conftest import Fleet, addr, touch_later_sh
+from tests.integration.conftest import Fleet, addr, empty_panels, touch_later_sh
 
 HOSTS = ["lab1", "lab2"]
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
@@ -99,6 +99,13 @@ def in_sync(fleet: Fleet, *hosts: str) -> dict[str, Any]:
     """verify exits 0 with no finding on every host; the report, for more checks."""
     args = ["verify", "--json"] + (["--limit", ",".join(hosts)] if hosts else [])
     proc = kf(fleet, *args)
+    kinds = {f["kind"] for h in json.loads(proc.stdout or '{"hosts": []}')["hosts"] for f in h["findings"]}
+    if proc.returncode != 0 and kinds == {"not_ready"}:
+        # /health_generate generates a token on every probe, and real SGLang on 2 shared cores can take longer than
+        # the probe's 2 s bound to answer it (docs/TESTING.md saw it once under load): a second look, once, later
+        print(f"verify: not_ready only ({proc.stdout[-600:]}); verifying again in 5 s")
+        time.sleep(5)
+        proc = kf(fleet, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     assert all(h["findings"] == [] and h["status"] == "in_sync" for h in doc["hosts"]), doc
@@ -304,6 +311,11 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
         proc = kf(sfleet, "canary", "sglang-tiny", "--advisory", *args, "--yes", "--json", timeout=900)
         assert proc.stdout.strip(), proc.stderr
         doc = json.loads(proc.stdout)
+        # real SGLang's own series behind every panel of its version's dashboard, after the canary's traffic
+        from knobfleet.telemetry.prom import Prometheus
+
+        empty = empty_panels(Prometheus(f"http://{monitoring.PROM_LISTEN}"), "sglang-0.5.23.json")
+        assert empty == [], "\n".join(empty)
     finally:
         stop.set()
         load.join(timeout=200)
