@@ -10,7 +10,7 @@ done steps' undos in reverse. The hosts are reached only through the ``Hosts`` d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,15 +23,19 @@ from knobfleet.live.verify import Declared, check_rendered
 from knobfleet.ops import interrupts, plan, ranks
 from knobfleet.ops.outcome import IN_SYNC, HostOutcome
 from knobfleet.ops.steps import (
+    Batch,
+    Boundary,
     Journal,
     PreCheckResult,
+    SlotRun,
     Slots,
     SlotStep,
+    Step,
     StepName,
     VerifyResult,
+    drive,
     read_play,
-    run_slot,
-    undo_slot,
+    undo_walk,
 )
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
@@ -120,16 +124,9 @@ def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome
     )
 
 
-def _outcome(
-    hv: HostVars,
-    rendered: Rendered,
-    declared: Declared,
-    engine: dict[str, Any],
-    result: RunResult,
-    batch: int,
-    check: bool,
-) -> HostOutcome:
-    """What the playbook did on one host, from the steps its modules report, checked with the live rule."""
+def _outcome(hv: HostVars, result: RunResult, batch: int, check: bool) -> HostOutcome:
+    """What the playbook did on one host, from the steps its modules report (``_verified`` checks the ready engine
+    with the live rule: the verify step)."""
     hr = result.host(hv.host)
     out = HostOutcome(hv.host, "failed", batch, changed_tasks=hr.changed)
     begin = hr.results.get("begin", {})
@@ -182,16 +179,23 @@ def _outcome(
         out.message = "the engine was not running: started it"
     elif out.restarted and not commit.get("changed") and hv.group is not None:
         out.message = f"restarted with its engine group {hv.group.name} (its own generation did not change)"
-    doc = ready.get("probe")
-    if isinstance(doc, dict):
-        from knobfleet.engines.adapter import engine as adapter
-
-        out.findings = check_rendered(doc, rendered, declared, engine, result.run_id)
-        out.seen = plan.seen_knobs(doc, adapter(engine.get("name")))
-        if out.findings:
-            out.status = "failed"
-            out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
     return out
+
+
+def _verified(
+    out: HostOutcome, doc: Any, rendered: Rendered, declared: Declared, engine: dict[str, Any], run: str
+) -> None:
+    """The verify step for one host the play left ready: its engine's probe (``doc``) against the rendered files,
+    with the live rule; a finding fails the host."""
+    if not isinstance(doc, dict) or out.status not in ("applied", "unchanged"):
+        return
+    from knobfleet.engines.adapter import engine as adapter
+
+    out.findings = check_rendered(doc, rendered, declared, engine, run)
+    out.seen = plan.seen_knobs(doc, adapter(engine.get("name")))
+    if out.findings:
+        out.status = "failed"
+        out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
 
 
 def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any], catalog_dir: Path | None = None) -> str | None:
@@ -289,7 +293,7 @@ def apply(
     opts: Options | None = None,
     on_event: Callable[[Event], None] | None = None,
     slots: Slots | None = None,
-    checkpoint: Callable[[StepName], None] | None = None,
+    checkpoint: Callable[[Boundary], None] | None = None,
 ) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), decide each host with the pre-check,
     then roll out the rest in batches, stopping at the first batch whose failures exceed the budget.
@@ -322,12 +326,13 @@ class _Rollout:
     opts: Options
     on_event: Callable[[Event], None] | None
     slots: Slots
-    checkpoint_hook: Callable[[StepName], None] | None
+    checkpoint_hook: Callable[[Boundary], None] | None
     journal: Journal = field(default_factory=Journal)
     outcomes: list[HostOutcome] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     ansible_s: float = 0.0
+    later: list[HostOutcome] = field(default_factory=list)  # the batches after the current one (shown as not run)
 
     def __post_init__(self) -> None:
         self.by_name = {hv.host: hv for hv in self.hosts}
@@ -353,7 +358,7 @@ class _Rollout:
                 refused[name] = ranks.refusal_text(g, found)
         return ranks.merge_decided(decided, self.groups, refused)
 
-    def checkpoint(self, step: StepName) -> None:
+    def checkpoint(self, step: Boundary) -> None:
         if self.checkpoint_hook is not None:
             self.checkpoint_hook(step)
         interrupts.checkpoint()
@@ -475,149 +480,183 @@ class _Rollout:
         return report
 
     def batch(self, group: list[str], n: int, groups: list[list[str]], ahead: RunResult | None) -> list[HostOutcome]:
-        """One batch through the steps; a failed host's done steps are undone (restore, then the slots' undo); an
-        interrupt undoes every host of the batch, then raises ``Interrupted``."""
-        assert self.engine is not None
-        before: dict[str, list[SlotStep]] = {h: [] for h in group}
-        after: dict[str, list[SlotStep]] = {h: [] for h in group}
-        batch_out: dict[str, HostOutcome] = {}
-        later = [
+        """One batch through the steps (``steps.drive``); a failed host's done steps are undone by walking its
+        journal (``steps.undo_walk``: the re-add, the restore, the drain); an interrupt undoes every host of the
+        batch that started, then raises ``Interrupted``."""
+        batch = Batch(n, group, self.journal)
+        self.later = [
             HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
             for m, g in enumerate(groups[n:], start=n + 1)
             for h in g
         ]
+        before, play = _SlotBefore(self.slots.before, self.opts.check), _Play(self, ahead)
+        steps: list[Step] = [before, play, _Verify(self, play, before), _SlotAfter(self.slots.after, self.opts.check)]
         try:
-            self.checkpoint("slot-before")
-            live = []
-            forced: dict[str, tuple[int, str]] = {}
-            for h in group:
-                results = [] if self.opts.check else run_slot(self.slots.before, h, "slot-before", before[h])
-                self.journal.add(*results)
-                if results and not results[-1].ok:
-                    batch_out[h] = HostOutcome(h, "failed", n, message=f"before the restart: {results[-1].message}")
-                else:
-                    live.append(h)
-                    forced.update(_forced(h, results))
-            self.checkpoint("install")
-            if live:
-                result = ahead if ahead is not None else self.playbook(live, new_run_id())
-                self.run_ids.append(result.run_id)
-                self.ansible_s += result.wall_s
-                for h in live:
-                    hr = result.host(h)
-                    self.journal.add(*read_play(h, hr.results, hr.success))
-                    out = _outcome(
-                        self.by_name[h],
-                        self.rendered[h],
-                        self.declared,
-                        self.engine.rules(),
-                        result,
-                        n,
-                        self.opts.check,
-                    )
-                    batch_out[h] = out
-                if self.groups and not self.opts.check:  # the ranks of a group agree, and fail or pass together
-                    docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in live}
-                    ranks.after_play({h: batch_out[h] for h in live}, docs, self.groups, self.engine.rules())
-                for h in live:
-                    out = batch_out[h]
-                    if self.journal.reached(h, "ready") and not self.opts.check:
-                        self.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
-            for h, (dropped, why) in forced.items():
-                batch_out[h].dropped = dropped
-                batch_out[h].message = "; ".join(m for m in (batch_out[h].message, why) if m)
-            self.outcomes += [batch_out[h] for h in group]
-            self.checkpoint("slot-after")
-            for h in group:
-                o = batch_out[h]
-                if o.status in ("applied", "unchanged") and not self.opts.check:
-                    results = run_slot(self.slots.after, h, "slot-after", after[h])
-                    self.journal.add(*results)
-                    if results and not results[-1].ok:
-                        o.status, o.message = "failed", f"after the engine was ready: {results[-1].message}"
-            self.checkpoint("finish")
+            drive(steps, batch, self.checkpoint)
         except KeyboardInterrupt:
-            self._interrupted(group, n, batch_out, before, after, later, ahead)
+            self._interrupted(steps, batch, play)
+        self.outcomes += [batch.outcomes[h] for h in group]
         if not self.opts.check:
-            self.undo([batch_out[h] for h in group], before, after, self.outcomes + later)
-        return [batch_out[h] for h in group]
+            self._undo(steps, batch, [batch.outcomes[h] for h in group])
+        return [batch.outcomes[h] for h in group]
 
-    def undo(
-        self,
-        batch: list[HostOutcome],
-        before: dict[str, list[SlotStep]],
-        after: dict[str, list[SlotStep]],
-        shown: list[HostOutcome],
-    ) -> None:
-        """The failed hosts' done steps, undone in reverse: the slot-after steps, the restore, the slot-before
-        steps. A restore that fails stops everything (RestoreFailed with the manual steps)."""
-        failed = [o for o in batch if o.status == "failed"]
-        undone = [o for o in batch if o.status in ("failed", "refused")]  # refused on the host: nothing changed
-        problems: list[str] = []
-        for o in undone:
-            problems += undo_slot(after[o.host], o.host)
-            after[o.host] = []
-        try:
-            with interrupts.shielded(raise_at_end=False):
-                _restore_failed(
-                    failed,
-                    self.hosts,
-                    self.door,
-                    self.opts.break_lock,
-                    self.on_event,
-                    shown,
-                    self.profile,
-                    self.run_ids,
-                    self.started,
-                )
-        finally:
-            for o in undone:
-                problems += undo_slot(before[o.host], o.host)
-                before[o.host] = []
+    def _undo(self, steps: list[Step], batch: Batch, outcomes: list[HostOutcome]) -> None:
+        """The failed and refused hosts' done steps, undone newest first (a restore that fails stops everything:
+        RestoreFailed with the manual steps, once the drains are put back); each undo's problem joins its host's
+        message."""
+        undone = [o for o in outcomes if o.status in ("failed", "refused")]  # refused on the host: nothing changed
+        problems = undo_walk(steps, batch, [o.host for o in undone])
         for o in undone:
             mine = [p for p in problems if p.startswith(f"{o.host}: ")]
             if mine:
                 o.message += " (" + "; ".join(p.removeprefix(f"{o.host}: ") for p in mine) + ")"
 
-    def _interrupted(
-        self,
-        group: list[str],
-        n: int,
-        batch_out: dict[str, HostOutcome],
-        before: dict[str, list[SlotStep]],
-        after: dict[str, list[SlotStep]],
-        later: list[HostOutcome],
-        ahead: RunResult | None = None,
-    ) -> NoReturn:
-        """An interrupt inside a batch: every host of it that started is undone as if it had failed (restored
-        when its engine changed, its slots undone), the rest are not run; then ``Interrupted``. A host the play
-        started ahead of the pre-check (``ahead``) has started, whatever step the batch itself had reached: its
-        outcome is read from that play."""
-        for h in group:
-            o = batch_out.get(h)
-            if o is None and ahead is not None and h in ahead.hosts and not self.opts.check and self.engine:
-                o = batch_out[h] = _outcome(
-                    self.by_name[h], self.rendered[h], self.declared, self.engine.rules(), ahead, n, False
-                )  # fmt: skip
-            started = bool(before[h]) or o is not None
+    def _interrupted(self, steps: list[Step], batch: Batch, play: _Play) -> NoReturn:
+        """An interrupt inside a batch: every host of it that started is undone as if it had failed (its journal
+        walked back), the rest are not run; then ``Interrupted``. A host the play started ahead of the pre-check
+        (``play.ahead``) has started, whatever step the batch itself had reached: the play's results are read."""
+        if play.ahead is not None and not self.opts.check:
+            play.take(batch, play.ahead, [h for h in batch.hosts if h not in batch.outcomes and h in play.ahead.hosts])
+        for h in batch.hosts:
+            o = batch.outcomes.get(h)
+            started = o is not None or self.journal.reached(h, "slot-before")
             if o is None:
-                o = batch_out[h] = HostOutcome(h, "not-run", n, message="not touched: interrupted")
+                o = batch.outcomes[h] = HostOutcome(h, "not-run", batch.number, message="not touched: interrupted")
             if started:
-                steps = self.journal.names(h)
-                where = steps[-1] if steps else "the first step"
+                names = self.journal.names(h)
                 was = o.status
                 o.status = "failed"
-                o.message = f"interrupted after {where}" + (f" ({o.message})" if was == "failed" else "")
+                o.message = f"interrupted after {names[-1] if names else 'the first step'}" + (
+                    f" ({o.message})" if was == "failed" else ""
+                )
                 if was in ("unchanged", "pending", "in-sync"):
                     o.committed = False
             if not any(x is o for x in self.outcomes):
                 self.outcomes.append(o)
         if not self.opts.check:
-            self.undo([batch_out[h] for h in group], before, after, self.outcomes + later)
-        self.outcomes += later
-        restored = [o for o in batch_out.values() if o.restored is not None and o.restored.ok]
+            self._undo(steps, batch, [batch.outcomes[h] for h in batch.hosts])
+        self.outcomes += self.later
+        restored = [o for o in batch.outcomes.values() if o.restored is not None and o.restored.ok]
         what = f"; restored {len(restored)} host(s) to their previous generation" if restored else ""
         raise interrupts.Interrupted(f"knobfleet: interrupted: no further hosts were touched{what}", self.report())
+
+
+class _SlotBefore(SlotRun):
+    """slot-before: before anything of knobfleet's changes on the host (a router drain); a host whose step fails
+    goes no further. Nothing runs in a plan (--check)."""
+
+    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
+        super().__init__("slot-before", () if check else slot)
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        batch.outcomes[host] = HostOutcome(host, "failed", batch.number, message=f"before the restart: {why}")
+
+    def forced(self) -> dict[str, tuple[int, str]]:
+        """The drains that timed out and went on under --force-restart: {host: (requests dropped, its line)}."""
+        return {h: f for h, results in self.results.items() for f in _forced(h, results).values()}
+
+
+class _SlotAfter(SlotRun):
+    """slot-after: once the engine is ready and verified (a router re-add); a host whose step fails is failed (and
+    undone). Nothing runs in a plan (--check)."""
+
+    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
+        super().__init__("slot-after", () if check else slot)
+
+    def hosts(self, batch: Batch) -> list[str]:
+        return [h for h in batch.going if batch.outcomes[h].status in ("applied", "unchanged")]
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        o = batch.outcomes[host]
+        o.status, o.message = "failed", f"after the engine was ready: {why}"
+
+
+@dataclass
+class _Play:
+    """install, restart, ready and finish: one play of the knob_serve role for the hosts still going (or the
+    play started ahead of the pre-check), its step-keyed results typed into the journal (``read_play``). Undo:
+    the restore of the hosts it changed (``restore_targets``), in one play."""
+
+    rollout: _Rollout
+    ahead: RunResult | None
+    name: StepName = "install"
+    result: RunResult | None = None
+    played: list[str] = field(default_factory=list)
+
+    def do(self, batch: Batch) -> None:
+        live = list(batch.going)
+        if live:
+            result = self.ahead if self.ahead is not None else self.rollout.playbook(live, new_run_id())
+            self.ahead = None
+            self.take(batch, result, live)
+
+    def take(self, batch: Batch, result: RunResult, hosts: list[str]) -> None:
+        r = self.rollout
+        self.result, self.played = result, hosts
+        r.run_ids.append(result.run_id)
+        r.ansible_s += result.wall_s
+        for h in hosts:
+            hr = result.host(h)
+            batch.journal.add(*read_play(h, hr.results, hr.success))
+            out = batch.outcomes[h] = _outcome(r.by_name[h], result, batch.number, r.opts.check)
+            if out.status in ("failed", "refused"):
+                batch.stop(h)
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        r = self.rollout
+        with interrupts.shielded(raise_at_end=False):
+            _restore_failed(
+                [batch.outcomes[h] for h in hosts],
+                r.hosts,
+                r.door,
+                r.opts.break_lock,
+                r.on_event,
+                r.outcomes + r.later,
+                r.profile,
+                r.run_ids,
+                r.started,
+            )
+        return []
+
+
+@dataclass
+class _Verify:
+    """verify: each ready engine's probe against its rendered files (``_verified``), then the engine groups'
+    cross-rank rule (a failed rank fails its group); the drains that went on under --force-restart are noted.
+    Undo: nothing of its own (the play's restore puts the host back)."""
+
+    rollout: _Rollout
+    play: _Play
+    before: _SlotBefore
+    name: StepName = "verify"
+
+    def do(self, batch: Batch) -> None:
+        r, result = self.rollout, self.play.result
+        if r.opts.check or result is None:
+            return
+        assert r.engine is not None
+        rules = r.engine.rules()
+        docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in self.play.played}
+        for h in self.play.played:
+            _verified(batch.outcomes[h], docs[h], r.rendered[h], r.declared, rules, result.run_id)
+        if r.groups:  # the ranks of a group agree, and fail or pass together
+            ranks.after_play({h: batch.outcomes[h] for h in self.play.played}, docs, r.groups, rules)
+        for h in self.play.played:
+            out = batch.outcomes[h]
+            if self.journal_ready(batch, h):
+                batch.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
+            if out.status == "failed":
+                batch.stop(h)
+        for h, (dropped, why) in self.before.forced().items():
+            batch.outcomes[h].dropped = dropped
+            batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, why) if m)
+
+    @staticmethod
+    def journal_ready(batch: Batch, host: str) -> bool:
+        return batch.journal.reached(host, "ready")
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        return []
 
 
 def _forced(host: str, results: list[Any]) -> dict[str, tuple[int, str]]:

@@ -13,6 +13,7 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
 from knobfleet.module_utils.knob_doc import ProbeDoc
 from knobfleet.ops import interrupts
+from knobfleet.ops.steps import Batch, Journal, SlotRun, Step, StepName, StepResult, drive, undo_walk
 from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
 
 
@@ -119,11 +120,11 @@ def _restore_routed(
     break_lock: bool,
     on_event: Callable[[Event], None] | None,
 ) -> list[RestoreOutcome]:
-    """``restore``; hosts a router fronts go one at a time: drained first (a host the router will not give up stays
-    in service on its current generation, refused with one line), restored, then put back whatever the restore
-    did, so no host is left out of its router."""
+    """``restore``; hosts a router fronts go one at a time through the rollout's machine (``steps.drive``): drained
+    first (a host the router will not give up stays in service on its current generation, refused with one line),
+    restored, then put back whatever the restore did, so no host is left out of its router. Rollback's undo is
+    nothing: a restore that failed is reported (RestoreFailed), the host is put back in its router all the same."""
     from knobfleet.ops.routing import router_slots
-    from knobfleet.ops.steps import run_slot
 
     slots = router_slots(hosts)
     if slots is None:
@@ -141,27 +142,62 @@ def _restore_routed(
         if interrupts.pending():  # a signal: the hosts already rolled back stay so, the rest are not touched
             outcomes.append(RestoreOutcome(hv.host, False, message=NOT_TOUCHED))
             continue
-        drained: list[Any] = []
-        results = run_slot(slots.before, hv.host, "slot-before", drained)
-        if not all(r.ok for r in results):
-            why = next(r.message for r in results if not r.ok)
-            outcomes.append(
-                RestoreOutcome(hv.host, False, message=f"{why}; it stays in service on its current generation")
-            )
-            continue
-        try:
-            got = restore([hv], inventory, {hv.host: targets[hv.host]}, break_lock=break_lock, on_event=on_event)
-        finally:
-            back = run_slot(slots.after, hv.host, "slot-after", [])
-        problems = [r.message for r in back if not r.ok]
-        outcomes += [
-            o
-            if not problems
-            else dataclasses.replace(o, ok=False, message="; ".join([o.message, *problems]).strip("; "))
-            for o in got
+        batch = Batch(1, [hv.host], Journal())
+        steps: list[Step] = [
+            _Drain("slot-before", slots.before),
+            _Restore(hv, inventory, targets[hv.host], break_lock, on_event),
+            _Readmit("slot-after", slots.after),
         ]
+        try:  # a signal is acted on between hosts, never between a drain and its re-add
+            drive(steps, batch, lambda _: None)
+        except BaseException:  # the restore raised: the journal walked back (the drain undone), then raised
+            undo_walk(steps, batch, batch.hosts)
+            raise
+        outcomes.append(batch.outcomes[hv.host])
     order = {hv.host: i for i, hv in enumerate(hosts)}
     return sorted(outcomes, key=lambda o: order.get(o.host, len(order)))
+
+
+class _Drain(SlotRun):
+    """Rollback's slot-before: a host its router will not give up stays in service on its current generation."""
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        batch.outcomes[host] = RestoreOutcome(
+            host, False, message=f"{why}; it stays in service on its current generation"
+        )
+
+
+class _Readmit(SlotRun):
+    """Rollback's slot-after: every drained host goes back, whatever its restore did; a re-add that fails joins the
+    host's message (and fails it)."""
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        o = batch.outcomes[host]
+        batch.outcomes[host] = dataclasses.replace(o, ok=False, message="; ".join([o.message, why]).strip("; "))
+
+
+@dataclass
+class _Restore:
+    """Rollback's install..ready: the restore play of one host (its outcome, ok or not, goes on to the re-add)."""
+
+    hv: HostVars
+    inventory: Path | Hosts
+    target: RestoreTarget
+    break_lock: bool
+    on_event: Callable[[Event], None] | None
+    name: StepName = "install"
+
+    def do(self, batch: Batch) -> None:
+        for h in list(batch.going):
+            got = restore(
+                [self.hv], self.inventory, {h: self.target}, break_lock=self.break_lock, on_event=self.on_event
+            )
+            for o in got:
+                batch.outcomes[o.host] = o
+                batch.journal.add(StepResult("install", o.host, o.ok, o.message))
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        return []
 
 
 def rollback(

@@ -1,6 +1,7 @@
-"""The rollout of a host as explicit typed steps, each with a typed result and a defined undo.
+"""The rollout of a host as explicit typed steps, each with a typed result and a defined undo, and the machine that
+drives them.
 
-    pre-check -> slot-before -> install -> restart -> ready -> verify -> slot-after -> finish
+    pre-check -> slot-before -> install -> restart -> ready -> finish -> verify -> slot-after
 
 =============  =====================================================  ==========================================
 step           what it does                                           undo
@@ -12,38 +13,42 @@ install        lock, adopt, stage, commit (knob_generation install)   restore: t
 restart        daemon-reload + restart when the generation changed    same one restarted when only the restart
 ready          health 200 and a stable main process (knob_ready)      was new (``restore_targets``); the role
 finish         mark good, release the lock (knob_generation finish)   released the lock in its ``always``
-verify         the ready engine's probe against the rendered files    the same restore
+verify         the ready engine's probe against the rendered files    nothing of its own (the play's restore)
 slot-after     each ``SlotStep.do`` in order (a router re-add)        each done step's ``undo``, in reverse
 =============  =====================================================  ==========================================
 
-A host's undo runs its done steps' undos in reverse: slot-after, then the restore, then slot-before.
+That is the order the steps run in: install, restart, ready and finish run on the host in one play of the
+knob_serve role (three remote calls per changed host: the performance contract in docs/PERFORMANCE.md), so the
+host's finish comes before the controller's verify; their typed results are read from that play's step-keyed
+results (``read_play``). The slots run on the controller, before the play and after the verify, so a slot plugs
+in with no change to the other steps.
 
-install, restart, ready and finish run on the host in one play of the knob_serve role (three remote calls per
-changed host: the performance contract in docs/PERFORMANCE.md); their typed results are read from that play's
-step-keyed results (``read_play``). The slots run on the controller, before the play and after the verify, so a
-slot plugs in with no change to the other steps.
+The machine (``drive``, ``undo_walk``) knows none of this: a rollout hands it a list of ``Step`` objects for a
+``Batch`` of hosts. It calls the checkpoint (where a deferred SIGINT/SIGTERM is raised) before each step and once
+after the last, and each step's ``do`` runs it for the hosts still going. A failed or interrupted host is then
+undone by walking its journal: every step its journal shows reached, newest first, gets ``undo`` for it. A new
+step is one class with ``name``, ``do`` and ``undo``, plus one line in the rollout's list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-StepName = Literal["pre-check", "slot-before", "install", "restart", "ready", "verify", "slot-after", "finish"]
+StepName = Literal["pre-check", "slot-before", "install", "restart", "ready", "finish", "verify", "slot-after"]
 STEPS: tuple[StepName, ...] = (
     "pre-check",
     "slot-before",
     "install",
     "restart",
     "ready",
+    "finish",
     "verify",
     "slot-after",
-    "finish",
 )
-REMOTE: tuple[StepName, ...] = ("install", "restart", "ready", "finish")  # one play of the role
-# Steps after which a failure or an interrupt restores the host (what changed there is knobfleet's).
-RESTORES_FROM: StepName = "install"
+# The boundaries the machine checkpoints at: before each controller-side step, and "end" after the last one.
+Boundary = Literal["slot-before", "install", "verify", "slot-after", "end"]
 
 
 @dataclass(frozen=True)
@@ -219,3 +224,93 @@ class Journal:
 
     def reached(self, host: str, step: StepName) -> bool:
         return step in self.names(host)
+
+
+@dataclass
+class Batch:
+    """One batch of a rollout as the machine sees it: its hosts in order, those still going, the journal every
+    step writes its typed results to, and ``outcomes``, the rollout's own record of each host (whatever the
+    rollout keeps: an apply's ``HostOutcome``)."""
+
+    number: int
+    hosts: list[str]
+    journal: Journal
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    going: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.going = list(self.hosts)
+
+    def stop(self, host: str) -> None:
+        """``host`` failed this step: the later steps skip it (its undo is the rollout's to call)."""
+        if host in self.going:
+            self.going.remove(host)
+
+
+class Step(Protocol):
+    """A step of a rollout, one shape for all: ``do`` runs it for ``batch.going`` (journaling each host's typed
+    result under ``name`` and stopping the hosts it failed); ``undo`` puts back what it did on ``hosts`` (each of
+    which its journal shows reached) and returns the problems, one line each starting ``"HOST: "``. An undo may
+    raise (a restore that failed): the older steps are still undone, then it is raised."""
+
+    name: StepName
+
+    def do(self, batch: Batch) -> None: ...
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]: ...
+
+
+def drive(steps: Sequence[Step], batch: Batch, checkpoint: Callable[[Boundary], None]) -> None:
+    """The rollout of one batch: each step in order, with the checkpoint before it and once more at the end."""
+    for step in steps:
+        checkpoint(step.name)  # type: ignore[arg-type]  # the controller-side steps are boundaries too
+        step.do(batch)
+    checkpoint("end")
+
+
+def undo_walk(steps: Sequence[Step], batch: Batch, hosts: Sequence[str]) -> list[str]:
+    """Undo ``hosts``: walk the steps newest first and undo each on the hosts whose journal shows it reached
+    (one call per step, so a restore stays one play for the batch). A step whose undo raises does not stop the
+    older steps' undos; the first such error is raised once they are done. Returns the problems."""
+    problems: list[str] = []
+    error: BaseException | None = None
+    for step in reversed(steps):
+        mine = [h for h in hosts if batch.journal.reached(h, step.name)]
+        if not mine:
+            continue
+        try:
+            problems += step.undo(batch, mine)
+        except BaseException as exc:  # a failed restore: put the rest back first, then say so
+            error = error or exc
+    if error is not None:
+        raise error
+    return problems
+
+
+@dataclass
+class SlotRun:
+    """A slot as a step: its ``SlotStep``s for each host ``hosts(batch)`` names (the hosts still going), stopping a
+    host at its first failing one (``fail`` records why). Undo: each host's done slot steps, in reverse. Apply's
+    drain and re-add, and rollback's, are this step."""
+
+    name: StepName
+    slot: Sequence[SlotStep]
+    done: dict[str, list[SlotStep]] = field(default_factory=dict)
+    results: dict[str, list[SlotResult]] = field(default_factory=dict)
+
+    def do(self, batch: Batch) -> None:
+        for h in self.hosts(batch):
+            got = self.results[h] = run_slot(self.slot, h, self.name, self.done.setdefault(h, []))
+            batch.journal.add(*got)
+            if got and not got[-1].ok:
+                self.fail(batch, h, got[-1].message)
+                batch.stop(h)
+
+    def hosts(self, batch: Batch) -> list[str]:
+        return list(batch.going)
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        """Record on ``batch.outcomes`` why ``host`` stops here (the rollout's own words)."""
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        return [p for h in hosts for p in undo_slot(self.done.pop(h, []), h)]

@@ -15,7 +15,7 @@ from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops import interrupts
 from knobfleet.ops.apply import Options, apply
-from knobfleet.ops.steps import STEPS, Slots, StepName, read_play
+from knobfleet.ops.steps import STEPS, Boundary, Slots, read_play
 from knobfleet.profiles.store import ProfileStore
 
 NAMES = ["h1", "h2", "h3", "h4"]
@@ -156,17 +156,17 @@ def test_rollback_fleet_restores_earlier_batches_after_the_failing_one(profile) 
     assert door.hosts["h1"].status[4] == "rolled-back" and door.hosts["h3"].status[4] == "failed"
 
 
-BOUNDARIES: list[StepName] = ["slot-before", "install", "slot-after", "finish"]
+BOUNDARIES: list[Boundary] = ["slot-before", "install", "verify", "slot-after", "end"]
 
 
 @pytest.mark.parametrize("at", BOUNDARIES)
-def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: StepName) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: Boundary) -> None:  # type: ignore[no-untyped-def]
     """KeyboardInterrupt at each step boundary of the second batch: the first batch stays applied, the second
     is restored where it changed (and its slots undone), the third is not touched; every lock is free."""
     door = fleet(["h1", "h2", "h3"])
-    seen: list[StepName] = []
+    seen: list[Boundary] = []
 
-    def checkpoint(step: StepName) -> None:
+    def checkpoint(step: Boundary) -> None:
         seen.append(step)
         if step == at and len([s for s in seen if s == at]) == 2:
             raise KeyboardInterrupt
@@ -193,7 +193,7 @@ def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: StepN
         assert h2 == [] and statuses["h2"] == "not-run"
     elif at == "install":
         assert h2 == ["drain h2", "undo drain h2"]
-    elif at == "slot-after":
+    elif at in ("verify", "slot-after"):  # after the play: its restore, then the drain's undo
         assert h2 == ["drain h2", "play apply.yml h2", "play restore.yml h2", "probe h2", "undo drain h2"]
     else:  # after the re-add: the re-add is undone first, then the restore, then the drain
         assert h2 == [
