@@ -285,6 +285,51 @@ class DrainStep:
 
 
 @dataclass
+class SettleStep:
+    """Wait until ``router`` no longer lists ``worker_url`` once its drain took it out, at most ``timeout_s``. SMG
+    marks a removed worker ``draining`` and drops it only after its ``drain_settle_secs`` (5 s by default);
+    sglang-router 0.3 removes it through a queued job. An engine that restarts faster than that would meet its old
+    registration at the re-add: still listed (so not added again), never healthy, then dropped under the
+    readmit's wait. ``undo``: nothing (the drain's undo puts the worker back)."""
+
+    host: str
+    router: RouterKind
+    worker_url: str
+    clock: Clock
+    timeout_s: float = 30.0
+    poll_s: float = 0.25
+    name: str = "settle"
+
+    def do(self) -> StepResult:
+        t0 = self.clock.now()
+        url = normalize_url(self.worker_url)
+        while True:
+            try:
+                listed = {w.url: w for w in self.router.list_workers()}.get(url)
+            except RouterError as exc:
+                return StepResult(self.name, self.host, exc.outcome, str(exc), self.clock.now() - t0, in_router=False)
+            if listed is None:
+                return StepResult(
+                    self.name, self.host, Outcome.OK, f"{url} gone from {self.router.url}", self.clock.now() - t0,
+                    in_router=False,
+                )  # fmt: skip
+            if self.clock.now() >= t0 + self.timeout_s:
+                return StepResult(
+                    self.name,
+                    self.host,
+                    Outcome.DRAIN_TIMEOUT,
+                    f"{url}: still listed by {self.router.url} {self.timeout_s:g}s after its removal (SMG keeps a "
+                    "removed worker draining for its drain_settle_secs); lower that or raise knob_drain_timeout",
+                    self.clock.now() - t0,
+                    in_router=True,
+                )
+            self.clock.sleep(self.poll_s)
+
+    def undo(self) -> StepResult:
+        return StepResult(self.name, self.host, Outcome.OK, "nothing to undo", 0.0, in_router=False)
+
+
+@dataclass
 class ReadmitStep:
     """Put ``worker_url`` back into ``router`` and wait until the router lists it healthy, at most
     ``healthy_timeout_s``. ``undo`` takes it out again (no wait)."""
@@ -302,11 +347,18 @@ class ReadmitStep:
         t0 = self.clock.now()
         url = normalize_url(self.worker_url)
         try:
-            if url not in {w.url for w in self.router.list_workers()}:
+            # SMG still lists a worker it is draining (removed, not yet dropped): that registration cannot turn
+            # healthy, so the worker is added again once the router has dropped it
+            stale = url in self.out and url in {w.url for w in self.router.list_workers() if not w.healthy}
+            if not stale and url not in {w.url for w in self.router.list_workers()}:
                 self.router.add(url)
             deadline = t0 + self.healthy_timeout_s
             while True:
                 found = {w.url: w for w in self.router.list_workers()}.get(url)
+                if found is None and stale:
+                    self.router.add(url)
+                    stale = False
+                    continue
                 if found is not None and found.healthy:
                     self.out.discard(url)
                     return StepResult(

@@ -17,6 +17,7 @@ from typing import Any
 
 from knobfleet.errors import UsageError
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.router import SettleStep
 from knobfleet.fleet.router_kinds import router_steps, stop_covers_drain
 from knobfleet.ops.steps import Slots
 
@@ -106,7 +107,13 @@ def router_slots(
             drains[hv.host], readmits[hv.host] = pair
     if not drains:
         return None
-    return Slots(before=[RouterSlot("drain", drains)], after=[RouterSlot("readmit", readmits)])
+    # A step is a class and a line here: the drain, then the wait until the router has let the worker go (SMG's
+    # draining state) before anything restarts; the re-add once the new generation is verified.
+    settles = {h: SettleStep(d.host, d.router, d.worker_url, d.clock, d.drain_timeout_s) for h, d in drains.items()}
+    return Slots(
+        before=[RouterSlot("drain", drains), RouterSlot("settle", settles)],
+        after=[RouterSlot("readmit", readmits)],
+    )
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from knobfleet.fleet.router import (
     Outcome,
     ReadmitStep,
     RouterError,
+    SettleStep,
     Worker,
     capacity_refusal,
     max_out,
@@ -364,3 +365,55 @@ def test_readmit_add_refused() -> None:
     router = MemRouter({"http://h2:1": True}, fail={"add": RouterError(Outcome.REFUSED, "add refused")})
     res = ReadmitStep("lab1", router, "http://h1:1", FakeClock()).do()
     assert (res.outcome, res.message, res.in_router) == (Outcome.REFUSED, "add refused", False)
+
+
+@dataclass
+class DrainingRouter(MemRouter):
+    """SMG's removal: the worker stays listed, draining (not healthy), for ``settle_polls`` listings."""
+
+    settle_polls: int = 3
+    draining: dict[str, int] = field(default_factory=dict)
+
+    def list_workers(self) -> list[Worker]:
+        listed = super().list_workers()
+        for url in list(self.draining):
+            self.draining[url] -= 1
+            if self.draining[url] < 0:
+                del self.draining[url]
+        return listed + [Worker(u, False) for u in self.draining]
+
+    def remove(self, worker_url: str) -> None:
+        super().remove(worker_url)
+        self.draining[worker_url] = self.settle_polls
+
+
+def test_settle_waits_until_the_router_lets_the_worker_go() -> None:
+    router = DrainingRouter({"http://h1:1": True, "http://h2:1": True}, settle_polls=3)
+    clock = FakeClock()
+    drain = DrainStep("lab1", router, "http://h1:1", counts(0), clock, poll_s=1)
+    assert drain.do().ok
+    listed_at_drain_end = [w.url for w in router.list_workers()]
+    assert "http://h1:1" in listed_at_drain_end  # removed, but still listed (draining)
+    res = SettleStep("lab1", router, "http://h1:1/", clock, timeout_s=30, poll_s=1).do()
+    assert (res.outcome, res.in_router) == (Outcome.OK, False) and res.seconds == 2.0
+    assert res.message == "http://h1:1 gone from http://router:30080"
+    assert "http://h1:1" not in [w.url for w in router.list_workers()]
+
+
+def test_settle_timeout_is_one_line_naming_the_fix() -> None:
+    router = DrainingRouter({"http://h1:1": True}, settle_polls=100)
+    router.remove("http://h1:1")
+    res = SettleStep("lab1", router, "http://h1:1", FakeClock(), timeout_s=2, poll_s=0.5).do()
+    assert res.outcome is Outcome.DRAIN_TIMEOUT and res.seconds == 2.0
+    assert res.message == (
+        "http://h1:1: still listed by http://router:30080 2s after its removal (SMG keeps a removed worker draining "
+        "for its drain_settle_secs); lower that or raise knob_drain_timeout"
+    )
+    assert "\n" not in res.message and SettleStep("lab1", router, "http://h1:1", FakeClock()).undo().ok
+
+
+def test_settle_with_an_unreachable_router_fails_the_step() -> None:
+    err = RouterError(Outcome.UNREACHABLE, "http://router:30080: unreachable")
+    router = MemRouter({"http://h1:1": True}, fail={"list": err})
+    res = SettleStep("lab1", router, "http://h1:1", FakeClock()).do()
+    assert res.outcome is Outcome.UNREACHABLE and not res.ok

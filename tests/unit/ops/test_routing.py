@@ -262,3 +262,31 @@ def test_a_signal_anywhere_in_a_routed_rollback_ends_in_the_state_it_reports(rou
             if o is not None and o.message == NOT_TOUCHED and any(name in line for line in door.log):
                 problems.append(f"line {k}: {name} reported not touched but saw {door.log}")
     assert problems == [], "\n".join(problems[:10])
+
+
+def test_behind_smg_nothing_restarts_until_the_router_has_let_the_worker_go(
+    profile: Any, router: MemRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settle step (a class and a line in router_slots): SMG lists a removed worker as draining for its
+    drain_settle_secs; the play waits until it is gone, so the re-add never meets the old registration. A router
+    that lets go only after the settle's bound fails the host before anything changed on it; the drain's undo waits
+    for the draining registration to go, then adds the worker again."""
+    from tests.unit.fleet.test_router import DrainingRouter
+
+    smg = DrainingRouter({f"http://127.0.1.{i}:30000": True for i in range(1, 3)}, url=ROUTER, settle_polls=4)
+    monkeypatch.setattr(router_kinds, "router_for", lambda kind, url: smg)
+    hv = hosts(2)
+    door = FakeHosts({h.host: Host() for h in hv})
+    listed_at_play: list[list[str]] = []
+    door.during_play = lambda: listed_at_play.append(sorted(w.url for w in smg.list_workers()))
+    report = apply(profile, hv, door, Options(serial="1"))  # type: ignore[arg-type]
+    assert [o.status for o in report.hosts] == ["applied", "applied"]
+    assert listed_at_play == [["http://127.0.1.2:30000"], ["http://127.0.1.1:30000"]]  # the drained one: gone
+    slow = DrainingRouter({f"http://127.0.1.{i}:30000": True for i in range(1, 3)}, url=ROUTER, settle_polls=60)
+    monkeypatch.setattr(router_kinds, "router_for", lambda kind, url: slow)
+    door = FakeHosts({h.host: Host() for h in hv})
+    report = apply(profile, hv[:1], door, Options())  # type: ignore[arg-type]
+    assert report.hosts[0].status == "failed" and "still listed by" in report.hosts[0].message
+    assert door.log == [] and door.hosts["h1"] == Host()  # no play: nothing changed on the host
+    assert [c for c in slow.calls if c != "list"] == ["remove http://127.0.1.1:30000", "add http://127.0.1.1:30000"]
+    assert {w.url: w.healthy for w in slow.list_workers()}["http://127.0.1.1:30000"]
