@@ -11,7 +11,44 @@ from dataclasses import dataclass
 from typing import Any
 
 from knobfleet import waves
+from knobfleet.errors import KnobfleetError
 from knobfleet.tune.space import KERNEL_KNOBS, Space, grid
+
+# What the kernel stage reads of one `kernel bench` row: the cell's sizes (whole numbers 1..10^9, the sweep
+# files' bound in kernel/fit.py) and its median call. Anything else in a row is the bench's own.
+ROW_SIZES = ("batch", "target_ctas", "block_h", "heads", "context")
+ROW_TIMING = "total_us"
+
+
+class SweepRowError(KnobfleetError):
+    """A measured row the kernel stage cannot rank by (a stored sweep's or a bench's): one line naming where,
+    the row's field and the fix."""
+
+
+def json_kind(value: Any) -> str:
+    """A value read from JSON, for a message: short, one line, never a container's (or a long text's) contents."""
+    if isinstance(value, dict | list):
+        return "a JSON " + ("object" if isinstance(value, dict) else "list")
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def row_problem(row: Any) -> tuple[str, str] | None:
+    """The first field of one `kernel bench` row the ranking cannot use, with why; None when the row is usable:
+    every size a whole number 1..10^9, ``total_us`` a finite number above 0 (a NaN, an infinity or a 0 would
+    rank a candidate by nothing)."""
+    if not isinstance(row, dict):
+        return "", f"is {json_kind(row)}, not a row object"
+    for name in (*ROW_SIZES, ROW_TIMING):
+        if name not in row:
+            return name, "is missing"
+        v = row[name]
+        if name == ROW_TIMING:
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+                return name, f"is {json_kind(v)}: a timing must be a finite number above 0"
+        elif isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 10**9:
+            return name, f"is {json_kind(v)}: it must be a whole number between 1 and 10^9"
+    return None
 
 
 @dataclass(frozen=True)
@@ -107,10 +144,17 @@ def kernel_rank(
     fastest measurement of each cell). A candidate the sweep does not cover at every bucket is kept after the
     measured ones, marked unmeasured (its model rank orders it); the first ``keep`` go on."""
     cells: dict[tuple[int, int, int], float] = {}
-    for r in rows:
-        if int(r.get("heads", 0)) != heads or int(r.get("context", 0)) != context:
-            continue
-        key = (int(r["batch"]), int(r["target_ctas"]), int(r["block_h"]))
+    for i, r in enumerate(rows):
+        if isinstance(r, dict) and (r.get("heads", 0) != heads or r.get("context", 0) != context):
+            continue  # another shape's cell
+        problem = row_problem(r)
+        if problem is not None:
+            field, why = problem
+            raise SweepRowError(
+                f"kernel stage: measured rows[{i}]{'.' + field if field else ''} {why}; re-run `kernel bench`, or "
+                "point stages.kernel.sweep at a sweep it wrote"
+            )
+        key = (r["batch"], r["target_ctas"], r["block_h"])
         us = float(r["total_us"])  # the cell's median call (total_us_min is its best: optimistic)
         cells[key] = min(cells.get(key, us), us)
 

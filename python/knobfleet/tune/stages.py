@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knobfleet import paths
+from knobfleet import paths, safefile
 from knobfleet.errors import KnobfleetError
 from knobfleet.profiles.model import Profile
+from knobfleet.tune.campaign import SweepRowError, json_kind, row_problem
 from knobfleet.tune.space import Space
 
 DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
@@ -49,9 +50,6 @@ class HostStages:
         return weights
 
     def kernel_rows(self, ctas: list[int], block_h: list[int], batches: list[int]) -> list[dict[str, Any]]:
-        import json
-
-        from knobfleet import safefile
         from knobfleet.kernel import commands
         from knobfleet.kernel.grid import Grid
 
@@ -60,17 +58,11 @@ class HostStages:
             where = Path(k.sweep)
             if not where.is_absolute():
                 where = Path(self.space.path).parent / where
-            try:
-                doc = json.loads(safefile.read_text(where, 32 * 1024 * 1024, "kernel sweep"))
-            except (safefile.FileRefused, ValueError) as exc:
-                raise KnobfleetError(f"{paths.display(Path(self.space.path))}: stages.kernel.sweep: {exc}") from None
-            rows = doc.get("results") if isinstance(doc, dict) else None
-            if not isinstance(rows, list):
-                raise KnobfleetError(
-                    f"{paths.display(where)}: not a `kernel bench` sweep (no results); point stages.kernel.sweep "
-                    "at the JSON `kernel bench --out` wrote"
-                )
-            return [r for r in rows if isinstance(r, dict)]
+            return read_sweep_rows(
+                where,
+                f"{paths.display(Path(self.space.path))}: stages.kernel.sweep",
+                "point stages.kernel.sweep at the JSON `kernel bench --out` wrote",
+            )
         assert k.host is not None
         grid = Grid(
             batches=tuple(batches),
@@ -83,8 +75,13 @@ class HostStages:
         if summary.get("skipped"):
             raise KnobfleetError(f"stages.kernel.host: {k.host}: {summary.get('reason')}")
         out = summary.get("out")
-        doc = json.loads(Path(str(out)).read_text(encoding="utf-8")) if out else {}
-        return list(doc.get("results") or [])
+        if not out:
+            return []
+        return read_sweep_rows(
+            Path(str(out)),
+            f"{paths.display(Path(self.space.path))}: stages.kernel.host {k.host}",
+            "re-run the campaign (the kernel stage measures again)",
+        )
 
     def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]:
         from knobfleet.experiment import ab
@@ -131,3 +128,33 @@ class HostStages:
 
         rep = apply(winner, fleet.hosts(self.inventory, None), self.inventory, on_event=self.on_event)
         return {"exit_code": rep.exit_code, "hosts": [o.host for o in rep.hosts]}
+
+
+SWEEP_MAX_BYTES = 32 * safefile.MIB
+
+
+def read_sweep_rows(where: Path, field: str, fix: str) -> list[dict[str, Any]]:
+    """The measured rows of a `kernel bench` sweep file, through the bounded reader and finite-number parser
+    every JSON file of the operator's goes through (``safefile.read_text``, ``safefile.loads_json``: no FIFO or
+    device, no ``NaN``/``Infinity``, no 5,000-digit number, no nesting past the parser), each row checked for
+    what the ranking reads (``campaign.row_problem``). Anything else is one line (``campaign.SweepRowError``)
+    naming the space file and its field, the sweep file, the bad field of the sweep, and ``fix``."""
+    head = f"{field}: {paths.display(where)}"
+    try:
+        doc = safefile.loads_json(safefile.read_text(where, SWEEP_MAX_BYTES, "kernel sweep"), "kernel sweep")
+    except safefile.FileRefused as exc:
+        raise SweepRowError(f"{head}: {exc}; {fix}") from None
+    if not isinstance(doc, dict):
+        raise SweepRowError(f"{head}: {json_kind(doc)}, not a `kernel bench` sweep (an object); {fix}")
+    if doc.get("skipped"):
+        raise SweepRowError(f"{head}: skipped is {json_kind(doc['skipped'])}: the bench measured nothing; {fix}")
+    rows = doc.get("results")
+    if not isinstance(rows, list):  # an empty list is a bench that measured nothing: every candidate unmeasured
+        what = "missing" if rows is None else json_kind(rows)
+        raise SweepRowError(f"{head}: results is {what}, not a list of measured rows; {fix}")
+    for i, row in enumerate(rows):
+        problem = row_problem(row)
+        if problem is not None:
+            name, why = problem
+            raise SweepRowError(f"{head}: results[{i}]{'.' + name if name else ''} {why}; {fix}")
+    return rows

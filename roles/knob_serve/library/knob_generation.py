@@ -27,6 +27,9 @@ description:
   - C(install) is C(begin), C(stage) and C(commit) in one call (no C(commit) in check mode); C(finish) is
     C(mark) (when O(generation) is given) and C(release). Their results come back under C(steps), one per
     step; a failure names the step (C(failed_step)) with the results of the steps before it.
+  - C(install) (in its C(begin), before the lock or any write) and C(commit) refuse a unit whose name the host's
+    packages ship (that name, or its template's, under /lib/systemd/system or /usr/lib/systemd/system): the
+    serve unit would take the place of the host's own service. A restore is never refused by it.
   - Standard library only on the host; part of the C(knobfleet.serving) collection, used by its
     C(knob_serve) role.
 version_added: "0.1.0"
@@ -252,6 +255,10 @@ UNIT_MODE = 0o644
 GEN_NAME = re.compile(r"[0-9]{4,9}")  # generations/NNNN; anything else there is not a generation
 PRUNABLE = ("good", "failed", "rolled-back", "interrupted")  # never unreadable, installing or adopted ones
 RESERVED_NAMES = ("meta.json", "dropins")  # names a generation dir uses for itself
+# Where the OS's packages install their units (systemd's search path below /etc and /run). A unit of the serve
+# unit's name there is the host's own: /etc/systemd/system/NAME.service would shadow it and the restart would
+# stop the host's service (an apply naming `ssh` locked everyone out). Tests point this at temp dirs.
+PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
 
 
 def now():
@@ -594,6 +601,43 @@ def check_paths(module, p):
         module.fail_json(msg="%s; pick another path; nothing was changed" % problems[0], refused=True)
 
 
+def package_unit(unit_path):
+    """The path at which a package ships a unit of the serve unit's name (or, for an instance NAME@X.service, its
+    template NAME@.service), or None. Checked with lstat only: whatever is there is never opened."""
+    name = os.path.basename(unit_path)
+    names = [name]
+    stem, dot, suffix = name.rpartition(".")
+    if dot and "@" in stem and not stem.endswith("@"):
+        names.append("%s@.%s" % (stem.split("@", 1)[0], suffix))
+    for base in PACKAGE_UNIT_DIRS:
+        for candidate in names:
+            path = os.path.join(base, candidate)
+            if os.path.lexists(path):
+                return path
+    return None
+
+
+def check_unit_name(module, store, p):
+    """Refuse, before anything changes, to install a serve unit under a name the host's packages ship (ssh,
+    nginx, ...): knobfleet's unit would take the place of the host's own service. A hand-written unit in the
+    admin's directory (/etc/systemd/system) that no package ships is still adopted as generation 0. When the unit
+    directory is itself a package directory, the file there is accepted only once knobfleet manages it."""
+    found = package_unit(p["unit_path"])
+    if found is None:
+        return
+    unit = p["unit_path"]
+    if os.path.realpath(found) == os.path.realpath(unit) and store.numbers():
+        return  # knob_serve_unit_dir is a package directory, and this very file is knobfleet's already
+    service = os.path.basename(unit).rsplit(".service", 1)[0]
+    earlier = ""
+    if store.numbers() and os.path.lexists(unit) and os.path.realpath(found) != os.path.realpath(unit):
+        earlier = " (an earlier apply installed %s: remove it and run systemctl daemon-reload)" % unit
+    module.fail_json(msg="knob_serve_service %s names a unit the host's packages ship (%s): installing %s would "
+                         "take the place of the host's own service and restart it; set knob_serve_service to a name "
+                         "of the engine's own%s; nothing was changed" % (service, found, unit, earlier),
+                     refused=True, package_unit=found)
+
+
 def check_script_dir(module, p):
     """A script root runs must sit in directories only root can change, else any user who can write there
     runs code as root. Refused unless ``allow_writable_script_dir`` (host var
@@ -672,6 +716,8 @@ def take_lock(module, store, p):
 def begin(module, store, p):
     result = {"changed": False, "adopted": False}
     check_paths(module, p)
+    if p["action"] == "install":  # a new unit is about to be installed (a restore's begin installs none)
+        check_unit_name(module, store, p)
     warned = check_script_dir(module, p)
     if warned:
         result["warning"] = warned
@@ -756,6 +802,8 @@ def live_actions(p, script, unit):
 
 
 def commit(module, store, p):
+    if p["action"] == "commit":  # on its own; install checked it in begin, before anything changed
+        check_unit_name(module, store, p)
     script_name = os.path.basename(p["script_path"])
     unit_name = os.path.basename(p["unit_path"])
     staged_script = os.path.join(store.staging, "serve.sh")

@@ -48,6 +48,19 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "profile_loader": ({"knob_serve_profile": {**PROFILE, "env": {"LD_PRELOAD": "/tmp/x.so"}}}, "LD_PRELOAD"),
     "profile_bash_env": ({"knob_serve_profile": {**PROFILE, "env": {"BASH_ENV": "/tmp/x"}}}, "BASH_ENV"),
     "profile_python": ({"knob_serve_profile": {**PROFILE, "env": {"PYTHONSTARTUP": "/tmp/x"}}}, "PYTHONSTARTUP"),
+    # issue 40: a unit the host needs (rules.json reserved_units), by name, by prefix, as an instance, with .service
+    "service_ssh": ({"knob_serve_service": "ssh"}, 'knob_serve_service on service_ssh: "ssh" is a unit the host'),
+    "service_sshd_suffix": ({"knob_serve_service": "sshd.service"}, "/etc/systemd/system/sshd.service over it"),
+    "service_systemd": ({"knob_serve_service": "systemd-journald"}, "knob_serve_service on service_systemd"),
+    "service_systemd_any": ({"knob_serve_service": "systemd-anything"}, "knob_serve_service on service_systemd_any"),
+    "service_getty": ({"knob_serve_service": "getty@tty1"}, "knob_serve_service on service_getty"),
+    "service_dbus_prefix": ({"knob_serve_service": "dbus-broker"}, "knob_serve_service on service_dbus_prefix"),
+    "ok_service_like": ({"knob_serve_service": "sshd-engine-decode"}, None),  # only a prefix listed is one
+    "host_env_uid": (
+        {"knob_serve_host_env": {"EUID": "0"}},
+        'bash will not let the serve script set (read-only; it would exit at start): ["EUID"]',
+    ),
+    "profile_env_uid": ({"knob_serve_profile": {**PROFILE, "env": {"UID": "0"}}}, '["UID"]'),
 }
 
 
@@ -130,3 +143,6 @@ def test_the_preflight_reads_the_rule_file_the_controller_reads() -> None:
     for name in rules.data()["patterns"]:
         used_by_role = f"rule: {name}" in preflight or f"patterns.{name}." in preflight or name == "engine_name"
         assert used_by_role, f"rule {name} is not checked by the role's preflight"
+    for section in rules.data():  # the name lists too: loader_env, shell_reserved, reserved_units, any added later
+        if section not in ("about", "patterns"):
+            assert f"knob_serve_rules.{section}." in preflight, f"{section} is not checked by the role's preflight"
