@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts
@@ -86,7 +87,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.report is not None:
         from knobfleet.cli.report import write_html
 
-        write_html({"kind": "bench", **doc}, args.report, "bench")
+        hashes = {profile.ref: profile.content_hash} if profile is not None else {}
+        write_html({"kind": "bench", **doc, "profile_hashes": hashes}, args.report, "bench")
     if args.json:
         _out(report.to_json(doc))
     else:
@@ -174,12 +176,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         min_rounds=min(3, args.max_rounds),
         futility=args.futility,
     )
-    html_out = Path(args.report) if args.report and str(args.report).lower().endswith((".html", ".htm")) else None
-    report_dir = (
-        Path(args.report)
-        if args.report and html_out is None
-        else (paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{a.name}-vs-{b.name}")
-    )
+    html_out, report_dir = _ab_report_paths(args.report, f"{a.name}-vs-{b.name}")
     with Progress(enabled=not args.json) as progress:
         status = Rounds(f"ab {a.name} vs {b.name} on {hv.host}", settings.max_rounds, table=progress)
         doc = ab.ab(
@@ -195,10 +192,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             status=status,
         )
         status.close()
-    if html_out is not None:
-        from knobfleet.cli.report import write_html
-
-        write_html(doc, html_out, "ab")
+    _ab_pages(doc, {a.ref: a.content_hash, b.ref: b.content_hash}, html_out, report_dir)
     plotted = (report_dir / "report.png").is_file()
     if args.json:
         _out(report.to_json(doc))
@@ -228,6 +222,29 @@ def cmd_ab(args: argparse.Namespace) -> int:
             _out(note)
     # The verdict is the exit status: decided (promote or keep) 0, inconclusive 2.
     return EXIT_OK if doc["verdict"] in ("promote", "keep") else EXIT_DRIFT
+
+
+def _ab_report_paths(report: Path | None, name: str) -> tuple[Path | None, Path]:
+    """``ab --report``: (the HTML page asked for, or None; the folder of report.{json,md,png,html}). A FILE.html
+    puts the folder in the default place, under the state folder."""
+    from knobfleet import paths
+
+    html_out = Path(report) if report and str(report).lower().endswith((".html", ".htm")) else None
+    if report and html_out is None:
+        return None, Path(report)
+    return html_out, paths.state_dir() / "experiments" / f"{time.strftime('%Y%m%dT%H%M%S')}-{name}"
+
+
+def _ab_pages(doc: dict[str, Any], hashes: dict[str, str], html_out: Path | None, report_dir: Path) -> None:
+    """The A/B page with the content hashes of the two profiles that ran: at ``--report FILE.html``, and again over
+    the folder's report.html that the experiment wrote (its report.json stays as the experiment wrote it)."""
+    from knobfleet.cli.report import write_html
+
+    page = {**doc, "profile_hashes": hashes}
+    if html_out is not None:
+        write_html(page, html_out, "ab")
+    if (report_dir / "report.html").is_file():
+        write_html(page, report_dir / "report.html", "ab")
 
 
 def _bench_opts(p: argparse.ArgumentParser) -> None:

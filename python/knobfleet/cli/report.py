@@ -1,4 +1,5 @@
-"""``report RECORD``: a stored experiment (a canary record, an A/B report.json) as one self-contained HTML page."""
+"""``report RECORD``: a stored experiment (a canary record, an A/B report.json, a tune record, a bench document) as
+one self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -23,10 +24,32 @@ def write_page(text: str, out: Path) -> None:
         raise KnobfleetError(f"{out}: cannot write the report: {exc}") from None
 
 
+def with_locked_hashes(doc: dict[str, Any]) -> dict[str, Any]:
+    """The record with ``locked_hashes``: the content hash from profiles/profiles.lock of each published profile
+    version (``name@version``) it names but does not hash itself (empty: the lock was read and has none of them).
+    A published version's content never changes (a changed one fails to resolve), so the lock's hash is the
+    content that ran. No lock to read (no project here, or an unreadable one): the record as it is."""
+    from knobfleet.experiment.html_core import profile_roles
+    from knobfleet.ops import profiles as app
+
+    got = doc.get("profile_hashes")
+    recorded: dict[str, Any] = got if isinstance(got, dict) else {}
+    wanted = [ref for _, ref in profile_roles(doc) if "@" in ref and ref not in recorded]
+    if not wanted:
+        return doc
+    try:
+        lock = app.store().read_lock()
+    except (KnobfleetError, OSError):
+        return doc
+    return {**doc, "locked_hashes": {ref: lock[ref] for ref in wanted if ref in lock}}
+
+
 def write_html(doc: dict[str, Any], out: Path, where: str) -> None:
-    """The page of a record (experiment.html.render) at ``out``."""
+    """The page of a record (experiment.html.render, tune.report.tune_page) at ``out``, with the content hashes of
+    the published profiles it names (``with_locked_hashes``)."""
     from knobfleet.experiment import html
 
+    doc = with_locked_hashes(doc)
     if doc.get("kind") == "tune":  # a campaign's page is the tune wing's (experiment may not import it)
         from knobfleet.tune.report import tune_page
 
@@ -58,9 +81,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "report", help="a stored canary record or A/B report.json as one self-contained HTML page (no URL loaded)"
+        "report",
+        help="a stored canary or tune record, an A/B report.json or a bench --json document as one self-contained "
+        "HTML page (no URL loaded)",
     )
-    p.add_argument("record", help="the record: .state/canaries/*.json (knobfleet history --canaries), or report.json")
+    p.add_argument(
+        "record",
+        help="the record: .state/canaries/*.json (knobfleet history --canaries), .state/tune/*.json, an A/B "
+        "report.json, or what bench --json printed",
+    )
     p.add_argument(
         "--out", "-o", type=types.html_file, default=None, metavar="FILE.html",
         help="where to write it (default: the record's path with .html)",

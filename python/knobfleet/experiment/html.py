@@ -3,14 +3,18 @@
 One file: inline CSS and inline SVG plots, no script, no font, no image and no link to any URL, so it opens from a
 mail attachment on a machine with no network. The plots are drawn by matplotlib (the optional extra
 ``knobfleet[plots]``; without it the page says so and keeps its tables) and written as SVG, with matplotlib's
-metadata and DOCTYPE stripped (the DOCTYPE names a DTD URL).
+metadata and DOCTYPE stripped (the DOCTYPE names a DTD URL). The page's parts are in html_core.py.
 
 - ``canary_page(record)``: the decision in one sentence; each judged window's canary-vs-baseline difference per
-  metric with the pre-period before it, against the promotion and regression bars, and the final interval; the
-  hosts, the settings, the raw windows as a table.
-- ``ab_page(doc)``: the decision; per-bucket throughput of A and B with their 95% intervals; the sequential
-  estimate round by round (recomputed from the recorded runs with the same ``design.decide``) against the bars;
-  the profiles, the settings, the raw runs as a table.
+  metric with the pre-period before it, against the promotion and regression bars, and the final interval; what
+  ran (the profile, its content hash, the engine, where the record has them); the hosts, the settings, the raw
+  windows as a table.
+- ``ab_page(doc)`` (html_ab.py): the decision; per-bucket throughput and latency of A and B with their 95%
+  intervals; the sequential estimate round by round against the promotion, keep and futility bounds; what ran;
+  the settings; the raw runs as a table.
+- ``bench_page(doc)``: a sweep (``bench --report``, or ``bench --json``'s document): throughput per bucket, what
+  ran, the settings the engine resolved.
+- ``fleet_page(doc)``: ``drift --report``.
 
 Pure: a document in, text out. ``load(path)`` reads a stored record through ``safefile`` (bounded; a corrupt record
 or one from a newer knobfleet is one line).
@@ -18,86 +22,16 @@ or one from a newer knobfleet is one line).
 
 from __future__ import annotations
 
-import html
-import io
-import math
-import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
-.decision{font-size:1.15em;padding:.6em .9em;border-left:5px solid #888;background:#f6f6f6}
-.promote{border-color:#2a7}.rollback,.keep{border-color:#c33}.inconclusive{border-color:#d90}
-table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-th{background:#f3f3f3}td.l,th.l{text-align:left}code{font-size:12px}.plot svg{max-width:100%;height:auto}
-.note{color:#666}
-"""
+from knobfleet.experiment.html_ab import ab_page, sequential
+from knobfleet.experiment.html_core import CSP, esc, page, pct, provenance, settings_table, svg, table
 
-
-# The page may load nothing: a reference that slipped in would be blocked (and show as a console error).
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.1f}%"
-
-
-def page(title: str, decision: str, verdict: str, sections: list[str]) -> str:
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
-        f'<h1>{esc(title)}</h1>\n<p class="decision {esc(verdict)}">{esc(decision)}</p>\n'
-        + "\n".join(sections)
-        + '\n<p class="note">Written by knobfleet. Self-contained: nothing in this file is loaded from a URL.</p>'
-        "\n</body></html>\n"
-    )
-
-
-def table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
-    head = "".join(f"<th{' class=l' if i < left else ''}>{esc(h)}</th>" for i, h in enumerate(headers))
-    body = "".join(
-        "<tr>" + "".join(f"<td{' class=l' if i < left else ''}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0)) -> str:
-    """``draw(ax)`` on a fresh figure, as inline SVG: matplotlib's metadata, XML header and DOCTYPE removed, ids
-    made deterministic. Without matplotlib: a note (the page keeps its tables)."""
-    try:
-        import matplotlib
-    except ImportError:
-        return '<p class="note">(plots need matplotlib: pip install "knobfleet[plots]")</p>'
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with matplotlib.rc_context({"svg.hashsalt": "knobfleet", "svg.fonttype": "path"}):
-        fig, ax = plt.subplots(figsize=size, dpi=96)
-        try:
-            draw(ax)
-            from matplotlib.ticker import MaxNLocator
-
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # windows, rounds, concurrency: whole numbers
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            buf = io.StringIO()
-            fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
-        finally:
-            plt.close(fig)
-    text = buf.getvalue()
-    text = re.sub(r"<\?xml[^>]*\?>\s*", "", text)
-    text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
-    return f'<div class="plot">{text}</div>'
+__all__ = [
+    "CSP", "ab_page", "bench_page", "canary_page", "esc", "fleet_page", "load", "page", "pct", "render", "sequential",
+    "svg", "table", "window_differences",
+]  # fmt: skip
 
 
 # --- canary ------------------------------------------------------------------------------------------------
@@ -190,6 +124,7 @@ def canary_page(rec: dict[str, Any]) -> str:
         table(["metric", "estimate", "low", "high"], iv_rows) if iv_rows else "<p>no window was judged</p>",
         f"<p>Windows judged: {esc(rec.get('windows_counted'))}; pre-period windows: {esc(rec.get('windows_pre'))}."
         f" Follow-up: {esc(rec.get('followup') or '-')}</p>",
+        provenance(rec),
         "<h2>Hosts and settings</h2>",
         table(["", "value"], settings_rows),
         "<h2>Raw windows</h2>",
@@ -200,100 +135,22 @@ def canary_page(rec: dict[str, Any]) -> str:
     return page(f"canary {rec.get('profile')}", canary_sentence(rec), str(rec.get("verdict")), sections)
 
 
-# --- A/B ---------------------------------------------------------------------------------------------------
-
-
-def sequential(doc: dict[str, Any]) -> list[dict[str, float]]:
-    """The weighted gain's estimate and interval after each round, recomputed from the recorded runs with the
-    decision rule the run used (``design.decide``): what the sequential test saw, round by round."""
-    from knobfleet.experiment import design, stats
-
-    s = doc.get("settings") or {}
-    settings = design.Settings(
-        weights={int(k): float(v) for k, v in (s.get("weights") or {}).items()},
-        **{k: s[k] for k in ("min_effect", "max_regression", "min_rounds", "max_rounds", "alpha", "futility")
-           if k in s},
-    )  # fmt: skip
-    per: dict[int, list[float]] = {}
-    for b in doc.get("buckets") or []:
-        a_runs, b_runs = b["runs"]["A"], b["runs"]["B"]
-        per[int(b["concurrency"])] = [stats.log_ratio(x, y) for x, y in zip(a_runs, b_runs, strict=False) if x > 0
-                                      and y > 0]  # fmt: skip
-    rounds = min((len(v) for v in per.values()), default=0)
-    out = []
-    for r in range(1, rounds + 1):
-        d = design.decide({c: v[:r] for c, v in per.items()}, settings)
-        if d.gain is not None:
-            out.append({"round": r, "estimate": math.expm1(d.gain.estimate), "low": math.expm1(d.gain.low),
-                        "high": math.expm1(d.gain.high)})  # fmt: skip
-    return out
-
-
-def ab_page(doc: dict[str, Any]) -> str:
-    from knobfleet.experiment.stats import t_quantile_975
-
-    buckets = doc.get("buckets") or []
-    seq = sequential(doc)
-    s = doc.get("settings") or {}
-
-    def per_bucket(ax: Any) -> None:
-        for arm, color, name in (("A", "#1f77b4", doc.get("a")), ("B", "#d62728", doc.get("b"))):
-            xs, ys, errs = [], [], []
-            for b in buckets:
-                runs = [float(v) for v in b["runs"][arm]]
-                if not runs:
-                    continue
-                mean = sum(runs) / len(runs)
-                sd = math.sqrt(sum((v - mean) ** 2 for v in runs) / (len(runs) - 1)) if len(runs) > 1 else 0.0
-                xs.append(b["concurrency"])
-                ys.append(mean)
-                errs.append(t_quantile_975(len(runs) - 1) * sd / math.sqrt(len(runs)) if len(runs) > 1 else 0.0)
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, color=color, label=f"{arm}: {name}")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("tok/s (mean of runs, 95% interval)")
-        ax.legend(fontsize=8)
-
-    def rounds(ax: Any) -> None:
-        xs = [p["round"] for p in seq]
-        ax.plot(xs, [p["estimate"] * 100 for p in seq], "o-", color="#333", label="weighted gain of B over A")
-        ax.fill_between(xs, [p["low"] * 100 for p in seq], [p["high"] * 100 for p in seq], color="#333", alpha=0.15,
-                        label="its interval (the multiple-look z)")  # fmt: skip
-        ax.axhline(float(s.get("min_effect") or 0) * 100, color="#2a7", ls="--", lw=1, label="promotion bar")
-        ax.axhline(-float(s.get("max_regression") or 0) * 100, color="#c33", ls="--", lw=1, label="regression bar")
-        ax.set_xlabel("round")
-        ax.set_ylabel("B vs A, %")
-        ax.legend(fontsize=8)
-
-    g = doc.get("weighted_gain") or {}
-    sentence = (f"A/B of {doc.get('a')} (A) and {doc.get('b')} (B) on {doc.get('host')}: {doc.get('verdict')} after "
-                f"{doc.get('rounds')} rounds, because {doc.get('reason')}. Weighted gain of B {pct(g.get('estimate'))} "
-                f"({pct(g.get('low'))} to {pct(g.get('high'))}); {doc.get('winner')} is live.")  # fmt: skip
-    rows = [[b["concurrency"], f"{b['weight']:.2f}", f"{b['a_mean']:.1f}", f"{b['b_mean']:.1f}", pct(b.get("ratio")),
-             f"{pct(b.get('low'))} to {pct(b.get('high'))}", b.get("class"),
-             " ".join(f"{v:.0f}" for v in b["runs"]["A"]), " ".join(f"{v:.0f}" for v in b["runs"]["B"])]
-            for b in buckets]  # fmt: skip
-    settings_rows: list[list[Any]] = [["A", doc.get("a")], ["B", doc.get("b")], ["host", doc.get("host")],
-                     *[[k, v] for k, v in sorted(s.items())]]  # fmt: skip
-    sections = [
-        "<h2>Throughput per bucket</h2>",
-        svg(per_bucket),
-        "<h2>The sequential estimate, round by round</h2>",
-        svg(rounds) if seq else "<p>no round was measured</p>",
-        "<h2>Profiles and settings</h2>",
-        table(["", "value"], settings_rows),
-        "<h2>Raw numbers</h2>",
-        table(["concurrency", "weight", "A tok/s", "B tok/s", "B/A", "interval", "class", "A runs", "B runs"], rows),
-    ]
-    verdict = str(doc.get("verdict"))
-    return page(f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, verdict, sections)
-
-
 # --- bench -------------------------------------------------------------------------------------------------
 
 
+def is_bench(doc: dict[str, Any]) -> bool:
+    """A bench document: ``kind: bench`` (``bench --report``), or ``bench --json``'s output as it was printed."""
+    if doc.get("kind") == "bench":
+        return True
+    buckets = doc.get("buckets")
+    return ({"host", "repeats", "buckets", "tool"} <= set(doc) and "a" not in doc and isinstance(buckets, list)
+            and all(isinstance(b, dict) and "mean" in b for b in buckets))  # fmt: skip
+
+
 def bench_page(doc: dict[str, Any]) -> str:
-    """``bench --report``: throughput per concurrency bucket with its 95% interval (Student-t over the runs), the
-    engine and tool, and every run's numbers."""
+    """``bench --report``: throughput per concurrency bucket with its 95% interval (Student-t over the runs); what
+    ran (the profile with its content hash, the engine version, the tool); the settings the engine resolved (its
+    own report, with ``--tool engine``); every run's numbers."""
     buckets = doc.get("buckets") or []
 
     def sweep(ax: Any) -> None:
@@ -314,9 +171,20 @@ def bench_page(doc: dict[str, Any]) -> str:
     rows = [[b["concurrency"], f"{b['mean']:.1f}",
              "-" if b.get("low") is None else f"{b['low']:.1f} to {b['high']:.1f}",
              " ".join(f"{v:.1f}" for v in b.get("runs") or [])] for b in buckets]  # fmt: skip
+    scale = doc.get("time_scale")
+    extra = [["bench tool", doc.get("tool") or "-", "recorded by the run"]] + (
+        [["lab time scale", f"{scale:g} (tok/s are {1 / scale:.3g}x the modelled GPU's)", "the host's env"]]
+        if isinstance(scale, int | float) and scale > 0 and scale != 1 else [])  # fmt: skip
+    settings = doc.get("settings")
     sections = [
         "<h2>Throughput per bucket</h2>",
         svg(sweep),
+        provenance(doc, extra),
+        "<h2>Settings the engine resolved</h2>",
+        settings_table(settings)
+        if settings
+        else '<p class="note">Not reported: the built-in client does not ask '
+        "the engine; <code>bench --tool engine</code> records what the engine reports it resolved.</p>",
         "<h2>Raw numbers</h2>",
         table(["concurrency", "tok/s (mean)", "95% interval", "runs"], rows),
     ]
@@ -368,20 +236,20 @@ def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
 
 
 def render(doc: dict[str, Any], where: str = "record") -> str:
-    """The page of a stored record: a canary record (``kind: canary``), a bench (``kind: bench``) or an A/B report
-    (``report.json``)."""
+    """The page of a stored record: a canary record (``kind: canary``), a bench (``kind: bench``, or ``bench
+    --json``'s document) or an A/B report (``report.json``)."""
     from knobfleet.errors import KnobfleetError
 
     try:
         if doc.get("kind") == "canary":
             return canary_page(doc)
-        if doc.get("kind") == "bench":
+        if is_bench(doc):
             return bench_page(doc)
         if {"a", "b", "buckets"} <= set(doc):
             return ab_page(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise KnobfleetError(f"{where}: not a complete record ({type(exc).__name__}: {str(exc)[:80]})") from None
-    raise KnobfleetError(f"{where}: neither a canary record nor an A/B report; nothing to render")
+    raise KnobfleetError(f"{where}: neither a canary record nor an A/B report nor a bench document; nothing to render")
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from knobfleet.experiment.html import esc, page, pct, table
+from knobfleet.experiment.html_core import esc, page, pct, provenance, svg, table
 
 
 def knobs_text(knobs: dict[str, Any]) -> str:
@@ -76,55 +76,132 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def model_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every candidate the model scored, best first: its predicted cost against the current profile's (ratio minus
+    one: below 0 is predicted faster), whether it was kept, and its measured kernel time against the current
+    profile's where the kernel stage measured it."""
+    st = doc.get("stages") or {}
+    m = st.get("model") or {}
+    current = m.get("current_cost")
+    measured = {r["index"]: r.get("vs_current") for r in (st.get("kernel") or {}).get("rows") or []}
+    return [
+        {"name": f"c{r['index']}" + (" (current)" if str(r.get("reason")).startswith("the current profile") else ""),
+         "predicted": r["cost"] / current - 1 if current else None, "kept": r["kept"],
+         "measured": measured.get(r["index"])}
+        for r in sorted(m.get("rows") or [], key=lambda r: (r["cost"], r["index"]))
+    ]  # fmt: skip
+
+
+def engine_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each candidate the engine stage ran an A/B for: its weighted gain over the current profile with the
+    interval the sequential rule ended on, and the verdict."""
+    out = []
+    for r in ((doc.get("stages") or {}).get("engine") or {}).get("results") or []:
+        ab = r.get("ab") or {}
+        g = ab.get("weighted_gain") or {}
+        if all(isinstance(g.get(k), int | float) for k in ("estimate", "low", "high")):
+            out.append({"name": r["name"], "estimate": g["estimate"], "low": g["low"], "high": g["high"],
+                        "verdict": ab.get("verdict")})  # fmt: skip
+    return out
+
+
+def _model_plot(points: list[dict[str, Any]]) -> str:
+    def draw(ax: Any) -> None:
+        xs = range(len(points))
+        ax.bar(xs, [(p["predicted"] or 0) * 100 for p in points], color=["#2a7" if p["kept"] else "#bbb" for p in
+               points], label="predicted cost vs the current profile (green: kept)")  # fmt: skip
+        got = [(x, p["measured"] * 100) for x, p in zip(xs, points, strict=True) if p["measured"] is not None]
+        if got:
+            ax.plot([x for x, _ in got], [y for _, y in got], "D", color="#d62728", label="measured on the GPU",
+                    gid="tune-measured")  # fmt: skip
+        if len(points) <= 40:
+            ax.set_xticks(list(xs), [p["name"] for p in points], rotation=60, fontsize=7)
+        ax.axhline(0, color="#333", lw=1)
+        ax.set_xlabel("candidate, best prediction first")
+        ax.set_ylabel("attention cost per request vs current, %")
+        ax.legend(fontsize=8)
+
+    return svg(draw, (8.0, 3.6), integer_x=False)
+
+
+def _engine_plot(points: list[dict[str, Any]]) -> str:
+    def draw(ax: Any) -> None:
+        for x, p in enumerate(points):
+            color = "#2a7" if p["verdict"] == "promote" else "#c33" if p["verdict"] == "keep" else "#d90"
+            bars = ax.errorbar([x], [p["estimate"] * 100], yerr=[[(p["estimate"] - p["low"]) * 100],
+                               [(p["high"] - p["estimate"]) * 100]], marker="o", capsize=5, color=color)  # fmt: skip
+            bars.lines[0].set_gid(f"tune-engine-{p['name']}")
+        ax.set_xticks(range(len(points)), [f"{p['name']}\n{p['verdict']}" for p in points], fontsize=8)
+        ax.axhline(0, color="#333", lw=1)
+        ax.set_xlabel("candidate (green: promoted; red: kept the current profile; amber: inconclusive)")
+        ax.set_ylabel("weighted gain over current, % (interval)")
+
+    return svg(draw, (8.0, 3.4), integer_x=False)
+
+
+def _model_section(doc: dict[str, Any], m: dict[str, Any]) -> str:
+    rows = [
+        [f"c{r['index']}", knobs_text(r["knobs"]), f"{r['cost']:.5g}", pct(r["relative"]), r["reason"]]
+        for r in sorted(m["rows"], key=lambda r: r["cost"])
+    ]
+    return (
+        f"<h2>1. Model: {m['candidates']} candidates, {len(m['kept'])} kept</h2>"
+        f"<p>{esc(doc.get('gpu'))}, {esc(doc.get('sms'))} SMs; {esc(doc.get('calibration'))}</p>"
+        + _model_plot(model_points(doc))
+        + table(["candidate", "knobs", "predicted cost", "vs best", "why"], rows, 2)
+    )
+
+
+def _kernel_section(k: dict[str, Any]) -> str:
+    if k.get("skipped"):
+        return f"<h2>2. Kernel: skipped</h2><p>{esc(k['skipped'])}</p>"
+    rows = [
+        [f"c{r['index']}", knobs_text(r["knobs"]), "-" if r["us_per_req"] is None else f"{r['us_per_req']:.3f}",
+         pct(r["vs_current"]), r["reason"]]
+        for r in k["rows"]
+    ]  # fmt: skip
+    return f"<h2>2. Kernel: {esc(k.get('points'))} points from {esc(k.get('source'))}</h2>" + table(
+        ["candidate", "knobs", "µs per request", "vs current", "why"], rows, 2
+    )
+
+
+def _engine_section(doc: dict[str, Any], e: dict[str, Any]) -> str:
+    rows = []
+    for r in e.get("results") or []:
+        ab = r.get("ab") or {}
+        g = ab.get("weighted_gain") or {}
+        rows.append(
+            [r["name"], knobs_text(r["knobs"]), r.get("out") or r.get("skipped") or ab.get("verdict"),
+             pct(g.get("estimate")), f"{pct(g.get('low'))} … {pct(g.get('high'))}", ab.get("rounds", "-")]
+        )  # fmt: skip
+    points = engine_points(doc)
+    return (
+        "<h2>3. Engine: interleaved A/B against the current profile</h2>"
+        + (_engine_plot(points) if points else "")
+        + table(["candidate", "knobs", "verdict", "weighted gain", "interval", "rounds"], rows, 3)
+    )
+
+
 def tune_page(doc: dict[str, Any]) -> str:
-    """A tuning campaign: every stage, what it kept and dropped and why, the A/Bs, the decision, the budget."""
+    """A tuning campaign: every stage, what it kept and dropped and why (the model's prediction per candidate and,
+    where measured, the GPU's; each A/B's weighted gain with its interval, as plots and tables), the decision,
+    what ran (the base and decided profiles with their content hashes, the space file's hash), the budget."""
     st = doc.get("stages") or {}
     d = doc.get("decision") or {}
     verdict = str(d.get("verdict") or doc.get("status") or "running")
     decision = f"{verdict}: {d.get('profile', '')} — {d.get('reason', '')}" if d else f"campaign {doc.get('status')}"
     sections = [f"<p>{esc(line)}</p>" for line in budget_lines(doc)]
-    m = st.get("model")
-    if m:
-        rows = [
-            [f"c{r['index']}", knobs_text(r["knobs"]), f"{r['cost']:.5g}", pct(r["relative"]), r["reason"]]
-            for r in sorted(m["rows"], key=lambda r: r["cost"])
-        ]
-        sections.append(
-            f"<h2>1. Model: {m['candidates']} candidates, {len(m['kept'])} kept</h2>"
-            f"<p>{esc(doc.get('gpu'))}, {esc(doc.get('sms'))} SMs; {esc(doc.get('calibration'))}</p>"
-            + table(["candidate", "knobs", "predicted cost", "vs best", "why"], rows, 2)
-        )
-    k = st.get("kernel")
-    if k:
-        if k.get("skipped"):
-            sections.append(f"<h2>2. Kernel: skipped</h2><p>{esc(k['skipped'])}</p>")
-        else:
-            rows = [
-                [f"c{r['index']}", knobs_text(r["knobs"]), "-" if r["us_per_req"] is None else f"{r['us_per_req']:.3f}",
-                 pct(r["vs_current"]), r["reason"]]
-                for r in k["rows"]
-            ]  # fmt: skip
-            sections.append(
-                f"<h2>2. Kernel: {esc(k.get('points'))} points from {esc(k.get('source'))}</h2>"
-                + table(["candidate", "knobs", "µs per request", "vs current", "why"], rows, 2)
-            )
-    e = st.get("engine")
-    if e:
-        rows = []
-        for r in e.get("results") or []:
-            ab = r.get("ab") or {}
-            g = ab.get("weighted_gain") or {}
-            rows.append(
-                [r["name"], knobs_text(r["knobs"]), r.get("out") or r.get("skipped") or ab.get("verdict"),
-                 pct(g.get("estimate")), f"{pct(g.get('low'))} … {pct(g.get('high'))}", ab.get("rounds", "-")]
-            )  # fmt: skip
-        sections.append(
-            "<h2>3. Engine: interleaved A/B against the current profile</h2>"
-            + table(["candidate", "knobs", "verdict", "weighted gain", "interval", "rounds"], rows, 3)
-        )
+    if st.get("model"):
+        sections.append(_model_section(doc, st["model"]))
+    if st.get("kernel"):
+        sections.append(_kernel_section(st["kernel"]))
+    if st.get("engine"):
+        sections.append(_engine_section(doc, st["engine"]))
     live = st.get("live")
     if live:
         c = live.get("canary") or {}
         text = live.get("skipped") or f"canary {c.get('verdict')}: {c.get('reason')}"
         sections.append(f"<h2>4. Live</h2><p>{esc(text)}</p>")
-    return page(f"knobfleet tune {(doc.get('space') or {}).get('name')}", decision, verdict, sections)
+    sp = doc.get("space") or {}
+    sections.append(provenance(doc, [[f"space file {sp.get('path')}", sp.get("sha256") or "-", "recorded by the run"]]))
+    return page(f"knobfleet tune {sp.get('name')}", decision, verdict, sections)

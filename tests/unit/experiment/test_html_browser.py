@@ -26,6 +26,7 @@ from knobfleet.experiment import html
 from tests.conftest import REPO
 from tests.unit.experiment import test_canary_run as fleet
 from tests.unit.experiment.test_html import ab_doc, bench_doc, canary_record, fleet_doc
+from tests.unit.experiment.test_html_ab import ab_doc_with_latency
 
 profile, router = fleet.profile, fleet.router  # the fake fleet's fixtures
 ARTIFACTS = REPO / "build" / "artifacts" / "report"
@@ -83,7 +84,7 @@ def test_the_browser_check_sees_a_page_that_reaches_out(tmp_path: Path) -> None:
 
 
 def test_a_tune_campaigns_page_opens_offline_with_no_request_and_no_console_message(tmp_path: Path) -> None:
-    """The page of a whole campaign (the seed space over the stand-in's model): tables only, every stage."""
+    """The page of a whole campaign (the seed space over the stand-in's model): every stage, its plots."""
     import yaml
 
     from knobfleet.ops import profiles as app
@@ -104,19 +105,20 @@ def test_a_tune_campaigns_page_opens_offline_with_no_request_and_no_console_mess
     requests, console = open_in_chromium(page, "tune", tmp_path)
     assert requests == [] and console == [], (requests, console)
     assert "1. Model: 15 candidates" in page and (ARTIFACTS / "tune.png").stat().st_size > 10_000
+    assert page.count("<svg") == 2  # the model's predictions, the engine stage's A/Bs
 
 
-@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "bench", "fleet"])
+@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "ab-latency", "bench", "fleet"])
 def test_a_report_opens_offline_with_no_request_and_no_console_message(
     profile: Any, router: Any, tmp_path: Path, kind: str
 ) -> None:
     if kind == "fleet":
         page = html.fleet_page(fleet_doc(), "drift: inventories/lab")
     else:
-        doc = {"ab": ab_doc, "bench": bench_doc}.get(kind, lambda: canary_record(profile, 0.55 if kind.endswith("back")
-                                                                                   else 1.0))()  # fmt: skip
+        docs = {"ab": ab_doc, "ab-latency": ab_doc_with_latency, "bench": bench_doc}
+        doc = docs[kind]() if kind in docs else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
         page = html.render(doc)
     requests, console = open_in_chromium(page, kind, tmp_path)
     assert requests == [] and console == [], (requests, console)
-    assert page.count("<svg") == (2 if kind == "ab" else 1)
+    assert page.count("<svg") == {"ab": 2, "ab-latency": 4}.get(kind, 1)
     assert (ARTIFACTS / f"{kind}.png").stat().st_size > 30_000  # the plots and tables were drawn, not a blank page
