@@ -219,6 +219,7 @@ def ab(
     cons: dict[str, dict[str, Any] | None] = {"A": None, "B": None}
     errs = {"A": 0, "B": 0}
     runs: dict[str, dict[int, list[float]]] = {"A": {}, "B": {}}
+    latency: dict[str, dict[int, dict[str, list[float | None]]]] = {"A": {}, "B": {}}
     per_bucket: dict[int, list[float]] = {c: [] for c in spec.conc}
     live: str | None = None
     started = time.monotonic()
@@ -245,6 +246,9 @@ def ab(
             got[arm] = throughput(doc)
             for c, v in got[arm].items():
                 runs[arm].setdefault(c, []).append(v)
+            for c, lat in latency_p50(doc).items():  # kept for the report: each run's median ITL, TTFT, e2e
+                for m, lv in lat.items():
+                    latency[arm].setdefault(c, {}).setdefault(m, []).append(lv)
         for c in spec.conc:
             if got["A"].get(c, 0) > 0 and got["B"].get(c, 0) > 0:
                 per_bucket[c].append(stats.log_ratio(got["A"][c], got["B"][c]))
@@ -267,8 +271,25 @@ def ab(
         a, b, hv.host, decision, settings, runs, cons, errs, profiles[winner].name, time.monotonic() - started
     )
     doc["time_scale"] = time_scale(hv, a)
+    doc["profile_hashes"] = {a.ref: a.content_hash, b.ref: b.content_hash}
+    for bucket in doc["buckets"]:  # html_ab.latency_runs reads {"A": {"itl": [...], ...}, "B": {...}} in seconds
+        c = bucket["concurrency"]
+        bucket["latency"] = {arm: latency[arm].get(c, {}) for arm in ("A", "B")}
     write_reports(doc, report_dir)
     return doc
+
+
+def latency_p50(doc: dict[str, Any]) -> dict[int, dict[str, float | None]]:
+    """Each bucket's median ITL, TTFT and end-to-end latency (seconds) of one bench run, as the bench client
+    reports them (``itl``, ``ttft``, ``latency`` with ``p50``); a value the run lacks is None."""
+    out: dict[int, dict[str, float | None]] = {}
+    for b in doc.get("buckets") or []:
+        row: dict[str, float | None] = {}
+        for key, name in (("itl", "itl"), ("ttft", "ttft"), ("latency", "e2e")):
+            v = (b.get(key) or {}).get("p50") if isinstance(b.get(key), dict) else None
+            row[name] = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        out[int(b["concurrency"])] = row
+    return out
 
 
 def _document(

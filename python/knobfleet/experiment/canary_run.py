@@ -108,6 +108,10 @@ class CanaryReport:
             }
             | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)},
             "record": self.record,
+            # the content the canaries ran (the report's "What ran"); none when the canary apply never happened
+            "profile_hashes": (
+                {self.profile: self.canary_apply.profile.content_hash} if self.canary_apply is not None else {}
+            ),
         }
 
 

@@ -167,3 +167,25 @@ def test_the_ab_report_document(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     )
     assert failed["consistency"] == {"A": "fail", "B": "skipped"}
     assert failed["weighted_gain"] == {"estimate": None, "low": None, "high": None} and failed["buckets"] == []
+
+
+def test_the_ab_document_keeps_each_runs_latency_and_the_profiles_hashes(host: Host, tmp_path: Path) -> None:
+    """Each run's median ITL, TTFT and end-to-end latency per bucket and arm, in seconds, for the report's latency
+    plots; a value the bench did not report is None, never a made-up number."""
+    b = Profile(name="ctas768", version=1, engine="sglang", env={"SGLANG_SM120_MMA_TARGET_CTAS": 768}, args={})
+    lat = {"latency": {"p50": 1.5}, "itl": {"p50": 0.02}, "ttft": {"p50": 0.3}}
+    host.docs = [
+        {"buckets": [run_doc({48: 100.0})["buckets"][0] | lat]},
+        {"buckets": [run_doc({48: 120.0})["buckets"][0]]},  # this run reports no ITL or TTFT
+    ]
+    settings = Settings(weights={48: 1.0}, max_rounds=1, min_rounds=1)
+    doc = use_case.ab(P, b, HV, tmp_path, settings, BenchSpec(conc=(48,)), tmp_path / "r", check_consistency=False)
+    (bucket,) = doc["buckets"]
+    assert bucket["latency"] == {
+        "A": {"itl": [0.02], "ttft": [0.3], "e2e": [1.5]},
+        "B": {"itl": [None], "ttft": [None], "e2e": [1.25]},
+    }
+    assert doc["profile_hashes"] == {P.ref: P.content_hash, b.ref: b.content_hash}
+    assert use_case.latency_p50({"buckets": [{"concurrency": 8, "itl": {"p50": True}, "ttft": "x"}]}) == {
+        8: {"itl": None, "ttft": None, "e2e": None}
+    }

@@ -20,8 +20,15 @@ HASH = "sha256:" + "e" * 64
 
 def test_a_canary_page_says_what_ran_and_what_its_record_does_not_hold(profile: Any, router: Any) -> None:
     rec = canary_record(profile, 0.55)
+    # the canary records the content its canaries ran
+    assert rec["profile_hashes"] == {"ctas512": profile.content_hash}
     page = html.render(rec)
-    # a canary record names the profile without its version: no hash can be claimed for it
+    assert (
+        f"<td class=l>profile: ctas512</td><td class=l>{profile.content_hash}</td><td class=l>recorded by the run</td>"
+        in page
+    )
+    # a record without it (an older one) names the profile without its version: no hash can be claimed for it
+    page = html.render(rec | {"profile_hashes": {}})
     assert (
         "<td class=l>profile: ctas512</td><td class=l>-</td><td class=l>not recorded: the record names the profile "
         "without its version</td>" in page
