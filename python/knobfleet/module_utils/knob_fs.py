@@ -439,3 +439,49 @@ def writable_by_others(path: str) -> tuple[str, str] | None:
         if mode & 0o020 and st.st_gid != 0 and (last or not mode & stat.S_ISVTX):
             return walked, "writable by group %d (mode %04o)" % (st.st_gid, mode & 0o7777)
     return None
+
+
+MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
+
+
+def read_bounded_at(
+    dfd: int | None, path: str, limit: int = MAX_READ, single_link: bool = True
+) -> tuple[bytes, bool, os.stat_result]:
+    """Up to ``limit`` bytes of the regular file ``path`` (relative to directory ``dfd``), whether it was cut,
+    and its stat. Opened ``O_NONBLOCK`` and never through a symlink: a FIFO, device, socket or directory raises
+    OSError before a byte is read, so no reader ever blocks or runs unbounded. ``single_link``: a file with more
+    than one hard link (it may be another file's content, a root-only one) raises OSError(EMLINK) unread."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.ENODEV):  # a socket or a device without a driver
+            raise OSError(errno.EINVAL, "not a regular file", path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if single_link and st.st_nlink > 1:
+            raise OSError(errno.EMLINK, "has %d hard links (it may be another file's content), not read" % st.st_nlink,
+                          path)  # fmt: skip
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        return data[:limit], len(data) > limit, st
+    finally:
+        os.close(fd)
+
+
+def read_bounded(path: str, limit: int = MAX_READ, single_link: bool = True) -> tuple[bytes, bool, os.stat_result]:
+    """``read_bounded_at`` of an absolute path, its directories opened without following any symlink."""
+    parent, name = split(path)
+    dfd = open_dir(parent)
+    try:
+        return read_bounded_at(dfd, name, limit, single_link)
+    finally:
+        os.close(dfd)

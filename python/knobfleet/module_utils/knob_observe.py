@@ -20,8 +20,18 @@ if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
 # No json, hashlib or socket here (knob_lean's twins), and the secret rules come from knob_redact, not knob_live:
 # the probe imports this file on every host for every drift, and those imports were a third of its host CPU.
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
+    from ansible.module_utils.knob_fs import (
+        DIR_FLAGS,
+        MAX_READ,
+        entries,
+        kind_of,
+        open_dir,
+        read_bounded,
+        read_bounded_at,
+        split,
+    )
     from ansible.module_utils.knob_lean import connect, dumps, loads, sha256
+    from ansible.module_utils.knob_pkgmeta import engine_package
     from ansible.module_utils.knob_redact import (
         redact_argv,
         redact_env,
@@ -32,8 +42,18 @@ try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
     )
     from ansible.module_utils.knob_sdbus import PRIVATE, unit_properties
 except ImportError:  # on the controller
-    from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, kind_of, open_dir, split
+    from knobfleet.module_utils.knob_fs import (
+        DIR_FLAGS,
+        MAX_READ,
+        entries,
+        kind_of,
+        open_dir,
+        read_bounded,
+        read_bounded_at,
+        split,
+    )
     from knobfleet.module_utils.knob_lean import connect, dumps, loads, sha256
+    from knobfleet.module_utils.knob_pkgmeta import engine_package
     from knobfleet.module_utils.knob_redact import (
         redact_argv,
         redact_env,
@@ -46,7 +66,6 @@ except ImportError:  # on the controller
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
-MAX_READ = 1024 * 1024  # never read more than this of any file (a link to /dev/zero must not exhaust memory)
 MAX_PROC = 1024 * 1024
 PROPS = (  # in the order systemctl prints them (systemd's own: the Service interface's, then the Unit's)
     "Restart",
@@ -65,49 +84,6 @@ PROPS = (  # in the order systemctl prints them (systemd's own: the Service inte
     "NeedDaemonReload",
 )
 DROPIN_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system")
-
-
-def read_bounded_at(
-    dfd: int | None, path: str, limit: int = MAX_READ, single_link: bool = True
-) -> tuple[bytes, bool, os.stat_result]:
-    """Up to ``limit`` bytes of the regular file ``path`` (relative to directory ``dfd``), whether it was cut,
-    and its stat. Opened ``O_NONBLOCK`` and never through a symlink: a FIFO, device, socket or directory raises
-    OSError before a byte is read, so no reader ever blocks or runs unbounded. ``single_link``: a file with more
-    than one hard link (it may be another file's content, a root-only one) raises OSError(EMLINK) unread."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError as exc:
-        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.ENODEV):  # a socket or a device without a driver
-            raise OSError(errno.EINVAL, "not a regular file", path) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        if single_link and st.st_nlink > 1:
-            raise OSError(errno.EMLINK, "has %d hard links (it may be another file's content), not read" % st.st_nlink,
-                          path)  # fmt: skip
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(65536, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        data = b"".join(chunks)
-        return data[:limit], len(data) > limit, st
-    finally:
-        os.close(fd)
-
-
-def read_bounded(path: str, limit: int = MAX_READ, single_link: bool = True) -> tuple[bytes, bool, os.stat_result]:
-    """``read_bounded_at`` of an absolute path, its directories opened without following any symlink."""
-    parent, name = split(path)
-    dfd = open_dir(parent)
-    try:
-        return read_bounded_at(dfd, name, limit, single_link)
-    finally:
-        os.close(dfd)
 
 
 def file_info(path: str, dfd: int | None = None, name: str | None = None) -> dict[str, Any]:
@@ -687,6 +663,10 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
     }
     if p.get("version_file"):  # only when asked: a probe without it keeps its document as it was
         doc["engine_version"] = engine_version(p["version_file"])
+    try:  # before the secrets are hashed: it reads the script's exec line
+        doc["engine_package"] = engine_package(doc, p)
+    except Exception as exc:  # one field's bug must not cost the host its whole document
+        doc["engine_package"] = {"error": "not read: %s" % exc}
     if p.get("liveness_url") and props.get("ActiveState") == "active" and health == 200:
         doc["liveness"] = liveness(p["liveness_url"], float(p.get("liveness_timeout_s") or 10.0))
     doc["probe_s"] = round(time.time() - started, 3)

@@ -28,7 +28,7 @@ UTILS = paths.module_utils_dir()
 fresh_interpreter = pytest.mark.skipif(
     any(
         "mutmut" in (UTILS / f"{n}.py").read_text()
-        for n in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_observe")
+        for n in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_pkgmeta", "knob_observe")
     ),
     reason="module_utils are mutmut-instrumented (a mutation run): a fresh interpreter cannot load them",
 )
@@ -147,7 +147,7 @@ HEAVY = (
 
 IMPORTS_OF = """
 import sys, types
-for name in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_observe"):
+for name in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_pkgmeta", "knob_observe"):
     m = types.ModuleType("ansible.module_utils." + name)
     sys.modules[m.__name__] = m
     path = sys.argv[1] + "/" + name + ".py"
