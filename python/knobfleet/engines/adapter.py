@@ -33,6 +33,7 @@ class Engine:
     info_args_ignore: tuple[str, ...] = ()
     bench: BenchTool | None = None
     liveness_path: str | None = None  # verify's one-token completion, where readiness_path does not generate
+    packages: tuple[str, ...] = ()  # distribution names whose METADATA says the installed version (engine_package)
     argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
     metric_names: Metrics | None = None  # the catalog's serve.metrics
     info_version: tuple[str | int, ...] = ("version",)  # where its server info says its version
@@ -172,6 +173,7 @@ def engine(name: str | None = None) -> Engine:
         info_args_ignore=s.info_args_ignore,
         bench=s.bench,
         liveness_path=s.liveness_path,
+        packages=s.packages,
         argv_spec=spec,
         metric_names=s.metrics,
         info_version=s.info_version,

@@ -42,6 +42,10 @@ def probe_args(hv: HostVars) -> dict[str, Any]:
         "liveness_url": hv.base_url + engine.liveness_path if engine.liveness_path else "",
         "liveness_timeout_s": LIVENESS_TIMEOUT_S,
         **({"version_file": hv.version_file} if hv.version_file else {}),
+        # the engine package's version from its launcher's environment (knob_pkgmeta.engine_package): this host's
+        # launcher, for a host whose engine is not running and has no serve script, and the catalog's names
+        "launcher": list(hv.launcher or engine.launcher),
+        "packages": list(engine.packages),
     }
 
 

@@ -109,6 +109,8 @@ class _ProbeDocRequired(TypedDict):
 
 
 class ProbeDoc(_ProbeDocRequired, total=False):
-    """One host's probe document (``liveness``: verify only)."""
+    """One host's probe document (``liveness``: verify only; ``engine_package``: the engine package's version from
+    its launcher's environment, knob_pkgmeta.engine_package: package, version, path, launcher, from, or error)."""
 
     liveness: Liveness
+    engine_package: dict[str, Any]

@@ -21,7 +21,9 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared, check_rendered
 from knobfleet.ops import interrupts, plan, ranks
-from knobfleet.ops.outcome import IN_SYNC, HostOutcome
+from knobfleet.ops.outcome import HostOutcome
+from knobfleet.ops.precheck import Options as Options  # the apply use case's options, where its callers find them
+from knobfleet.ops.precheck import pre_check, stale_hint
 from knobfleet.ops.steps import (
     Batch,
     Boundary,
@@ -71,57 +73,8 @@ class ApplyReport:
         }
 
 
-@dataclass(frozen=True)
-class Options:
-    check: bool = False
-    serial: str | None = None
-    canary: bool = False
-    max_fail_percent: float = 0.0
-    break_lock: bool = False
-    rollback_fleet: bool = False
-    via: str = "auto"
-    foreign_dropins: str | None = None  # None: each host's knob_serve_foreign_dropins
-    overrides: dict[str, Any] = field(default_factory=dict)
-    force_restart: bool = False  # behind a router: a drain that times out restarts anyway (requests dropped)
-
-
 def _diff_text(d: dict[str, Any], path: str) -> str:
     return plan.file_diff(str(d.get("before", "")), str(d.get("after", "")), path)
-
-
-def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome:
-    """The outcome of a host decided by the pre-check alone (in sync, refused, or — in a plan — pending)."""
-    if p.refused:
-        return HostOutcome(
-            p.host, "refused", 0, current, current, message=str(p.refusal), actions=p.actions, findings=p.findings
-        )
-    if p.in_sync:
-        return HostOutcome(
-            p.host,
-            "in-sync" if check else "unchanged",
-            0,
-            current,
-            current,
-            main_pid=p.main_pid,
-            message="no change" if check else IN_SYNC,
-            seen=p.seen,
-        )
-    kinds = sorted({f.kind.value for f in p.findings})
-    return HostOutcome(
-        p.host,
-        "pending",
-        0,
-        current,
-        current,
-        restarted=bool({"restart", "start"} & set(p.actions)),
-        main_pid=p.main_pid,
-        message=f"would {', '.join(p.actions)} ({', '.join(kinds)})",
-        actions=p.actions,
-        findings=p.findings,
-        seen=p.seen,
-        diffs=p.diffs,
-        knob_changes=p.knob_changes,
-    )
 
 
 def _outcome(hv: HostVars, result: RunResult, batch: int, check: bool) -> HostOutcome:
@@ -198,94 +151,6 @@ def _verified(
         out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
 
 
-def version_refusal(profile: Profile, hv: HostVars, doc: dict[str, Any], catalog_dir: Path | None = None) -> str | None:
-    """Why ``profile`` cannot go to this host, given the engine version it runs (``knob_serve_engine_version``, else
-    the engine's own server info, else the first line of ``knob_serve_version_file``: ``versions.reported``): a knob
-    that version lacks or rejects, a version with no synced catalog, a version file that cannot be read, or another
-    version than the profile pins on a host naming no installs. None: the host runs the version the profile was
-    validated on, or says none. ``catalog_dir``: the catalogs the profile was resolved with (default: the store's)."""
-    from knobfleet.errors import ProfileError
-    from knobfleet.profiles import catalog as catalogs
-    from knobfleet.profiles import versions as engine_versions
-
-    if profile.engine_version and hv.launchers:
-        return None  # it launches the install of the version it pins (render refuses a host without one)
-    if catalog_dir is None:
-        from knobfleet.ops.profiles import store
-
-        catalog_dir = store().catalog_dir
-    pinned = catalogs.catalog_for(profile.engine, catalog_dir)
-    if hv.engine_version:
-        version: str | None = engine_versions.parse_version(hv.engine_version) or hv.engine_version
-        said = f"{profile.engine} {version} (knob_serve_engine_version)"
-    else:
-        version, where = engine_versions.reported(doc, pinned.serve.info_version)
-        if version is None and hv.version_file:
-            return (f"engine version unreadable: {hv.version_file} gives {doc.get('engine_version')!r}; fix the file, "
-                    f"or name the version in knob_serve_engine_version; nothing was changed")  # fmt: skip
-        if version is None:
-            return None  # nothing says which version runs: the catalog the profile was validated on speaks for it
-        said = f"{profile.engine} {version} ({hv.version_file if where == 'version file' else where})"
-    if profile.engine_version and version != profile.engine_version:
-        return (f"runs {said}, and profile {profile.ref} pins {profile.engine} {profile.engine_version}: name that "
-                f"version's install in knob_serve_launchers, or upgrade the host; nothing was changed")  # fmt: skip
-    if not pinned.generated or version == (profile.validated_on or pinned.version):
-        return None
-    try:
-        cat = catalogs.catalog_for(profile.engine, catalog_dir, version)
-    except ProfileError as exc:
-        return f"runs {said}: {exc.problems[0].split(': ', 1)[1]}; nothing was changed"
-    problems = engine_versions.problems_on(profile, cat)
-    if not problems:
-        return None
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"runs {said}: profile {profile.ref}: {problems[0]}{more}; nothing was changed"
-
-
-def pre_check(
-    profile: Profile,
-    hosts: list[HostVars],
-    rendered: dict[str, Rendered],
-    inventory: Path | Hosts,
-    opts: Options,
-    versions: dict[str, str | None] | None = None,
-) -> dict[str, HostOutcome]:
-    """Hosts decided by one quick probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
-    no transport ``--via`` allows answers without a playbook for every host: then the role decides on every
-    host."""
-    from knobfleet.engines.adapter import engine as adapter
-
-    gate = _door(inventory, opts)
-    outcomes = gate.probe(hosts, quick=True)
-    if not outcomes:
-        return {}
-    declared = Declared(profile.name, profile.version, profile.content_hash)
-    eng = adapter(profile.engine)
-    from knobfleet.ops.profiles import store
-
-    catalog_dir = store().catalog_dir  # once, not per host
-    out = {}
-    for hv in hosts:
-        o = outcomes[hv.host]
-        if o.doc is None:
-            continue  # unreachable or erroring now: the playbook run reports it
-        if versions is not None and hv.version_file:
-            versions[hv.host] = o.doc.get("engine_version")
-        wrong = version_refusal(profile, hv, o.doc, catalog_dir)
-        if wrong is not None:
-            current = (o.doc.get("generations") or {}).get("current")
-            out[hv.host] = HostOutcome(hv.host, "refused", 0, current, current, message=wrong)
-            continue
-        policy = opts.foreign_dropins or hv.foreign_dropins
-        p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
-        if p.in_sync or p.refused or opts.check:
-            out[hv.host] = from_plan(p, opts.check, (o.doc.get("generations") or {}).get("current"))
-            lock = (o.doc.get("generations") or {}).get("lock")
-            if p.refused and isinstance(lock, dict) and not lock.get("corrupt") and _refused_for_the_lock(p):
-                out[hv.host].message = lock_refusal(lock)
-    return out
-
-
 def apply(
     profile: Profile,
     hosts: list[HostVars],
@@ -338,6 +203,7 @@ class _Rollout:
         self.by_name = {hv.host: hv for hv in self.hosts}
         self.groups = ranks.of(self.hosts)
         self.versions: dict[str, str | None] = {}  # engine versions the pre-check read (engine groups)
+        self.notes: dict[str, str] = {}  # the pre-check's word on a host it did not refuse (versions.unknown_note)
         self.declared = Declared(self.profile.name, self.profile.version, self.profile.content_hash)
         self.rendered: dict[str, Rendered] = {}
         self.trusted: dict[str, Any] = {"knob_serve_break_lock": self.opts.break_lock, **self.opts.overrides}
@@ -416,7 +282,9 @@ class _Rollout:
         ahead: RunResult | None = None
         last = _last_applied(self.door.inventory)
         if self.groups:
-            decided = self.group_decisions(pre_check(profile, hosts, self.rendered, self.door, opts, self.versions))
+            decided = self.group_decisions(
+                pre_check(profile, hosts, self.rendered, self.door, opts, self.versions, self.notes)
+            )
         elif speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
             # One batch, a real change, hosts a quick transport reaches: ansible-playbook starts (~1 s of its own
             # start-up) while the pre-check probes; the role waits at its gate for the decision, and hosts decided
@@ -426,10 +294,10 @@ class _Rollout:
                 lambda gate, cancel: self.playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
                 ahead_id,
                 len(hosts),
-                lambda: pre_check(profile, hosts, self.rendered, self.door, opts),
+                lambda: pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes),
             )
         else:
-            decided = pre_check(profile, hosts, self.rendered, self.door, opts)
+            decided = pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes)
         for host, o in decided.items():
             self.journal.add(PreCheckResult("pre-check", host, o.status != "refused", o.message, decided=o.status))
         todo = [hv.host for hv in hosts if hv.host not in decided]
@@ -458,6 +326,9 @@ class _Rollout:
                     )
         order = {hv.host: i for i, hv in enumerate(hosts)}
         self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
+        for o in self.outcomes:  # what the pre-check had to say without refusing (an engine version nothing reports)
+            if o.host in self.notes and o.status in ("pending", "applied", "failed"):
+                o.message = "; ".join(m for m in (o.message, self.notes[o.host]) if m)
         for o in self.outcomes:
             g = self.by_name[o.host].group if o.host in self.by_name else None
             if g is not None:
@@ -474,7 +345,7 @@ class _Rollout:
             holder = first.lock or {}
             raise LockHeld(
                 f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
-                f"{holder.get('since')} from {holder.get('controller')}{_stale_hint(holder)}",
+                f"{holder.get('since')} from {holder.get('controller')}{stale_hint(holder)}",
                 report,
             )
         return report
@@ -883,31 +754,3 @@ def _roll_back_earlier(
         if o.restored is not None and o.restored.ok:
             o.status = "rolled-back"
             o.message = f"rolled back to generation {o.restored.generation:04d} (--rollback-fleet)"
-
-
-def _refused_for_the_lock(p: plan.HostPlan) -> bool:
-    """Whether the pre-check refused the host for another run's lock (its ``interrupted_apply`` finding on the
-    lock, not on a generation left installing): decided on the finding's fields, not its text."""
-    from knobfleet.module_utils.knob_live import Kind
-
-    held = [f for f in p.findings if f.kind is Kind.INTERRUPTED_APPLY and f.name == "lock"]
-    return bool(held) and p.refusal == held[0].message
-
-
-def lock_refusal(holder: dict[str, Any]) -> str:
-    """The refusal of a host another run holds locked, from the lock's own fields."""
-    return (
-        f"lock held by {holder.get('operator')} (run {holder.get('run_id')}) since {holder.get('since')} from "
-        f"{holder.get('controller')}{_stale_hint(holder)}"
-    )
-
-
-def _stale_hint(holder: dict[str, Any]) -> str:
-    import os
-    import socket
-
-    ctrl = str(holder.get("controller") or "")
-    host, _, pid = ctrl.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-        return f"; that applier (pid {pid}) no longer runs, so the lock is stale: re-run with --break-lock to break it"
-    return "; wait for it to finish (or, if it was killed, re-run with --break-lock)"

@@ -261,6 +261,11 @@ class Serve(_Strict):
     flag_underscores: bool = Field(
         default=False, description="the engine's parser reads --max_model_len as --max-model-len (vLLM's does)"
     )
+    packages: tuple[str, ...] = Field(
+        default=(),
+        description="the engine's distribution names, in order, whose METADATA in the launcher's environment says "
+        "the installed version (the probe's engine_package); empty: the module or console script the launcher runs",
+    )
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
     metrics: Metrics | None = Field(default=None, description="the Prometheus names the drain and the canary read")
 

@@ -69,6 +69,21 @@ options:
         one engine group must run the same version.
     type: str
     default: ""
+  launcher:
+    description:
+      - The launcher argv knobfleet renders for this host; where neither the running engine nor the installed serve
+        script names one, the engine package's version is read from this launcher's environment.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description:
+      - The engine's distribution names, in order (the catalog's C(serve.packages)); the probe reports the first
+        whose C(<name>-<version>.dist-info/METADATA) the launcher's environment holds. Empty, the module or
+        console script the launcher runs.
+    type: list
+    elements: str
+    default: []
 notes:
   - Supports check mode (it changes nothing either way).
 """
@@ -119,7 +134,9 @@ def main():
                            secret_key=dict(type="str", default="", no_log=True),
                            liveness_url=dict(type="str", default=""),
                            liveness_timeout_s=dict(type="float", default=10.0),
-                           version_file=dict(type="str", default="")),
+                           version_file=dict(type="str", default=""),
+                           launcher=dict(type="list", elements="str", default=[]),
+                           packages=dict(type="list", elements="str", default=[])),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

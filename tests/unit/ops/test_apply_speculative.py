@@ -8,7 +8,8 @@ import pytest
 
 from knobfleet.fleet.inventory import load_hosts
 from knobfleet.ops import apply
-from knobfleet.ops.apply import HostOutcome, Options
+from knobfleet.ops.outcome import HostOutcome
+from knobfleet.ops.precheck import Options
 
 INVENTORY = Path(__file__).parents[1] / "data" / "inventory_v1"
 HASH = "sha256:" + "a" * 64

@@ -218,7 +218,7 @@ def test_refusal_and_break_lock(lab1: HostVars) -> None:
 
 
 def test_apply_words_a_lock_refusal_from_the_locks_fields_not_the_findings_text(lab1: HostVars) -> None:
-    from knobfleet.ops.apply import _refused_for_the_lock, lock_refusal
+    from knobfleet.ops.precheck import _refused_for_the_lock, lock_refusal
 
     doc = copy.deepcopy(CLEAN)
     holder = {"run_id": "r9", "operator": "bob", "since": "t", "controller": "elsewhere:1"}

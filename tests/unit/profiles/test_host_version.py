@@ -157,7 +157,7 @@ def test_the_unknown_note_names_the_host_the_catalog_and_what_each_source_said()
     )
 
 
-# --- the pre-check's use of it (ops/apply.version_refusal) ------------------------------------------------------------
+# --- the pre-check's use of it (ops/precheck.version_refusal) ---------------------------------------------------
 
 OLD_PROFILE = """\
 name: old
@@ -174,7 +174,7 @@ def test_the_pre_check_reads_the_launchers_package_where_vllm_reports_no_version
     """vLLM without VLLM_SERVER_DEV_MODE has no /server_info: the package metadata of its launcher's environment
     is what says 0.32, and the knob 0.32 removed is refused before anything changes."""
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.ops.apply import version_refusal
+    from knobfleet.ops.precheck import version_refusal
 
     (profiles_dir / "old.yaml").write_text(OLD_PROFILE)
     p = ProfileStore(profiles_dir).resolve("old", check_lock=False)
@@ -192,3 +192,8 @@ def test_the_pre_check_reads_the_launchers_package_where_vllm_reports_no_version
     assert version_refusal(p, with_file, {**on_31, "engine_version": "0.32.0"}, profiles_dir / "catalogs") is None
     # and a host that says nothing at all is let through (the plan says so: versions.unknown_note)
     assert version_refusal(p, hv, {"server_info": None, "engine_package": NO_PKG}, profiles_dir / "catalogs") is None
+    notes: dict[str, str] = {}
+    silent = {"server_info": None, "engine_package": NO_PKG}
+    assert version_refusal(p, hv, silent, profiles_dir / "catalogs", notes) is None
+    assert notes == {"a": versions.unknown_note("a", "vllm", "0.31.0", versions.host_version(silent), "old@1")}
+    assert notes["a"].startswith("engine version unknown on a: validated against vllm 0.31.0, the version profile")

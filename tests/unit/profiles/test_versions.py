@@ -431,7 +431,7 @@ def test_a_bad_migrate_target_is_one_line_and_changes_nothing(old: Path, to: str
 
 def test_the_pre_check_refuses_a_host_on_a_version_that_lacks_a_knob(old: Path) -> None:
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.ops.apply import version_refusal
+    from knobfleet.ops.precheck import version_refusal
 
     p = ProfileStore(old.parent).resolve("old", check_lock=False)
     on = {
@@ -477,7 +477,7 @@ def test_a_pinned_profile_is_valid_on_its_version_launches_its_install_and_migra
     from knobfleet.errors import RenderError
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.ops import profiles as app
-    from knobfleet.ops.apply import version_refusal
+    from knobfleet.ops.precheck import version_refusal
     from knobfleet.render import expected_argv, launcher_of
 
     old.write_text(PINNED)
@@ -583,7 +583,7 @@ def test_a_profile_valid_on_the_pinned_catalog_stays_valid_whatever_its_fingerpr
 
 def test_a_named_version_with_a_build_label_is_that_version(old: Path) -> None:
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.ops.apply import version_refusal
+    from knobfleet.ops.precheck import version_refusal
 
     p = ProfileStore(old.parent).resolve("old", check_lock=False)
     assert version_refusal(p, HostVars(host="a", engine="vllm", engine_version="0.31.0+cpu"), {}) is None

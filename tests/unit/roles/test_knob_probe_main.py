@@ -78,6 +78,8 @@ def test_the_defaults_reach_the_observation(capsys: pytest.CaptureFixture[str], 
             "liveness_url": "",
             "liveness_timeout_s": 10.0,
             "version_file": "",
+            "launcher": [],
+            "packages": [],
         },
     ]
     assert isinstance(observed[0]["http_timeout_s"], float)

@@ -29,7 +29,8 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.live import verify
 from knobfleet.module_utils import knob_observe
 from knobfleet.ops import history, plan
-from knobfleet.ops.apply import ApplyReport, from_plan
+from knobfleet.ops.apply import ApplyReport
+from knobfleet.ops.precheck import from_plan
 from knobfleet.ops.profiles import rendered_json
 from knobfleet.profiles.model import Profile
 from knobfleet.profiles.store import ProfileStore
