@@ -458,6 +458,13 @@ def prometheus(verdicts: list[HostVerdict], now: float | None = None) -> str:
                 f'version="{v.version}",hash="{esc(v.hash)}"}} 1'
             )
     lines += [
+        "# HELP knobfleet_generation The generation each host's current link points at (a rollback lowers it).",
+        "# TYPE knobfleet_generation gauge",
+    ]
+    for v in verdicts:
+        if v.generation is not None:
+            lines.append(f'knobfleet_generation{{host="{esc(v.host)}"}} {int(v.generation)}')
+    lines += [
         "# HELP knobfleet_probe_success Whether the host could be probed (1) or not (0).",
         "# TYPE knobfleet_probe_success gauge",
     ]

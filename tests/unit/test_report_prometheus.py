@@ -36,6 +36,8 @@ def test_series_per_host_and_kind() -> None:
         'knobfleet_drift_findings{host="lab2",kind="file_changed"} 1',
         'knobfleet_profile_info{host="lab1",profile="ctas512",version="2",hash="sha256:ab"} 1',
         'knobfleet_profile_info{host="lab2",profile="ctas512",version="2",hash="sha256:ab"} 1',
+        'knobfleet_generation{host="lab1"} 3',
+        'knobfleet_generation{host="lab2"} 3',
         'knobfleet_probe_success{host="lab1"} 1',
         'knobfleet_probe_success{host="lab2"} 1',
         'knobfleet_probe_success{host="la\\"b\\\\3"} 0',

@@ -115,6 +115,9 @@ def knobfleet_dashboard() -> dict[str, Any]:
                "knobfleet_probe_success: hosts the last drift run could read"),
         _panel(4, "Since the last drift run", [("time() - max(knobfleet_drift_last_run_timestamp_seconds)", "age")],
                "s", "knobfleet_drift_last_run_timestamp_seconds (the KnobfleetDriftCheckStale alert watches it)"),
+        _panel(5, "Generation per host", [('max by (host) (knobfleet_generation{host=~"$host"})', "{{host}}")],
+               "short", "knobfleet_generation: the generation each host's current link points at; an apply raises "
+               "it, a rollback lowers it"),
     ]  # fmt: skip
     return _board("knobfleet-fleet", "knobfleet: the fleet", panels, ["drift"])
 
