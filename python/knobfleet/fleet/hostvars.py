@@ -25,24 +25,6 @@ SERVICE_RE = rules.regex("service")
 USER_RE = rules.regex("user")  # what lands in the unit's User=
 LISTEN_RE = rules.regex("listen_host")  # an address or host name: lands in argv and URLs
 PREFIX = "knob_serve_"
-# How Ansible reaches a host: kept so the SSH fast path (transport.py) connects exactly as Ansible would.
-CONNECTION_VARS = (
-    "ansible_host",
-    "ansible_ssh_host",
-    "ansible_port",
-    "ansible_ssh_port",
-    "ansible_user",
-    "ansible_ssh_user",
-    "ansible_connection",
-    "ansible_ssh_private_key_file",
-    "ansible_private_key_file",
-    "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
-    "ansible_ssh_args",
-    "ansible_ssh_executable",
-    "ansible_python_interpreter",
-    "ansible_become",
-)
 # The router that fronts a host (fleet.router): inventory var -> HostVars field.
 ROUTER_VARS = {
     "knob_router_url": "router_url",
@@ -52,6 +34,17 @@ ROUTER_VARS = {
 }
 # Secrets are never copied; only whether one is set (the fast path cannot type a password).
 SECRET_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+
+
+@cache
+def connection_vars() -> frozenset[str]:
+    """How Ansible reaches a host, as the transports declare it: the union of every registered transport's
+    ``reads`` (a new transport brings its own keys; nothing here lists them), less the secret ones, which are never
+    copied (only whether one is set). Kept so a transport connects exactly as Ansible would."""
+    from knobfleet.fleet.transports import REGISTRY
+
+    wanted: set[str] = set().union(*(make().reads for make in REGISTRY.values()))
+    return frozenset(k for k in wanted if k not in SECRET_VARS and "pass" not in k)
 
 
 @cache
@@ -335,7 +328,7 @@ def from_inventory_vars(host: str, variables: dict[str, Any], where: str) -> Hos
     data: dict[str, Any] = {k[len(PREFIX) :]: v for k, v in variables.items() if k.startswith(PREFIX)}
     data["host"] = host
     data["address"] = str(variables.get("ansible_host", host))
-    data["connection"] = {k: str(variables[k]) for k in CONNECTION_VARS if variables.get(k) is not None}
+    data["connection"] = {k: str(variables[k]) for k in sorted(connection_vars()) if variables.get(k) is not None}
     data["connection"].update({k: "<set>" for k in SECRET_VARS if variables.get(k)})
     if "knob_profile" in variables:
         data["profile"] = variables["knob_profile"]

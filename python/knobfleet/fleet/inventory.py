@@ -475,7 +475,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
     import warnings
 
     from knobfleet.fleet import ansible_cfg
-    from knobfleet.fleet.hostvars import CONNECTION_VARS, SECRET_VARS, attach_groups, from_inventory_vars
+    from knobfleet.fleet.hostvars import SECRET_VARS, attach_groups, connection_vars, from_inventory_vars
 
     ansible_cfg.config_file(paths.project_root())  # an ansible.cfg that is a FIFO or device: one line, not a hang
     with warnings.catch_warnings():
@@ -518,7 +518,7 @@ def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars
         except AnsibleError as exc:  # a vars file Ansible cannot parse: its text may quote a secret, never shown
             raise InventoryError(_vars_file_error(where, host.name, str(exc), check)) from None
         templar = Templar(loader=loader, variables=raw)
-        wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in CONNECTION_VARS}
+        wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in connection_vars()}
         for k, v in wanted.items():
             if expanded_size(v) > MAX_VALUES:
                 raise InventoryError(

@@ -56,3 +56,33 @@ def test_missing_inventory_and_empty_limit(tmp_path: Path, repo: Path) -> None:
         load_hosts(tmp_path / "nope")
     with pytest.raises(InventoryError, match="no hosts matching --limit 'zz'"):
         load_hosts(repo / "inventories" / "lab", "zz")
+
+
+def test_the_connection_vars_are_the_transports_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing central lists how a host is reached: the host view keeps the union of what the registered transports
+    declare they read (a new transport brings its keys), never a password's value."""
+    from knobfleet.fleet import hostvars as hv_mod
+    from knobfleet.fleet import transports
+
+    class Kubectl:
+        reads = frozenset({"ansible_kubectl_context", "ansible_kubectl_password"})
+
+    monkeypatch.setitem(transports.REGISTRY, "kubectl", Kubectl)  # type: ignore[arg-type]
+    hv_mod.connection_vars.cache_clear()
+    try:
+        got = hv_mod.from_inventory_vars(
+            "h1",
+            {"ansible_host": "127.0.1.9", "ansible_kubectl_context": "prod", "ansible_kubectl_password": "x",
+             "ansible_ssh_pass": "y", "ansible_unknown_thing": "z"},
+            "inventory",
+        )  # fmt: skip
+        # a password var is never copied: a known one is marked as set (the fast path cannot type it)
+        assert got.connection == {
+            "ansible_host": "127.0.1.9",
+            "ansible_kubectl_context": "prod",
+            "ansible_ssh_pass": "<set>",
+        }
+    finally:
+        monkeypatch.undo()
+        hv_mod.connection_vars.cache_clear()
+    assert "ansible_kubectl_context" not in hv_mod.connection_vars()
