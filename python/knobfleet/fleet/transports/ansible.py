@@ -8,22 +8,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from knobfleet.fleet.transports.base import Capabilities, HostFailure, ModuleCall, Outcome, Target, default_forks
+from knobfleet.fleet.transports.base import (
+    Capabilities,
+    HostFailure,
+    ModuleCall,
+    NoWarmUp,
+    Outcome,
+    Target,
+    default_forks,
+)
 
 
-class AnsibleTransport:
+class AnsibleTransport(NoWarmUp):
     name: ClassVar[str] = "ansible"
     reads: ClassVar[frozenset[str]] = frozenset()  # none itself: Ansible reads every connection variable
     caps: ClassVar[Capabilities] = Capabilities(auto=True, fallback=True)
-
-    def ineligible(self, hv: Target) -> str | None:
-        return None
-
-    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
-        return None
-
-    def stop_warm(self) -> None:
-        return None
 
     def run(
         self,

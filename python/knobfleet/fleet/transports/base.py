@@ -131,6 +131,21 @@ class Transport(Protocol):
         host, never an exception for one host's failure."""
 
 
+class NoWarmUp:
+    """What a transport without warm-up work inherits (pytest-testinfra's base-backend habit): the no-op
+    ``warm_up``/``stop_warm`` and an ``ineligible`` that refuses no host. It declares its ``name``, ``reads``,
+    ``caps`` and ``run``."""
+
+    def ineligible(self, hv: Target) -> str | None:
+        return None
+
+    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
+        return None
+
+    def stop_warm(self) -> None:
+        return None
+
+
 class Streaming(Transport, Protocol):
     def stream(
         self,

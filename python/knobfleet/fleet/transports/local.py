@@ -22,6 +22,7 @@ from knobfleet.fleet.transports.base import (
     Capabilities,
     HostFailure,
     ModuleCall,
+    NoWarmUp,
     Outcome,
     Target,
     bundle,
@@ -49,7 +50,7 @@ def argv(hv: Target, module_name: str, func: str, args: dict[str, Any]) -> list[
     return [python_of(hv), "-I", "-c", BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))]
 
 
-class LocalTransport:
+class LocalTransport(NoWarmUp):
     name: ClassVar[str] = "local"
     reads: ClassVar[frozenset[str]] = frozenset(
         {"ansible_connection", "ansible_host", "ansible_python_interpreter", "ansible_become"}
@@ -70,12 +71,6 @@ class LocalTransport:
             return f"{hv.host}: not this machine ({where})"
         if c.get("ansible_port") or c.get("ansible_ssh_port"):  # a forwarded port may lead anywhere
             return f"{hv.host}: ansible_port (set ansible_connection: local for this machine)"
-        return None
-
-    def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
-        return None
-
-    def stop_warm(self) -> None:
         return None
 
     def run(
