@@ -86,6 +86,8 @@ class Kind(str, Enum):
     UNMANAGED = "unmanaged"
     NOT_READY = "not_ready"
     INTERRUPTED_APPLY = "interrupted_apply"
+    # The current generation is marked failed: its apply failed and the restore never ran (the controller died).
+    FAILED_GENERATION = "failed_generation"
     PROCESS_STOPPED = "process_stopped"
     # The ranks of one engine group (knob_engine_groups; live/groups.py): found across hosts, never on one alone.
     GROUP_MISMATCH = "group_mismatch"
@@ -144,6 +146,13 @@ RULES: dict[Kind, Rule] = {
     Kind.UNMANAGED: Rule("warning", Action.INSTALL, False, "knobfleet never applied a generation here"),
     Kind.NOT_READY: Rule("error", Action.RESTART, False, "the engine runs but does not answer its health check"),
     Kind.INTERRUPTED_APPLY: Rule("error", Action.REFUSE, False, "an apply was killed half-way (lock left held)"),
+    Kind.FAILED_GENERATION: Rule(
+        "error",
+        Action.NONE,
+        False,
+        "the host runs a generation knobfleet marked failed: the restore after its failed apply never ran; "
+        "`knobfleet rollback` puts the previous good one back",
+    ),
     Kind.PROCESS_STOPPED: Rule(
         "error", Action.RESTART, False, "a process of the engine is stopped or a zombie: the engine hangs"
     ),
@@ -591,6 +600,18 @@ def _interrupted(doc: dict[str, Any], run_id: str | None, out: list[dict[str, An
         )
     for entry in gens.get("list") or []:
         meta = entry.get("meta") if isinstance(entry, dict) else None
+        current = isinstance(meta, dict) and entry.get("generation") == gens.get("current")
+        if current and meta.get("status") == "failed" and meta.get("run_id") != run_id:  # type: ignore[union-attr]
+            out.append(
+                finding(
+                    Kind.FAILED_GENERATION,
+                    "generation %04d, the current one, is marked failed: its apply failed and the restore never ran "
+                    "(the controller was stopped first); `knobfleet rollback` puts the previous good generation back"
+                    % entry["generation"],
+                    name="generation",
+                    actual=entry["generation"],
+                )
+            )
         if isinstance(meta, dict) and meta.get("status") == "installing" and meta.get("run_id") != run_id:
             out.append(
                 finding(
