@@ -238,29 +238,40 @@ def _save_plan(path: Path, argvs: dict[str, tuple[list[str], bool]]) -> None:
         pass  # only costs the head start next time
 
 
-def iter_function(
-    hosts: Sequence[Target],
-    control_dir: Path,
-    source: bytes,
-    module_name: str,
-    func: str,
-    args: Mapping[str, dict[str, Any]],
-    timeout_s: float = 60.0,
-    plan_key: str | None = None,
-    started: Started | None = None,
-    defaults: Mapping[str, str] | None = None,
-    forks: int | None = None,
-    cache_roots: Mapping[str, str] | None = None,
-    known: probecache.Known | None = None,
-    persist: bool = False,
-) -> Iterator[Outcome]:
-    """Run ``func(args[host])`` from the module ``source`` on every host, at most ``forks`` at once, each bounded
-    by ``timeout_s`` from its own start; yield each host's outcome as it arrives. Processes in ``started`` whose
-    argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
-    early stops what is still running. A host in ``cache_roots`` (its probe cache directory) runs the code cached
-    there when ``known`` says it holds this bundle's, else gets the bundle and caches it (probecache). With
-    ``persist``, such a host is asked through its ``Session`` (opened on first use, kept for the next call); a
-    session that fails is closed and the call runs the usual way."""
+@dataclasses.dataclass(frozen=True)
+class FunctionRun:
+    """One module function to run over ssh: ``func(args[host])`` of the module ``source`` (its bundle), through
+    the control sockets in ``control_dir``, each host bounded by ``timeout_s`` from its own start, at most
+    ``forks`` at once. ``plan_key``/``started``: the head start (processes an earlier run saved the argv of and
+    ``warm_up`` started). ``defaults``: ansible.cfg's ssh settings. ``cache_roots``/``known``: each host's probe
+    cache and what it is known to hold (probecache). ``persist``: keep one interpreter per host (a ``Session``)."""
+
+    control_dir: Path
+    source: bytes
+    module_name: str
+    func: str
+    args: Mapping[str, dict[str, Any]]
+    timeout_s: float = 60.0
+    plan_key: str | None = None
+    started: Started | None = None
+    defaults: Mapping[str, str] | None = None
+    forks: int | None = None
+    cache_roots: Mapping[str, str] | None = None
+    known: probecache.Known | None = None
+    persist: bool = False
+
+
+def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome]:
+    """Run ``run.func(run.args[host])`` on every host, at most ``run.forks`` at once, each bounded by
+    ``run.timeout_s`` from its own start; yield each host's outcome as it arrives. Processes in ``run.started``
+    whose argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
+    early stops what is still running. A host in ``run.cache_roots`` (its probe cache directory) runs the code
+    cached there when ``run.known`` says it holds this bundle's, else gets the bundle and caches it (probecache).
+    With ``run.persist``, such a host is asked through its ``Session`` (opened on first use, kept for the next
+    call); a session that fails is closed and the call runs the usual way."""
+    control_dir, source, module_name, func, args = run.control_dir, run.source, run.module_name, run.func, run.args
+    timeout_s, plan_key, started, defaults, forks = run.timeout_s, run.plan_key, run.started, run.defaults, run.forks
+    cache_roots, known, persist = run.cache_roots, run.known, run.persist
     control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     limit = max(1, forks if forks is not None else default_forks())
     early = dict(started or {})
@@ -438,25 +449,11 @@ def run_function(
     persist: bool = False,
 ) -> dict[str, Outcome]:
     """``iter_function``, collected: every host's outcome, in the order of ``hosts``."""
-    got = {
-        o.host: o
-        for o in iter_function(
-            hosts,
-            control_dir,
-            source,
-            module_name,
-            func,
-            args,
-            timeout_s,
-            plan_key,
-            started,
-            defaults,
-            forks,
-            cache_roots,
-            known,
-            persist,
-        )
-    }
+    run = FunctionRun(
+        control_dir, source, module_name, func, args, timeout_s, plan_key, started, defaults, forks, cache_roots,
+        known, persist,
+    )  # fmt: skip
+    got = {o.host: o for o in iter_function(hosts, run)}
     return {hv.host: got[hv.host] for hv in hosts}
 
 
@@ -604,19 +601,21 @@ class SshTransport:
         roots = {h: r for h, a in call.args.items() if (r := probecache.root_of(a)) is not None}
         return iter_function(
             hosts,
-            paths.control_dir(),
-            bundle(call.source(), paths.module_utils_dir(), call.private),
-            call.module,
-            call.function,
-            call.args,
-            timeout_s=call.timeout_s,
-            plan_key=_EARLY_KEY[0],
-            started=started,
-            defaults=config_defaults(),
-            forks=forks,
-            cache_roots=roots,
-            known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
-            persist=call.persist,
+            FunctionRun(
+                paths.control_dir(),
+                bundle(call.source(), paths.module_utils_dir(), call.private),
+                call.module,
+                call.function,
+                call.args,
+                timeout_s=call.timeout_s,
+                plan_key=_EARLY_KEY[0],
+                started=started,
+                defaults=config_defaults(),
+                forks=forks,
+                cache_roots=roots,
+                known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
+                persist=call.persist,
+            ),
         )
 
     def run(

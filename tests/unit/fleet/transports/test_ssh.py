@@ -246,7 +246,12 @@ def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake
     args["h1"]["wait"] = True
     args["h4"]["open"] = True
     payload = transport.bundle(GATED, paths.module_utils_dir())
-    order = [o.host for o in transport.iter_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=2)]
+    order = [
+        o.host
+        for o in transport.iter_function(
+            hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=2)
+        )
+    ]
     assert order[:2] == ["h2", "h3"] and sorted(order[2:]) == ["h1", "h4"], order
     assert max(int(x) for x in (tmp_path / "seen").read_text().split()) <= 2  # never more than 2 at once
 
@@ -265,7 +270,7 @@ def test_closing_the_stream_early_stops_what_runs(fake_ssh: Path, tmp_path: Path
     args = {h.host: {"dir": str(tmp_path), "name": h.host, "wait": h.host != "h3"} for h in hosts}
     args["h3"]["peers"] = 3  # answers once h1 and h2 are running
     payload = transport.bundle(GATED, paths.module_utils_dir())
-    it = transport.iter_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=3)
+    it = transport.iter_function(hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=3))
     assert next(it).host == "h3"
     pids = [int(f.read_text()) for f in (tmp_path / "running").iterdir()]  # h1 and h2, waiting for a flag
     assert len(pids) == 2
