@@ -69,7 +69,10 @@ def call(
 
 def warm_up(inventory: Path, limit: str | None, via: str, forks: int | None = None) -> None:
     """Start the probes of the last run over the same inventory (ssh transport; cheap, read-only)."""
-    transports.warm_up(call(), inventory, limit, via, forks)
+    from knobfleet.fleet.inventory import fingerprint
+
+    if inventory.exists():
+        transports.warm_up(call(), lambda: fingerprint(inventory, limit), via, forks)
 
 
 def stream(

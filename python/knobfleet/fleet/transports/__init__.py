@@ -112,24 +112,23 @@ def play_vars(via: str) -> dict[str, Any]:
     return dict(REGISTRY[via]().caps.play_vars) if via in REGISTRY else {}
 
 
-def warm_up(call: ModuleCall, inventory: Path, limit: str | None, via: str, forks: int | None = None) -> None:
+def warm_up(call: ModuleCall, key: Callable[[], str | None], via: str, forks: int | None = None) -> None:
     """Start the calls the last run over the same inventory and limit saved, first thing (only a transport that
-    declares it warms up, and that ``via`` may choose; at most ``forks`` of them)."""
-    from knobfleet.fleet.inventory import fingerprint
-
-    if via not in VIA or not inventory.exists():
+    declares it warms up, and that ``via`` may choose; at most ``forks`` of them). ``key``: the inventory's
+    fingerprint for that limit (asked only when a transport warms up; None: not cached)."""
+    if via not in VIA:
         return
     makers = [REGISTRY[via]] if via in REGISTRY else list(REGISTRY.values())
     warm = [t for t in (make() for make in makers) if t.caps.warms_up and (via in REGISTRY or t.caps.auto)]
     if not warm:
         return
-    key = fingerprint(inventory, limit)
-    if key:
+    fingerprint = key()
+    if fingerprint:
         from knobfleet import paths
 
         payload = bundle(call.source(), paths.module_utils_dir(), call.private)  # byte-equal to what the run sends
         for t in warm:
-            t.warm_up(f"{call.module}:{key}", payload, forks)
+            t.warm_up(f"{call.module}:{fingerprint}", payload, forks)
 
 
 def _stop_warm(chosen: Transport) -> None:
