@@ -28,7 +28,7 @@ description:
     C(mark) (when O(generation) is given) and C(release). Their results come back under C(steps), one per
     step; a failure names the step (C(failed_step)) with the results of the steps before it.
   - C(install) (in its C(begin), before the lock or any write) and C(commit) refuse a unit whose name the host's
-    packages ship (that name, or its template's, under /lib/systemd/system or /usr/lib/systemd/system): the
+    packages ship (that name, or its template's, under /lib/systemd/system or /usr/lib/systemd/system), since the
     serve unit would take the place of the host's own service. A restore is never refused by it.
   - Standard library only on the host; part of the C(knobfleet.serving) collection, used by its
     C(knob_serve) role.
