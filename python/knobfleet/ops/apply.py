@@ -424,7 +424,7 @@ class _SlotBefore(SlotRun):
 
     def forced(self) -> dict[str, tuple[int, str]]:
         """The drains that timed out and went on under --force-restart: {host: (requests dropped, its line)}."""
-        return {h: f for h, results in self.results.items() for f in _forced(h, results).values()}
+        return {h: f for h, results in self.results.items() if (f := _forced(results)) is not None}
 
 
 class _SlotAfter(SlotRun):
@@ -514,7 +514,7 @@ class _Verify:
             ranks.after_play({h: batch.outcomes[h] for h in self.play.played}, docs, r.groups, rules)
         for h in self.play.played:
             out = batch.outcomes[h]
-            if self.journal_ready(batch, h):
+            if batch.journal.reached(h, "ready"):
                 batch.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
             if out.status == "failed":
                 batch.stop(h)
@@ -522,21 +522,17 @@ class _Verify:
             batch.outcomes[h].dropped = dropped
             batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, why) if m)
 
-    @staticmethod
-    def journal_ready(batch: Batch, host: str) -> bool:
-        return batch.journal.reached(host, "ready")
-
     def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
         return []
 
 
-def _forced(host: str, results: list[Any]) -> dict[str, tuple[int, str]]:
-    """The drain of ``host`` that timed out and went on under --force-restart: {host: (dropped, its line)}."""
+def _forced(results: list[Any]) -> tuple[int, str] | None:
+    """A drain among a host's slot results that timed out and went on under --force-restart: (dropped, its line)."""
     for r in results:
         d = getattr(r, "detail", None)
         if getattr(d, "forced", False):
-            return {host: (int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", "")))}
-    return {}
+            return int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", ""))
+    return None
 
 
 def speculative(

@@ -85,23 +85,10 @@ def test_the_browser_check_sees_a_page_that_reaches_out(tmp_path: Path) -> None:
 
 def test_a_tune_campaigns_page_opens_offline_with_no_request_and_no_console_message(tmp_path: Path) -> None:
     """The page of a whole campaign (the seed space over the stand-in's model): every stage, its plots."""
-    import yaml
-
-    from knobfleet.ops import profiles as app
-    from knobfleet.tune import run
     from knobfleet.tune.report import tune_page
-    from knobfleet.tune.sim import SimStages
-    from knobfleet.tune.space import parse
-    from tests.unit.tune.tune_fixtures import SEED_SPACE
+    from tests.unit.tune.tune_fixtures import seed_record
 
-    sp = parse(yaml.safe_load(SEED_SPACE), tmp_path / "seed.yaml", SEED_SPACE)
-    stages = SimStages(dict(sp.traffic or {}))
-    stages.base = app.store().resolve(sp.base)
-    c = run.Campaign(
-        sp, stages.base, stages, tmp_path / "seed.json", 188, write_profile=run.write_profile_file(tmp_path)
-    )
-    c.new_record()
-    page = tune_page(c.run())
+    page = tune_page(seed_record(tmp_path))
     requests, console = open_in_chromium(page, "tune", tmp_path)
     assert requests == [] and console == [], (requests, console)
     assert "1. Model: 15 candidates" in page and (ARTIFACTS / "tune.png").stat().st_size > 10_000

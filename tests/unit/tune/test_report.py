@@ -5,37 +5,16 @@ the page is written through ``knobfleet report``)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from knobfleet.tune.report import engine_points, model_points, tune_page
-from tests.unit.tune.tune_fixtures import SEED_SPACE
+from tests.unit.tune.tune_fixtures import seed_record
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def seed_record(tmp_path: Path) -> dict[str, Any]:
-    from knobfleet.ops import profiles as app
-    from knobfleet.tune import run
-    from knobfleet.tune.sim import SimStages
-    from knobfleet.tune.space import parse
-
-    sp = parse(yaml.safe_load(SEED_SPACE), tmp_path / "seed.yaml", SEED_SPACE)
-    stages = SimStages(dict(sp.traffic or {}))
-    stages.base = app.store().resolve(sp.base)
-    c = run.Campaign(
-        sp, stages.base, stages, tmp_path / "seed.json", 188, write_profile=run.write_profile_file(tmp_path)
-    )
-    c.new_record()
-    c.run()
-    doc: dict[str, Any] = json.loads((tmp_path / "seed.json").read_text())
-    return doc
 
 
 def markers(page: str, gid: str) -> int:
