@@ -1,19 +1,31 @@
 """The console script's entry (``knobfleet``, ``python -m knobfleet``): for the read-only commands, the probes the
-same command line started last time are launched before argparse and the heavy imports
-(headstart.py), then the command runs as usual. Standard library only up to that point."""
+same command line started last time are launched before argparse and the heavy imports (headstart.py), then the
+command runs as usual. Standard library only up to that point.
+
+The cyclic garbage collector is off while the command line's modules load: an import builds thousands of objects
+and frees none of them, so every collection it triggers is wasted (~10% of a one-shot ``drift``'s controller CPU,
+docs/PERFORMANCE.md). A one-shot read (the command lines the head start serves: ``drift``/``verify`` without
+``--watch``) keeps it off to its end, its garbage bounded by the hosts' answers; every other command turns it back
+on before it runs."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
 
 def main() -> int:
+    gc.disable()
+    one_shot = False
     try:
         from knobfleet import headstart
 
         headstart.start(sys.argv[1:])
+        one_shot = headstart.INVOCATION[0] is not None
     except Exception:  # a head start that fails costs only the head start
         pass
     from knobfleet.cli import main as cli_main
 
+    if not one_shot:  # a long command collects as usual
+        gc.enable()
     return cli_main()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -71,6 +70,8 @@ CONTROL_NAMES = {
 
 def describe_char(ch: str) -> str:
     """``U+200B ZERO WIDTH SPACE``: a character as an operator can find it."""
+    import unicodedata  # only an error message needs it: not loaded on every command's path
+
     name = CONTROL_NAMES.get(ord(ch)) or unicodedata.name(ch, "")
     if not name:
         name = {"Cc": "control character", "Cs": "lone surrogate (undecodable byte)"}.get(

@@ -132,3 +132,32 @@ def test_the_record_never_holds_the_fleets_key(isolated: Path) -> None:
     assert headstart.start(argv) == 0
     key_file.unlink()
     assert headstart.start(argv) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "collects"),
+    [
+        (["drift", "--json"], {}, False),  # a one-shot read: its garbage is bounded by the answers
+        (["verify"], {}, False),
+        (["drift", "--watch", "5"], {}, True),  # a long command
+        (["apply", "ctas512"], {}, True),
+        (["tune", "run", "x"], {}, True),
+        (["drift"], {"KNOBFLEET_HEADSTART": "0"}, True),
+    ],
+)
+def test_the_collector_is_off_only_for_one_shot_reads(
+    isolated: Path, argv: list[str], env: dict[str, str], collects: bool
+) -> None:
+    """The entry loads the command line's modules with the cyclic collector off, and turns it back on before any
+    command other than a one-shot read runs."""
+    code = (
+        "import gc, sys\n"
+        "import knobfleet.cli\n"
+        "knobfleet.cli.main = lambda: print(gc.isenabled()) or 0\n"
+        "from knobfleet._entry import main\n"
+        "sys.argv = ['knobfleet', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    run_env = {**ENV, "KNOBFLEET_STATE_DIR": str(isolated / "state"), **env}
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=run_env)
+    assert out.stdout.strip() == str(collects), out.stderr

@@ -62,7 +62,7 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
         return HostVerdict(host.host, "error", error=declared)
     rules = plan.rules_for(host, o.doc)
     verdict = verify_host(host.host, o.doc, declared, rules)
-    from knobfleet.profiles.versions import INFO_VERSION, reported
+    from knobfleet.profiles.hostversion import INFO_VERSION, reported
 
     running, _ = reported(o.doc, tuple(rules.get("info_version") or INFO_VERSION))
     if running:  # the fleet's engine versions: skew shows mid-upgrade
@@ -218,12 +218,12 @@ class _Ranks:
     to the ranks concerned and they are yielded together."""
 
     def __init__(self, plan: ReadPlan, hosts: list[ReadHost]) -> None:
-        from knobfleet.groups import from_json
-
         self.plan = plan
         self.groups: dict[str, EngineGroup] = {}
         for h in hosts:
             if h.group is not None and h.group["name"] not in self.groups:
+                from knobfleet.groups import from_json  # only a fleet with groups loads their module
+
                 self.groups[h.group["name"]] = from_json(h.group)
         here = {h.host for h in hosts}
         self.waiting = {name: [m for m in g.hosts if m in here] for name, g in self.groups.items()}

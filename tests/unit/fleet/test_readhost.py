@@ -98,14 +98,19 @@ def test_rules_are_chosen_as_drift_chooses_them(inv: Path, recorded: str | None)
 
 
 def test_a_cached_drift_imports_neither_pydantic_nor_ansible(inv: Path, repo: Path, tmp_path: Path) -> None:
-    """The read path's fixed cost: with its view cached, `drift` loads no validation or Ansible code."""
+    """The read path's fixed cost: with its view cached, `drift` loads no validation or Ansible code, answers and
+    verdicts included (the engine-version check once pulled in the catalog model, and with it pydantic)."""
     readhost.plan_for(inv, None)
     code = (
         "import sys, runpy\n"
         "sys.argv = ['knobfleet', 'drift', '--json', '-i', sys.argv[1], '--via', 'ssh']\n"
         "from knobfleet.fleet import readhost\n"
         "from knobfleet.ops import drift\n"
-        "drift.stream = lambda *a, **k: iter(())\n"
+        "from knobfleet.fleet.transports.base import Outcome\n"
+        "class Door:\n"
+        "    def stream(self, hosts, on_event=None):\n"
+        f"        return iter([Outcome(h.host, doc={gen_doc('sglang')!r}) for h in hosts])\n"
+        "drift.door = lambda *a, **k: Door()  # every host answers, so each verdict is computed as for a real one\n"
         "from knobfleet.cli import main\n"
         "main()\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml', 'ansible', 'jinja2', 'rich'))\n"
