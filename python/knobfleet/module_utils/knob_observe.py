@@ -1,6 +1,7 @@
 """Readers of a host's state for one knobfleet-managed service: files, unit properties, the processes of
-the unit's cgroup, generations, lock, ledger, health and the engine's info endpoint. Standard library only;
-``observe`` returns the probe document (schema_version 1) that the live-state rule (knob_live) reads."""
+the unit's cgroup (knob_procfs), generations, lock, ledger, health and the engine's info endpoint (knob_http).
+Standard library only; ``observe`` returns the probe document (schema_version 1) that the live-state rule
+(knob_live) reads."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import pwd
 import select
 import stat
-import sys
 import time
 
 TYPE_CHECKING = False
@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
     from typing import Any
 
 # No json, hashlib or socket here (knob_lean's twins), and the secret rules come from knob_redact, not knob_live:
-# the probe imports this file on every host for every drift, and those imports were a third of its host CPU.
+# the probe imports this file on every host for every drift, and those imports were a third of its host CPU. The
+# engine's HTTP endpoints (knob_http) and the unit's processes in /proc (knob_procfs) are files of their own; every
+# name of theirs is re-exported here (``x as x``), so callers import them from knob_observe as before.
 try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
     from ansible.module_utils.knob_fs import (
         DIR_FLAGS,
@@ -30,8 +32,21 @@ try:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
         read_bounded_at,
         split,
     )
-    from ansible.module_utils.knob_lean import connect, dumps, loads, sha256
+    from ansible.module_utils.knob_http import MAX_BODY as MAX_BODY
+    from ansible.module_utils.knob_http import REDIRECTS as REDIRECTS
+    from ansible.module_utils.knob_http import http_get as http_get
+    from ansible.module_utils.knob_http import liveness as liveness
+    from ansible.module_utils.knob_http import loopback_get as loopback_get
+    from ansible.module_utils.knob_http import loopback_target as loopback_target
+    from ansible.module_utils.knob_http import urllib_get as urllib_get
+    from ansible.module_utils.knob_lean import loads, sha256
     from ansible.module_utils.knob_pkgmeta import engine_package
+    from ansible.module_utils.knob_procfs import MAX_PROC as MAX_PROC
+    from ansible.module_utils.knob_procfs import boot_time as boot_time
+    from ansible.module_utils.knob_procfs import cgroup_pids as cgroup_pids
+    from ansible.module_utils.knob_procfs import parse_environ as parse_environ
+    from ansible.module_utils.knob_procfs import process as process
+    from ansible.module_utils.knob_procfs import unit_processes as unit_processes
     from ansible.module_utils.knob_redact import (
         redact_argv,
         redact_env,
@@ -52,8 +67,21 @@ except ImportError:  # on the controller
         read_bounded_at,
         split,
     )
-    from knobfleet.module_utils.knob_lean import connect, dumps, loads, sha256
+    from knobfleet.module_utils.knob_http import MAX_BODY as MAX_BODY
+    from knobfleet.module_utils.knob_http import REDIRECTS as REDIRECTS
+    from knobfleet.module_utils.knob_http import http_get as http_get
+    from knobfleet.module_utils.knob_http import liveness as liveness
+    from knobfleet.module_utils.knob_http import loopback_get as loopback_get
+    from knobfleet.module_utils.knob_http import loopback_target as loopback_target
+    from knobfleet.module_utils.knob_http import urllib_get as urllib_get
+    from knobfleet.module_utils.knob_lean import loads, sha256
     from knobfleet.module_utils.knob_pkgmeta import engine_package
+    from knobfleet.module_utils.knob_procfs import MAX_PROC as MAX_PROC
+    from knobfleet.module_utils.knob_procfs import boot_time as boot_time
+    from knobfleet.module_utils.knob_procfs import cgroup_pids as cgroup_pids
+    from knobfleet.module_utils.knob_procfs import parse_environ as parse_environ
+    from knobfleet.module_utils.knob_procfs import process as process
+    from knobfleet.module_utils.knob_procfs import unit_processes as unit_processes
     from knobfleet.module_utils.knob_redact import (
         redact_argv,
         redact_env,
@@ -66,7 +94,6 @@ except ImportError:  # on the controller
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)
-MAX_PROC = 1024 * 1024
 PROPS = (  # in the order systemctl prints them (systemd's own: the Service interface's, then the Unit's)
     "Restart",
     "MainPID",
@@ -210,69 +237,6 @@ def unit_props(unit: str, private: str = PRIVATE) -> dict[str, str]:
     except OSError as exc:
         return {"error": str(exc)}
     return parse_props(out)
-
-
-def boot_time() -> int:
-    with open("/proc/stat") as fh:
-        for line in fh:
-            if line.startswith("btime "):
-                return int(line.split()[1])
-    return 0
-
-
-def cgroup_pids(cgroup: str) -> list[int]:
-    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"):
-        path = base + cgroup + "/cgroup.procs"
-        if cgroup and os.path.exists(path):
-            with open(path) as fh:
-                return sorted(int(x) for x in fh.read().split())
-    return []
-
-
-def parse_environ(raw: bytes) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            env[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "replace")
-    return env
-
-
-def process(pid: int, btime: int, hz: int) -> dict[str, Any] | None:
-    """One process: environ, cmdline, comm, state (``/proc/PID/stat`` field 3: R, S, D, T stopped, Z zombie,
-    ...), parent and start time (None when it is gone)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            stat_line = fh.read()
-    except OSError:
-        return None
-    try:  # a zombie has no environ (ESRCH) and an empty cmdline, but its state is what matters then
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            env_raw = fh.read(MAX_PROC)
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            cmd_raw = fh.read(MAX_PROC)
-    except OSError:
-        if not os.path.isdir("/proc/%d" % pid):
-            return None
-        env_raw, cmd_raw = b"", b""
-    rest = stat_line[stat_line.rindex(")") + 2 :].split()
-    comm = stat_line[stat_line.index("(") + 1 : stat_line.rindex(")")]
-    start_ticks = int(rest[19])
-    return {
-        "pid": pid,
-        "ppid": int(rest[1]),
-        "comm": comm,
-        "state": rest[0],
-        "env": parse_environ(env_raw),
-        "cmdline": [c.decode("utf-8", "replace") for c in cmd_raw.split(b"\0")[:-1]],
-        "start_ticks": start_ticks,
-        "start_epoch": btime + start_ticks / float(hz),
-    }
-
-
-def unit_processes(cgroup: str) -> list[dict[str, Any]]:
-    btime, hz = boot_time(), os.sysconf("SC_CLK_TCK")
-    return [x for x in (process(pid, btime, hz) for pid in cgroup_pids(cgroup)) if x]
 
 
 def read_json(path: str, limit: int = MAX_READ) -> Any:
@@ -428,148 +392,6 @@ def ledger_tail_at(dfd: int, name: str, max_bytes: int = 128 * 1024) -> list[dic
             except ValueError:
                 out.append({"event": "unreadable", "raw": line[:200].decode("utf-8", "replace")})
     return out
-
-
-MAX_BODY = 1 << 20
-REDIRECTS = (301, 302, 303, 307, 308)
-
-
-def http_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
-    """The status of a GET of ``url`` and, for a 2xx, its body (1 MiB at most); (None, None) when it got no answer.
-    A loopback ``http://`` URL is read over a plain socket (``loopback_get``: no urllib import on the probe's hot
-    path); everything else, and any answer that one does not handle exactly as urllib would, goes through urllib
-    (redirects, proxies)."""
-    if not url:
-        return None, None
-    fast = loopback_get(url, timeout)
-    return fast if fast is not None else urllib_get(url, timeout)
-
-
-def urllib_get(url: str, timeout: float) -> tuple[int | None, bytes | None]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status), resp.read(MAX_BODY)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None, None
-
-
-def loopback_target(url: str) -> tuple[str, int, str, str] | None:
-    """(address, port, Host header, request target) of a plain ``http://`` URL to a loopback address that urllib
-    would fetch directly (no ``*_proxy`` variable set); None for anything else."""
-    if not url.startswith("http://") or not url.isascii() or any(c in url for c in " \t\r\n@"):
-        return None
-    if any(k.lower().endswith("_proxy") and v for k, v in os.environ.items()):
-        return None  # urllib would consult the proxy settings
-    netloc, slash, rest = url[len("http://") :].partition("/")
-    target = (slash + rest).split("#", 1)[0] or "/"
-    if not target.startswith("/"):
-        target = "/" + target
-    host, colon, port_s = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
-    if not colon:
-        host, port_s = netloc, "80"
-    if not port_s.isdigit() or not 0 < int(port_s) < 65536:
-        return None
-    parts = host.split(".")
-    if host == "localhost":
-        address = host  # resolved as urllib would
-    elif len(parts) == 4 and parts[0] == "127" and all(p.isdigit() and int(p) < 256 for p in parts):
-        address = host
-    else:
-        return None
-    return address, int(port_s), netloc, target
-
-
-def loopback_get(url: str, timeout: float) -> tuple[int | None, bytes | None] | None:
-    """``http_get`` of a loopback URL over a socket with the request urllib sends (HTTP/1.1, ``Connection:
-    close``); None where urllib would do more or differently (a redirect, a status line or framing it would treat
-    otherwise, a URL it parses itself)."""
-    where = loopback_target(url)
-    if where is None:
-        return None
-    address, port, host, target = where
-    request = (
-        "GET %s HTTP/1.1\r\nAccept-Encoding: identity\r\nHost: %s\r\nUser-Agent: Python-urllib/%d.%d\r\n"
-        "Connection: close\r\n\r\n" % (target, host, sys.version_info[0], sys.version_info[1])
-    ).encode("ascii")
-    try:
-        sock = connect(address, port, timeout)
-        try:
-            sock.sendall(request)
-            raw = b""
-            while b"\r\n\r\n" not in raw:
-                chunk = sock.recv(65536)
-                if not chunk or len(raw) > 65536:
-                    return None  # no complete head: let urllib say what that is
-                raw += chunk
-            head, _, body = raw.partition(b"\r\n\r\n")
-            lines = head.decode("iso-8859-1").split("\r\n")
-            version, _, rest = lines[0].partition(" ")
-            code = rest[:3]
-            if version not in ("HTTP/1.0", "HTTP/1.1") or not code.isdigit() or rest[3:4] not in ("", " "):
-                return None
-            status = int(code)
-            if status < 200 or status in REDIRECTS:
-                return None
-            if status >= 300:
-                return status, None
-            headers = {}
-            for line in lines[1:]:
-                name, colon, value = line.partition(":")
-                if not colon:
-                    return None
-                headers[name.strip().lower()] = value.strip()
-            if headers.get("transfer-encoding", "identity").lower() != "identity":
-                return None  # chunked (or anything else): urllib decodes it
-            length = headers.get("content-length")
-            if length is not None and not length.isdigit():
-                return None
-            want = min(int(length), MAX_BODY) if length is not None else MAX_BODY
-            while len(body) < want:
-                chunk = sock.recv(min(65536, want - len(body)))
-                if not chunk:
-                    if length is not None:
-                        return None  # cut short: urllib raises IncompleteRead there
-                    break
-                body += chunk
-            return status, body[:want]
-        finally:
-            sock.close()
-    except OSError:
-        return None, None
-
-
-def liveness(url: str, timeout: float) -> dict[str, Any]:
-    """A liveness witness for an engine whose health check does not generate (vLLM's /health stays 200 while a
-    stopped worker hangs every request): one bounded one-token completion at ``url`` (an OpenAI
-    ``/v1/completions``), for the first model ``/v1/models`` lists. ``status`` 200 when it finished in time."""
-    started = time.time()
-    base = url.split("/v1/", 1)[0]
-    model = None
-    status, raw = http_get(base + "/v1/models", timeout)
-    if status == 200 and raw:
-        try:
-            model = loads(raw)["data"][0]["id"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            model = None
-    body = dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read(1 << 16)
-            got: int | None = int(resp.status)
-    except urllib.error.HTTPError as exc:
-        got = int(exc.code)
-    except (urllib.error.URLError, OSError, ValueError):
-        got = None
-    return {"url": url, "status": got, "timeout_s": timeout, "seconds": round(time.time() - started, 3)}
 
 
 def dropins(unit: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,17 +20,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knobfleet import paths
+from knobfleet.fleet.transports.base import bundle
 from knobfleet.fleet.transports.probecache import boot_text
 from knobfleet.module_utils import knob_lean
 
 UTILS = paths.module_utils_dir()
+PROBE = Path(__file__).resolve().parents[3] / "roles" / "knob_probe" / "library" / "knob_probe.py"
+# The probe's module_utils in the order its bundle registers them (each after the ones it imports): the fast path's
+# own list (transports/base.bundle), so a file split out of one of them is loaded here as on a host.
+PROBE_UTILS = tuple(n for n, _text in json.loads(bundle(PROBE.read_bytes(), UTILS))["utils"])
 # Under `make mutation` the module_utils carry mutmut's trampolines, which import mutmut: a fresh `python3 -I -S`
 # cannot load them. The tests that run them there say so instead of failing the mutation run's clean pass.
 fresh_interpreter = pytest.mark.skipif(
-    any(
-        "mutmut" in (UTILS / f"{n}.py").read_text()
-        for n in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_pkgmeta", "knob_observe")
-    ),
+    any("mutmut" in (UTILS / f"{n}.py").read_text() for n in PROBE_UTILS),
     reason="module_utils are mutmut-instrumented (a mutation run): a fresh interpreter cannot load them",
 )
 
@@ -147,7 +150,7 @@ HEAVY = (
 
 IMPORTS_OF = """
 import sys, types
-for name in ("knob_lean", "knob_fs", "knob_redact", "knob_sdbus", "knob_pkgmeta", "knob_observe"):
+for name in {utils}:
     m = types.ModuleType("ansible.module_utils." + name)
     sys.modules[m.__name__] = m
     path = sys.argv[1] + "/" + name + ".py"
@@ -161,7 +164,7 @@ redact.redact_env({"apiKey": "x", "PATH": "/bin"}, ("VLLM_API_KEY",), "k")
 lean.loads(lean.dumps({"a": [1.5, None]}))
 lean.sha256(b"x").hexdigest()
 print(" ".join(sorted(n for n in sys.modules if n in {heavy})))
-""".replace("{heavy}", repr(set(HEAVY)))
+""".replace("{heavy}", repr(set(HEAVY))).replace("{utils}", repr(PROBE_UTILS))
 
 
 @fresh_interpreter

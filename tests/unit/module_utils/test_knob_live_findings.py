@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils import knob_live
+from knobfleet.module_utils import knob_live, knob_running
 from knobfleet.module_utils.knob_live import Action, Kind, actions, evaluate, finding, refusal, restore_ok
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"], "info_env": None}
@@ -285,7 +285,7 @@ def test_a_renamed_worker_is_skipped_only_when_it_shows_nothing_of_the_profile()
     assert kinds == ["env_missing", "argv_mismatch"]
     # a profile without env has no variables to look for: every process is checked
     assert evaluate(doc(MAIN, renamed), expected(env={}), ENGINE) == []
-    assert knob_live._renamed(renamed, 10, {}) is False
+    assert knob_running._renamed(renamed, 10, {}) is False
 
 
 def test_an_unknown_script_checks_no_env_and_no_argv() -> None:
@@ -419,15 +419,15 @@ def test_engine_argument_reports_are_read_only_where_they_can_be_trusted() -> No
 
 def test_the_shallowest_report_of_an_argument_wins() -> None:
     tree = {"a": {"b": {"tp": 1}}, "c": {"tp": 2}, "tp_other": 3}
-    assert knob_live._find_key(tree, "tp") == (True, 2)
-    assert knob_live._find_key({"x": {"tp": 1}, "tp": 0}, "tp") == (True, 0)
-    assert knob_live._find_key([[{"tp": 5}]], "tp") == (True, 5)
+    assert knob_running._find_key(tree, "tp") == (True, 2)
+    assert knob_running._find_key({"x": {"tp": 1}, "tp": 0}, "tp") == (True, 0)
+    assert knob_running._find_key([[{"tp": 5}]], "tp") == (True, 5)
     deep: Any = {"tp": 6}
     for _ in range(5):
         deep = {"d": deep}
-    assert knob_live._find_key(deep, "tp") == (True, 6)  # six levels down
-    assert knob_live._find_key({"d": deep}, "tp") == (False, None)  # seven: too deep to be the engine's
-    assert knob_live._find_key({"a": "tp", "b": ["tp"]}, "tp") == (False, None)
+    assert knob_running._find_key(deep, "tp") == (True, 6)  # six levels down
+    assert knob_running._find_key({"d": deep}, "tp") == (False, None)  # seven: too deep to be the engine's
+    assert knob_running._find_key({"a": "tp", "b": ["tp"]}, "tp") == (False, None)
 
 
 @pytest.mark.parametrize(

@@ -203,9 +203,10 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
         b"from ansible.module_utils.knob_live import script_env_argv\ndef f(a):\n    return script_env_argv(a['s'])\n"
     )
     payload = transport.bundle(source, paths.module_utils_dir())
-    # knob_live imports knob_argv (the argv reader) and knob_redact (which imports knob_lean): shipped with it,
-    # each after what it imports
-    assert [n for n, _src in json.loads(payload)["utils"]] == ["knob_argv", "knob_lean", "knob_redact", "knob_live"]
+    # knob_live imports knob_redact (which imports knob_lean and the lexer, knob_shell), knob_rules (the rule's
+    # table) and knob_running (which imports knob_argv, the argv reader): shipped with it, each after what it imports
+    want = ["knob_lean", "knob_shell", "knob_redact", "knob_rules", "knob_argv", "knob_running", "knob_live"]
+    assert [n for n, _src in json.loads(payload)["utils"]] == want
     out = transport.run_function([h], tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
     assert out["h1"].doc == [{"A": "1"}, ["x"]]
 
