@@ -26,8 +26,10 @@ for ``timeout_s`` and delays nobody else; outcomes are yielded as each host answ
 caller that consumes them as they come keeps only the documents in flight. The speculative start saves and
 starts only the first ``forks`` hosts.
 
-``ssh_argv`` and ``remote_command`` are pure; ``iter_function``, ``run_function`` and ``start_planned`` run the
-processes.
+``iter_function``, ``run_function`` and ``start_planned`` run the processes. Each host's call (its argv, pure:
+``ssh_argv`` and ``remote_command``; the head start's process, the probe cache, the bundle sent again) is
+``sshcalls.py``, loaded when a call runs; the sessions of ``drift --watch`` (``Session``) are ``sshsession.py``,
+loaded only when a call keeps one. All three names are importable from here as before.
 """
 
 from __future__ import annotations
@@ -36,14 +38,11 @@ import atexit
 import dataclasses
 import json
 import os
-import select
-import shlex
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
@@ -62,12 +61,19 @@ from knobfleet.fleet.transports.base import (
 )
 from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
+if TYPE_CHECKING:
+    from knobfleet.fleet.transports.sshcalls import CONNECT_TIMEOUT_S, DEFAULT_PYTHON, Calls, remote_command, ssh_argv
+    from knobfleet.fleet.transports.sshsession import Session
+
 __all__ = [
     "BOOT",
+    "CONNECT_TIMEOUT_S",
     "DEFAULT_FORKS",
+    "DEFAULT_PYTHON",
     "SSH_ARGS",
     "HostFailure",
     "Outcome",
+    "Session",
     "SshTransport",
     "Target",
     "bundle",
@@ -76,12 +82,27 @@ __all__ = [
     "ineligible",
     "interpret",
     "iter_function",
+    "remote_command",
     "run_function",
     "ssh_argv",
 ]
 
-CONNECT_TIMEOUT_S = 15
-DEFAULT_PYTHON = "/usr/bin/python3"
+if not TYPE_CHECKING:  # at run time only: for the type checker these names are the imports above
+
+    def __getattr__(name: str) -> object:
+        """The names that moved to sshcalls.py and sshsession.py, importable from here as before but loaded on
+        first use: importing the transports loads neither, and only ``--watch`` keeps sessions."""
+        if name in ("CONNECT_TIMEOUT_S", "DEFAULT_PYTHON", "remote_command", "ssh_argv"):
+            from knobfleet.fleet.transports import sshcalls
+
+            return getattr(sshcalls, name)
+        if name == "Session":
+            from knobfleet.fleet.transports.sshsession import Session
+
+            return Session
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # The connection variables the fast path reads (ssh_argv, _python, ineligible); a password var is only looked at.
 READS = frozenset(
     {
@@ -128,52 +149,6 @@ def ineligible(hv: Target, defaults: Mapping[str, str] | None = None) -> str | N
     return None
 
 
-def _python(hv: Target, defaults: Mapping[str, str] | None = None) -> str:
-    c = {**(defaults or {}), **hv.connection}
-    interp = c.get("ansible_python_interpreter", "")
-    return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
-
-
-def ssh_argv(hv: Target, control_dir: Path, defaults: Mapping[str, str] | None = None) -> list[str]:
-    """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command).
-    ``defaults``: ansible.cfg's connection settings as inventory vars (``config_defaults``); host vars win."""
-    c = {**(defaults or {}), **hv.connection}
-    argv = [c.get("ansible_ssh_executable", "ssh")]
-    argv += shlex.split(c["ansible_ssh_args"]) if "ansible_ssh_args" in c else list(SSH_ARGS)
-    argv += [
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "KbdInteractiveAuthentication=no",
-        "-o",
-        "PasswordAuthentication=no",
-    ]
-    port = c.get("ansible_port") or c.get("ansible_ssh_port")
-    if port:
-        argv += ["-o", f"Port={port}"]
-    key = c.get("ansible_ssh_private_key_file") or c.get("ansible_private_key_file")
-    if key:
-        argv += ["-o", f'IdentityFile="{os.path.expanduser(key)}"']
-    user = c.get("ansible_user") or c.get("ansible_ssh_user")
-    if user:
-        argv += ["-o", f"User={user}"]
-    argv += ["-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", f"ControlPath={control_dir}/%C"]
-    for key_ in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        argv += shlex.split(c.get(key_, ""))
-    argv.append(c.get("ansible_host") or c.get("ansible_ssh_host") or hv.address or hv.host)
-    return argv
-
-
-def remote_command(
-    hv: Target, module_name: str, func: str, args: dict[str, Any], defaults: Mapping[str, str] | None = None
-) -> str:
-    """The shell command for the host: isolated python3 running ``func(args)`` of the module on stdin."""
-    boot = BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))
-    return f"{shlex.quote(_python(hv, defaults))} -I -c {shlex.quote(boot)}"
-
-
 Started = dict[str, tuple[list[str], "subprocess.Popen[bytes]"]]
 
 
@@ -187,11 +162,6 @@ def _launch(argv: list[str], source: bytes) -> subprocess.Popen[bytes]:
         pass  # ssh already exited; its status says why
     proc.stdin = None  # written and closed: communicate() must not touch it again
     return proc
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()
-    proc.communicate()
 
 
 def _plan_file(plan_key: str, source: bytes, control_dir: Path) -> Path:
@@ -269,134 +239,50 @@ def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome
     cached there when ``run.known`` says it holds this bundle's, else gets the bundle and caches it (probecache).
     With ``run.persist``, such a host is asked through its ``Session`` (opened on first use, kept for the next
     call); a session that fails is closed and the call runs the usual way."""
-    control_dir, source, module_name, func, args = run.control_dir, run.source, run.module_name, run.func, run.args
-    timeout_s, plan_key, started, defaults, forks = run.timeout_s, run.plan_key, run.started, run.defaults, run.forks
-    cache_roots, known, persist = run.cache_roots, run.known, run.persist
-    control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    limit = max(1, forks if forks is not None else default_forks())
-    early = dict(started or {})
+    from knobfleet.fleet.transports.sshcalls import Calls, stop
+
+    run.control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    limit = max(1, run.forks if run.forks is not None else default_forks())
+    early = dict(run.started or {})
     wanted = {hv.host for hv in hosts}
     for host in [h for h in early if h not in wanted]:  # started for hosts no longer asked for
-        _stop(early.pop(host)[1])
+        stop(early.pop(host)[1])
     if not hosts:
         return
+    calls = Calls(run, early, _launch)
+    if run.plan_key is not None:  # what the next run starts first thing: the hosts it will work on first
+        _remember(run, run.plan_key, {hv.host: calls.argv_of(hv)[:2] for hv in hosts[:limit]})
+    yield from _fan_out(calls, hosts, limit)
 
-    roots = dict(cache_roots or {}) if known is not None else {}
-    bundle_id = probecache.bundle_digest(source) if roots else ""
-    short = probecache.short_payload(source) if roots else b""
 
-    def argv_of(hv: Target, fresh: bool = False) -> tuple[list[str], bool, str | None]:
-        """The host's argv, whether the bundle goes on stdin, and its key in ``known`` (None: not cached)."""
-        reach = ssh_argv(hv, control_dir, defaults)
-        root = roots.get(hv.host)
-        if root is None or known is None:
-            return [*reach, remote_command(hv, module_name, func, args[hv.host], defaults)], True, None
-        python = _python(hv, defaults)
-        key = probecache.Known.key(reach, python, root)
-        code = None if fresh else known.get(key, bundle_id)
-        cmd = probecache.command(python, root, code, module_name, func, args[hv.host])
-        return [*reach, cmd], code is None, key
+def _remember(run: FunctionRun, plan_key: str, plan: dict[str, tuple[list[str], bool]]) -> None:
+    """Save ``plan`` (each host's argv and whether the bundle goes on stdin) for the next run's ``warm_up``, and
+    for the console script's entry (``headstart``), with where the fleet's key is (never the key itself)."""
+    from knobfleet import headstart, paths
+    from knobfleet.fleet.fleetkey import KEY_FILE, fleet_key
 
-    if plan_key is not None:  # what the next run starts first thing: the hosts it will work on first
-        from knobfleet import headstart
+    _save_plan(_plan_file(plan_key, run.source, run.control_dir), plan)
+    pairs = [(h, a, full) for h, (a, full) in plan.items()]
+    key = (fleet_key(), str(paths.state_dir() / KEY_FILE)) if (paths.state_dir() / KEY_FILE).exists() else None
+    headstart.remember(plan_key, pairs, run.source, probecache.short_payload(run.source), key)
 
-        plan = {hv.host: argv_of(hv)[:2] for hv in hosts[:limit]}
-        _save_plan(_plan_file(plan_key, source, control_dir), plan)
-        pairs = [(h, a, full) for h, (a, full) in plan.items()]
-        from knobfleet import paths
-        from knobfleet.fleet.fleetkey import KEY_FILE, fleet_key
 
-        key = (fleet_key(), str(paths.state_dir() / KEY_FILE)) if (paths.state_dir() / KEY_FILE).exists() else None
-        headstart.remember(plan_key, pairs, source, probecache.short_payload(source), key)
-
-    lock = threading.Lock()
+def _fan_out(calls: Calls, hosts: Sequence[Target], limit: int) -> Iterator[Outcome]:
+    """Each host's outcome (``calls.one``) as it arrives, from at most ``limit`` worker threads; closed early, what
+    still runs is stopped."""
     todo = iter(hosts)
     done: list[Outcome | None] = []  # None: a worker finished
-    ready = threading.Condition(lock)
-    running: set[subprocess.Popen[bytes]] = set()
+    ready = threading.Condition(calls.lock)
     stopping = threading.Event()
-
-    def attempt(
-        hv: Target, argv: list[str], full: bool, deadline: float, mine: subprocess.Popen[bytes] | None
-    ) -> Outcome | tuple[int, bytes, bytes]:
-        if mine is not None:
-            proc = mine
-        else:
-            try:
-                proc = _launch(argv, source if full else short)
-            except OSError as exc:
-                return Outcome(hv.host, error=HostFailure("error", f"cannot run {argv[0]}: {exc.strerror}"))
-        with lock:
-            running.add(proc)
-        try:
-            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            return Outcome(
-                hv.host, error=HostFailure("error", f"no answer within {timeout_s:g} s; the ssh process was stopped")
-            )
-        finally:
-            with lock:
-                running.discard(proc)
-        return proc.returncode, out, err
-
-    def in_session(hv: Target, deadline: float) -> Outcome | None:
-        """The host's answer from its kept interpreter (opened now if need be), or None: ask the usual way."""
-        root = roots.get(hv.host)
-        if root is None or known is None:
-            return None
-        reach, python = ssh_argv(hv, control_dir, defaults), _python(hv, defaults)
-        code = known.get(probecache.Known.key(reach, python, root), bundle_id)
-        if code is None:  # the host's entry is not known yet: the usual call stores it first
-            return None
-        cmd = probecache.command(python, root, code, module_name, func, args[hv.host], session=True)
-        line = Session.ask([*reach, cmd], short, deadline)
-        if line is None:
-            return None
-        return dataclasses.replace(interpret(hv.host, 0, line, b"", python), cache="session")
-
-    def one(hv: Target) -> Outcome:
-        deadline = time.monotonic() + timeout_s
-        if persist:
-            answered = in_session(hv, deadline)
-            if answered is not None:
-                return answered
-        argv, full, key = argv_of(hv)
-        with lock:
-            mine = early.pop(hv.host, None)
-        if mine is not None and mine[0] != argv:
-            _stop(mine[1])
-            mine = None
-        got = attempt(hv, argv, full, deadline, mine[1] if mine is not None else None)
-        if isinstance(got, Outcome):
-            return got
-        if key is None or known is None:
-            return interpret(hv.host, *got, _python(hv, defaults))
-        ev = probecache.event(got[2])
-        if probecache.is_miss(got[0], ev) and not full:  # the host lost or refused its entry: send the bundle
-            known.drop(key, bundle_id)
-            missed = ev
-            argv, full, key = argv_of(hv, fresh=True)
-            got = attempt(hv, argv, full, deadline, None)
-            if isinstance(got, Outcome):
-                return got
-            ev = probecache.event(got[2])
-            if ev is not None and ev.kind == "stored" and missed is not None and missed.why.startswith("tampered:"):
-                ev = probecache.Event("replaced", ev.digest, missed.why.removeprefix("tampered:").strip())
-        if ev is not None and ev.kind in ("stored", "replaced") and key is not None:
-            known.put(key, bundle_id, ev.digest)
-        elif ev is not None and key is not None and ev.kind == "nocache":
-            known.drop(key, bundle_id)
-        return dataclasses.replace(interpret(hv.host, *got, _python(hv, defaults)), cache=str(ev) if ev else "")
 
     def worker() -> None:
         try:
             while not stopping.is_set():
-                with lock:
+                with calls.lock:
                     hv = next(todo, None)
                 if hv is None:
                     break
-                outcome = one(hv)
+                outcome = calls.one(hv)
                 with ready:
                     done.append(outcome)
                     ready.notify()
@@ -422,10 +308,7 @@ def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome
                 yield item
     finally:
         stopping.set()
-        with lock:
-            leftover = list(running) + [p for _a, p in early.values()]
-            early.clear()
-        for proc in leftover:
+        for proc in calls.stop():
             if proc.poll() is None:
                 proc.kill()
         for t in threads:
@@ -455,93 +338,6 @@ def run_function(
     )  # fmt: skip
     got = {o.host: o for o in iter_function(hosts, run)}
     return {hv.host: got[hv.host] for hv in hosts}
-
-
-class Session:
-    """One host's probe interpreter kept across calls (``drift --watch``): an ssh process running the host's
-    cached entry in session mode (probeboot.serve). Each call writes one line and reads one line back, so a
-    repeated probe costs the host neither an ssh session, nor an interpreter start, nor loading the entry.
-    Sessions are keyed by their exact argv; ``close_all`` (and exit) ends them, which ends the host's side. At most
-    ``MAX_OPEN`` are kept (each is an ssh process on the controller); hosts past that are asked the one-shot way."""
-
-    MAX_OPEN: ClassVar[int] = 256
-    _open: ClassVar[dict[tuple[str, ...], Session]] = {}
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(self, argv: list[str], first: bytes) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.pending = b""
-        self.first = first.replace(b"\n", b" ") + b"\n"  # the call's private options: the first line
-
-    @classmethod
-    def ask(cls, argv: list[str], first: bytes, deadline: float) -> bytes | None:
-        """The answer of the session for ``argv`` (opened if need be), or None when it failed or was late (then
-        it is closed: the caller runs the call the usual way, and the next call opens a new one)."""
-        key = tuple(argv)
-        with cls._lock:
-            session = cls._open.get(key)
-            if session is None and len(cls._open) >= cls.MAX_OPEN:
-                return None
-        try:
-            if session is None:
-                session = cls(argv, first)
-                with cls._lock:
-                    cls._open[key] = session
-            line = session.request(deadline)
-        except OSError:
-            line = None
-        if line is None and session is not None:
-            with cls._lock:
-                cls._open.pop(key, None)
-            session.close()
-        return line
-
-    def request(self, deadline: float) -> bytes | None:
-        proc = self.proc
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(self.first + b"{}\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            return None
-        self.first = b""
-        fd = proc.stdout.fileno()
-        while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return None
-            self.pending += chunk
-        line, _, self.pending = self.pending.partition(b"\n")
-        return line
-
-    def close(self) -> None:
-        """End the session: end of input for the host's side, then the ssh process (killed if it lingers)."""
-        proc = self.proc
-        try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(timeout=2)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    @classmethod
-    def close_all(cls) -> int:
-        """Close every open session; how many there were."""
-        with cls._lock:
-            sessions = list(cls._open.values())
-            cls._open.clear()
-        for session in sessions:
-            session.close()
-        return len(sessions)
-
-
-atexit.register(Session.close_all)
 
 
 # --- the transport ---------------------------------------------------------------------------------------
