@@ -8,16 +8,18 @@ path and content (plus the --limit and this model's source): reading a static in
 InventoryManager costs ~0.1 s, a cache hit ~2 ms. Never cached: dynamic inventories (executable files,
 ``plugin:`` sources) and vars whose templates call lookup/query/now, whose values can change without
 any file changing. ``KNOBFLEET_INVENTORY_CACHE=0`` turns the cache off.
+
+This module is what a cached read imports (the fingerprint, the cache, the checks of every file Ansible would read,
+the vault password setup, the default inventory); the read through Ansible is ``ansible_inventory.py`` and the rules
+on vault values ``vaultvars.py``, both loaded on a cache miss only (their names stay importable from here).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,23 @@ from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without 
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
     from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.vaultvars import MAX_VALUES as MAX_VALUES
+    from knobfleet.fleet.vaultvars import VAULT_OK as VAULT_OK
+    from knobfleet.fleet.vaultvars import _vaulted_values as _vaulted_values
+    from knobfleet.fleet.vaultvars import expanded_size as expanded_size
+    from knobfleet.fleet.vaultvars import scrub as scrub
+    from knobfleet.fleet.vaultvars import vault_sourced as vault_sourced
+
+if not TYPE_CHECKING:  # at run time the names that moved to vaultvars.py load on first use: only a read through Ansible
+
+    def __getattr__(name: str) -> object:
+        """``scrub``, ``expanded_size`` … (vaultvars.py), importable from here as before."""
+        if name in ("MAX_VALUES", "VAULT_OK", "_vaulted_values", "expanded_size", "scrub", "vault_sourced"):
+            from knobfleet.fleet import vaultvars
+
+            return getattr(vaultvars, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _HOSTVARS_SOURCE = Path(__file__).with_name("hostvars.py")
 
@@ -34,7 +53,6 @@ _HOSTVARS_SOURCE = Path(__file__).with_name("hostvars.py")
 CACHE_SCHEMA = 1
 KEEP_CACHED = 32
 _PLUGIN_SOURCE = re.compile(rb"(?m)^plugin\s*:")
-_NONDETERMINISTIC = ("lookup(", "query(", "q(", "now(")
 
 
 def fingerprint(inventory: Path, limit: str | None) -> str | None:
@@ -232,6 +250,14 @@ def read_hosts(inventory: Path, limit: str | None = None) -> tuple[list[HostVars
     return hosts, bool(key and deterministic)
 
 
+def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
+    """The hosts read through ansible-core (``ansible_inventory.load``, imported only on a cache miss), vault values
+    decrypted with the secrets ``vault_secrets`` gives Ansible's loader."""
+    from knobfleet.fleet import ansible_inventory
+
+    return ansible_inventory.load(inventory, limit, where, vault_secrets)
+
+
 def vault_secrets(loader: Any) -> None:
     """Give ansible's loader the vault secrets the user's Ansible setup names: ANSIBLE_VAULT_PASSWORD_FILE /
     ANSIBLE_VAULT_IDENTITY_LIST (or their ansible.cfg keys), so vault-encrypted inventory vars decrypt here
@@ -351,245 +377,6 @@ def _check_vault_sources(sources: list[str]) -> None:
             safefile.check_input(Path(os.path.expanduser(source)), 64 * 1024, "vault password file")
         except safefile.FileRefused as exc:
             raise InventoryError(f"{shown(source)}: {exc}; fix --vault-password-file / --vault-id") from None
-
-
-def _is_vaulted(value: Any) -> bool:
-    """A vault-encrypted value: AnsibleVaultEncryptedUnicode (ansible-core < 2.19) or EncryptedString."""
-    name = type(value).__name__
-    return "Vault" in name or name == "EncryptedString"
-
-
-def _plain(value: Any) -> Any:
-    """Vault-encrypted values decrypted into plain strings (decryption errors surface here, as AnsibleError)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if _is_vaulted(value):
-        return str(value)
-    return value
-
-
-def _vaulted_values(value: Any, out: set[str]) -> set[str]:
-    """The decrypted text of every vault-encrypted value inside ``value``. Each dict or list is visited once, however
-    many YAML aliases point at it (an alias bomb in a var nobody uses is as cheap as its text), without recursion."""
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict | list):
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            stack.extend(v.values() if isinstance(v, dict) else v)
-        elif _is_vaulted(v):
-            out.add(str(v))
-    return out
-
-
-MAX_VALUES = 100_000  # values in one knobfleet host var once its YAML aliases are expanded
-
-
-def expanded_size(value: Any, limit: int = MAX_VALUES) -> int:
-    """How many values ``value`` holds with every YAML alias expanded (what templating or JSON would build), counted
-    in time linear in its distinct nodes; stops counting past ``limit``. Pure."""
-    sizes: dict[int, int] = {}
-    keep: list[Any] = []  # ids stay valid while counted
-
-    def size(v: Any, depth: int) -> int:
-        if not isinstance(v, dict | list):
-            return 1
-        if id(v) in sizes:
-            return sizes[id(v)]
-        if depth > 200:  # deeper than any real var: counted as over the limit
-            return limit + 1
-        keep.append(v)
-        total = 1
-        for child in v.values() if isinstance(v, dict) else v:
-            total += size(child, depth + 1)
-            if total > limit:
-                break
-        sizes[id(v)] = total
-        return total
-
-    return size(value, 0)
-
-
-# Host vars that may hold a vault value: they are secret by construction (env and flags) or never shown.
-VAULT_OK = ("knob_serve_host_env", "knob_serve_host_args", "knob_serve_secret_env")
-
-
-def _holds(value: Any, vaulted: set[str]) -> bool:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return any(v == text or (len(v) >= 4 and v in text) for v in vaulted)
-
-
-def _refuse_vaulted_elsewhere(
-    where: str, host: str, wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]
-) -> None:
-    """A vault value in a knob_serve_* var other than the env and the flags (a model path, a port, a user) would be
-    shown in clear in the launch line, the unit and every report: refused with one line naming the var, never the
-    value. Pure."""
-    for name in sorted(plain):
-        if not name.startswith("knob_serve_") or name in VAULT_OK:
-            continue
-        if _is_vaulted(wanted.get(name)) or (vaulted and _holds(plain[name], vaulted)):
-            raise InventoryError(
-                f"{where}: host {host}: {name} comes from the vault, but knobfleet shows it in the launch line, the "
-                "unit and every report; only knob_serve_host_env and knob_serve_host_args values are kept secret: "
-                "move the secret there"
-            )
-
-
-def scrub(message: str, vaulted: set[str]) -> str:
-    """``message`` with every vault value in it (4 characters or more) and every value shaped like a secret replaced
-    by a placeholder. Pure."""
-    import re
-
-    from knobfleet.module_utils.knob_redact import SHAPES
-
-    for v in sorted((v for v in vaulted if len(v) >= 4), key=len, reverse=True):
-        message = message.replace(v, "<a vault value>")
-    for _what, pattern in SHAPES:
-        message = re.sub(pattern + r"\S*", "<a secret>", message)
-    return message
-
-
-def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]) -> list[str]:
-    """Names of host env vars and host args whose values came from vault: encrypted inline, or templated from
-    a vault-encrypted var (the value holds its text). They are secret whatever their names (knob_live)."""
-    names = []
-    for var in ("knob_serve_host_env", "knob_serve_host_args"):
-        raw, got = wanted.get(var), plain.get(var)
-        if not isinstance(got, dict):
-            continue
-        for name, value in got.items():
-            text = str(value)
-            inline = isinstance(raw, dict) and _is_vaulted(raw.get(name))
-            if inline or text in vaulted or any(len(v) >= 4 and v in text for v in vaulted):
-                names.append(str(name))
-    return names
-
-
-def _load(inventory: Path, limit: str | None, where: str) -> tuple[list[HostVars], bool]:
-    import warnings
-
-    from knobfleet.fleet import ansible_cfg
-    from knobfleet.fleet.hostvars import SECRET_VARS, attach_groups, connection_vars, from_inventory_vars
-
-    ansible_cfg.config_file(paths.project_root())  # an ansible.cfg that is a FIFO or device: one line, not a hang
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from ansible.errors import AnsibleError
-        from ansible.inventory.manager import InventoryManager
-        from ansible.parsing.dataloader import DataLoader
-        from ansible.template import Templar
-        from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    try:
-        vault_secrets(loader)
-    except AnsibleError as exc:
-        raise InventoryError(f"{where}: cannot read the vault password: {str(exc).splitlines()[0]}") from None
-    check = f"check it with `ansible-inventory -i {where} --list`"
-    with _quiet_display() as parse_warnings:  # Ansible's parse warnings quote the file's lines: never shown
-        try:
-            manager = InventoryManager(loader=loader, sources=[str(inventory)])
-        except AnsibleError as exc:
-            line = re.search(r"line (\d+)", str(exc))
-            at = f" near line {line.group(1)}" if line else ""
-            raise InventoryError(f"{where}: cannot parse inventory{at}; {check}") from None
-    everyone = manager.get_hosts()
-    if limit:
-        manager.subset(limit)
-    hosts = manager.get_hosts()
-    if not hosts and any("parse" in w for w in parse_warnings):
-        raise InventoryError(f"{where}: not a YAML or INI inventory Ansible can parse; {check}")
-    if not hosts:
-        what = f" matching --limit {limit!r}" if limit else ""
-        raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
-    varman = VariableManager(loader=loader, inventory=manager)
-    out: list[HostVars] = []
-    group_decls: dict[str, Any] = {}  # each host's knob_engine_groups
-    deterministic = True
-    for host in hosts:
-        try:
-            raw: dict[str, Any] = varman.get_vars(host=host, include_hostvars=False)
-        except AnsibleError as exc:  # a vars file Ansible cannot parse: its text may quote a secret, never shown
-            raise InventoryError(_vars_file_error(where, host.name, str(exc), check)) from None
-        templar = Templar(loader=loader, variables=raw)
-        wanted = {k: v for k, v in raw.items() if k.startswith("knob_") or k in connection_vars()}
-        for k, v in wanted.items():
-            if expanded_size(v) > MAX_VALUES:
-                raise InventoryError(
-                    f"{where}: host {host.name}: {k} holds more than {MAX_VALUES:,} values once its YAML aliases are "
-                    "expanded (an alias bomb?) or nests deeper than 200; write it out plainly"
-                )
-        text = json.dumps(wanted, default=lambda o: "lookup(vault)" if _is_vaulted(o) else str(o))
-        deterministic = deterministic and not any(call in text for call in _NONDETERMINISTIC)
-        secrets = {k: True for k in SECRET_VARS if raw.get(k)}
-        try:
-            resolved = templar.template(wanted, fail_on_undefined=True)
-            plain = _plain(resolved)
-            vaulted = _vaulted_values(raw, set())
-            _refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
-            sourced = vault_sourced(wanted, plain, vaulted)
-            if sourced:
-                declared = plain.get("knob_serve_secret_env")
-                plain["knob_serve_secret_env"] = [*(declared if isinstance(declared, list) else []), *sourced]
-            try:
-                out.append(from_inventory_vars(host.name, {**plain, **secrets}, where))
-            except InventoryError as exc:  # a validation message quotes the value: never a vault value or a token
-                raise InventoryError(scrub(str(exc), vaulted)) from None
-            group_decls[host.name] = plain.get("knob_engine_groups")
-        except AnsibleError as exc:
-            text = str(exc).splitlines()[0]
-            if "vault" in text.lower():
-                raise InventoryError(
-                    f"{where}: host {host.name}: a vault-encrypted var cannot be decrypted ({text}); set "
-                    "ANSIBLE_VAULT_PASSWORD_FILE (or vault_password_file in ansible.cfg) to its password file"
-                ) from None
-            raise InventoryError(f"{where}: host {host.name}: cannot resolve vars: {text}") from None
-    if any(d not in (None, {}, "") for d in group_decls.values()):
-        addresses = {hv.host: hv.address for hv in out}
-        for host in everyone:  # ranks a --limit left out still name rank 0's address
-            if host.name not in addresses:
-                raw = varman.get_vars(host=host, include_hostvars=False)
-                addresses[host.name] = str(
-                    Templar(loader=loader, variables=raw).template(raw.get("ansible_host", host.name))
-                )
-        out = attach_groups(out, group_decls, addresses, where)
-    return out, deterministic
-
-
-def _vars_file_error(where: str, host: str, text: str, check: str) -> str:
-    """One line for a vars file Ansible could not parse: the file and the line, never the offending text (Ansible's
-    message quotes the line, which may hold a token)."""
-    from knobfleet.rules import shown
-
-    found = re.search(r"The error appears to be in '([^']+)': line (\d+)", text)
-    if found:
-        at = f"{shown(paths.display(Path(found.group(1))))}, near line {found.group(2)}"
-        return f"{where}: host {host}: cannot parse {at} (a YAML or JSON syntax error); {check}"
-    return f"{where}: host {host}: cannot read its vars (a vars file Ansible cannot parse); {check}"
-
-
-@contextlib.contextmanager
-def _quiet_display() -> Iterator[list[str]]:
-    """Collect (instead of printing) Ansible's warnings while an inventory is parsed: they quote file contents."""
-    from ansible.utils.display import Display
-
-    display = Display()
-    seen: list[str] = []
-
-    def collect(msg: str, formatted: bool = False, **_: Any) -> None:
-        seen.append(str(msg))
-
-    display.warning = collect
-    try:
-        yield seen
-    finally:
-        del display.warning
 
 
 def default() -> Path:
