@@ -19,8 +19,9 @@ change scales the ITL only. The judge (python/knobfleet/experiment/canary.py) se
 
 Prints, for the judge with its pre-period (difference-in-differences) and for the cross-sectional judge of the
 previous round (no pre-period), on identical and on uneven fleets: the A/A false-rollback rate (target <= 1%), and
-per true change how often the canaries are rolled back / promoted and after how many windows; power is the share of
-canaries rolled back (a rollback or an inconclusive verdict both put the canaries back).
+per true change how often the canaries are rolled back / promoted and after how many windows. Both error rates are
+given both ways: a rollback verdict, and the canaries put back (a rollback or an inconclusive verdict: for an
+identical profile an inconclusive verdict is a false rollback too, for a worse one it is a catch).
 """
 
 from __future__ import annotations
@@ -129,8 +130,11 @@ def table(label: str, s: Settings, args: argparse.Namespace, spread: float, pre:
     aa = out["A/A"]["rollback"]
     half = 1.96 * math.sqrt(max(aa * (1 - aa), 1e-9) / args.aa_runs)
     print(
-        f"A/A false-rollback rate: {aa:.2%} (95% CI {max(0.0, aa - half):.2%} to {aa + half:.2%}; target <= 1%); "
-        f"power at tput -5%: {out['tput -5%']['back']:.1%}, at ITL +5%: {out['ITL +5%']['back']:.1%} (target >= 90%)"
+        f"A/A rolled back as worse: {aa:.2%} (95% CI {max(0.0, aa - half):.2%} to {aa + half:.2%}; target <= 1%); "
+        f"A/A canaries back (rolled back or inconclusive): {out['A/A']['back']:.1%}; "
+        f"canaries back at tput -5%: {out['tput -5%']['back']:.1%}, at ITL +5%: {out['ITL +5%']['back']:.1%} "
+        f"(target >= 90%); promoted at tput -5%: {out['tput -5%']['promote']:.1%}, at ITL +5%: "
+        f"{out['ITL +5%']['promote']:.1%}"
     )
     return out
 
@@ -143,13 +147,17 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=1, help="canary hosts (and as many baseline hosts)")
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--quick", action="store_true", help="only the uneven fleet with the pre-period")
+    ap.add_argument("--walk", type=float, default=WALK, help=f"sd per window of a host's speed walk ({WALK})")
     args = ap.parse_args()
     s = Settings(window_s=args.window)
+    global WALK
+    WALK = args.walk
     print(
         f"canary decision quality: {args.aa_runs} simulated A/A canaries, {args.runs} per other change, "
         f"{args.hosts} canary + {args.hosts} baseline host(s), {args.window:g} s windows at time scale {TIME_SCALE} "
         f"(noise sd {model.DEFAULT_NOISE}, drift tau {model.DRIFT_TAU_S:g} model s), pre-period {s.pre_windows}, "
-        f"windows {s.min_windows}..{s.max_windows}, alpha {s.alpha}, regression limit {s.max_regression:.0%}; "
+        f"windows {s.min_windows}..{s.max_windows}, alpha {s.alpha}, beta {s.beta}, last look's share "
+        f"{s.final_share:.0%}, regression a canary must catch {s.max_regression:.0%}; "
         f"uneven: host factors 1 +- {SPREAD:.0%}, random walk {WALK:.1%} per window"
     )
     table("uneven fleet, pre-period + difference-in-differences (this judge):", s, args, SPREAD, True)

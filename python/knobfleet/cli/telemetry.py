@@ -118,6 +118,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         max_windows=args.max_windows,
         min_windows=args.min_windows,
         pre_windows=args.pre_windows,
+        window_s=args.window,
     )
     opts = CanaryOptions(
         hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
@@ -178,7 +179,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-PRE_WINDOWS = 4  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
+PRE_WINDOWS = 8  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
@@ -213,7 +214,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     size.add_argument("--fraction", type=types.FRACTION, default=None, help="share of the hosts as canaries (0.25)")
     p.add_argument("--window", type=duration, default=60.0, help="length of one judged window (default 60s)")
-    p.add_argument("--max-windows", type=types.POSITIVE, default=12, help="windows at most before inconclusive (12)")
+    p.add_argument("--max-windows", type=types.POSITIVE, default=16, help="windows at most before inconclusive (16)")
     p.add_argument("--min-windows", type=types.POSITIVE, default=3, help="windows before any verdict but rollback (3)")
     p.add_argument(
         "--pre-windows",
@@ -228,7 +229,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         help="judge and report the decision without acting on it: the canaries stay on the profile",
     )
     p.add_argument(
-        "--max-regression", type=types.FRACTION, default=0.03, help="promotion needs every metric within this (0.03)"
+        "--max-regression",
+        type=types.FRACTION,
+        default=0.05,
+        help="the regression a canary must catch: promotion needs every metric shown better than minus this (0.05)",
     )
     p.add_argument(
         "--prometheus",

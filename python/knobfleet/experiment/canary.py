@@ -51,17 +51,23 @@ PRIMARY = "tput"
 
 @dataclass(frozen=True)
 class Settings:
-    max_regression: float = 0.03
+    # The regression a canary must catch: promotion needs every metric shown better than -max_regression.
+    max_regression: float = 0.05
     min_effect: float = 0.01  # a worse metric smaller than this is not a reason to roll back
     min_windows: int = 3
-    max_windows: int = 12
-    # Nominal false-rollback rate over all looks and metrics. Measured at the lab's drift it comes out about twice
-    # nominal (few windows, correlated windows), so the default sits at a tenth of the 1% target.
-    alpha: float = 0.001
+    max_windows: int = 16
+    # The two error budgets, each over all looks: alpha, the chance that an identical profile is rolled back as
+    # significantly worse (over the metrics too: any one metric can roll back); beta, the chance that a profile
+    # max_regression worse on a metric is promoted (per metric: every metric must pass to promote).
+    alpha: float = 0.01
+    beta: float = 0.10
+    # The share of each budget kept for the last look; the rest is split evenly over the looks before it, so an early
+    # verdict needs a clear answer and the last look can decide with nearly the whole budget (O'Brien-Fleming's idea,
+    # in its simplest form).
+    final_share: float = 0.8
     min_requests: int = 20  # finished requests per side in a window for it to count
-    pre_windows: int = 4  # windows of the pre-period (both subsets on the current profile)
-    # pseudo-windows of stats.PRIOR_SIGMA in the pooled sd of a difference-in-differences (2 gave a 1.4% A/A
-    # false-rollback rate in perf/canary_quality.py, above the 1% target)
+    pre_windows: int = 8  # windows of the pre-period (both subsets on the current profile)
+    # pseudo-windows of stats.PRIOR_SIGMA in the pooled sd of a difference-in-differences
     sigma_prior_weight: float = 4.0
     metrics: tuple[str, ...] = ("tput", "itl")  # ttft is queueing-dominated: report it, judge on it only if asked
     # Lag-1 correlation of consecutive windows, before the data say otherwise: a slow drift with time constant
@@ -70,14 +76,31 @@ class Settings:
     window_s: float = 60.0
     drift_tau_s: float = 60.0
     prior_weight: float = 8.0
+    # The random walk of the hosts' speed ratio per window, before the data say otherwise (sd of one window's step),
+    # and its weight in pseudo-lags (``walk_variance``).
+    walk_prior: float = 0.003
+    walk_prior_weight: float = 4.0
 
     @property
     def prior_rho(self) -> float:
         return min(0.8, max(0.3, math.exp(-self.window_s / self.drift_tau_s)))
 
-    def z(self) -> float:
-        looks = max(1, self.max_windows - self.min_windows + 1)
-        return stats.normal_quantile(1 - self.alpha / (looks * len(self.metrics)))
+    def _looks(self) -> int:
+        return max(1, self.max_windows - self.min_windows + 1)
+
+    def _spent(self, budget: float, final: bool) -> float:
+        looks = self._looks()
+        if looks == 1:
+            return budget
+        return budget * self.final_share if final else budget * (1 - self.final_share) / (looks - 1)
+
+    def z(self, final: bool = False) -> float:
+        """The rollback side's z at a look (the last, or one before it): alpha split over the metrics."""
+        return stats.normal_quantile(1 - self._spent(self.alpha, final) / len(self.metrics))
+
+    def z_promote(self, final: bool = False) -> float:
+        """The promotion side's z at a look: beta, per metric."""
+        return stats.normal_quantile(1 - self._spent(self.beta, final))
 
 
 @dataclass(frozen=True)
@@ -169,13 +192,37 @@ def _pooled(groups: Sequence[Sequence[float]]) -> tuple[float, float | None, int
     return ss, rho, df
 
 
+def walk_variance(groups: Sequence[Sequence[float]], s: Settings) -> float:
+    """The variance per window of a random walk in the hosts' speed ratio (thermals, neighbours coming and going):
+    what no pre-period cancels, since the ratio the pre-period measured keeps moving. Read from the variogram within
+    each period (a level shift between the periods does not enter): half the mean squared k-window difference grows
+    by q/2 per window of lag on top of the stationary noise; the slope over lags 1..4 (least squares, every lag and
+    period pooled) is shrunk toward ``walk_prior`` (``walk_prior_weight`` pseudo-lags) and never below 0."""
+    lags: list[tuple[int, float]] = []
+    for xs in groups:
+        for k in range(1, min(5, len(xs))):
+            diffs = [(xs[i + k] - xs[i]) ** 2 / 2 for i in range(len(xs) - k)]
+            lags.extend((k, d) for d in diffs)
+    q = 0.0
+    if len({k for k, _ in lags}) >= 2:
+        mk = sum(k for k, _ in lags) / len(lags)
+        md = sum(d for _, d in lags) / len(lags)
+        sxx = sum((k - mk) ** 2 for k, _ in lags)
+        q = max(0.0, 2 * sum((k - mk) * (d - md) for k, d in lags) / sxx)
+    n = len({k for k, _ in lags})
+    w = s.walk_prior_weight
+    return (q * n + s.walk_prior**2 * w) / (n + w)
+
+
 def did_interval(post: Sequence[float], pre: Sequence[float], z: float, s: Settings) -> stats.Interval:
     """The difference-in-differences mean(post) - mean(pre), with an interval that carries both periods' noise.
 
     The sd is pooled from the residuals of both periods (a host effect moves a period's mean, not its spread),
     shrunk toward ``stats.PRIOR_SIGMA`` (``sigma_prior_weight`` pseudo-windows) and floored as
     ``stats.shrunk_sigma`` does, then inflated for lag-1 autocorrelation (pooled within each period, shrunk
-    toward ``prior_rho`` as in ``interval``)."""
+    toward ``prior_rho`` as in ``interval``). The hosts' speed ratio also wanders between the periods: a random
+    walk of variance q per window (``walk_variance``) adds q * (n_pre + n_post) / 3 to the variance of the
+    difference of the two means."""
     if not post or not pre:
         raise ValueError("a difference-in-differences needs judged and pre-period windows")
     ss, r, df = _pooled([post, pre])
@@ -187,7 +234,8 @@ def did_interval(post: Sequence[float], pre: Sequence[float], z: float, s: Setti
     rho = min(0.8, max(0.0, rho))
     sigma *= math.sqrt((1 + rho) / (1 - rho))
     est = sum(post) / len(post) - sum(pre) / len(pre)
-    half = z * sigma * math.sqrt(1 / len(post) + 1 / len(pre))
+    var = sigma**2 * (1 / len(post) + 1 / len(pre)) + walk_variance([post, pre], s) * (len(pre) + len(post)) / 3
+    half = z * math.sqrt(var)
     return stats.Interval(est, est - half, est + half, len(post), sigma)
 
 
@@ -245,12 +293,23 @@ def _error_excess(windows: Sequence[Window], z: float) -> str | None:
     )
 
 
+def _at(se: stats.Interval, z: float) -> stats.Interval:
+    """``se`` (an interval at z = 1: its half-width is the standard error) widened to ``z``."""
+    half = z * (se.high - se.estimate)
+    return stats.Interval(se.estimate, se.estimate - half, se.estimate + half, se.n, se.sigma)
+
+
 def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = ()) -> Verdict:
-    """The verdict after ``windows`` (oldest first), differenced against the pre-period ``pre`` when given."""
+    """The verdict after ``windows`` (oldest first), differenced against the pre-period ``pre`` when given.
+
+    ``intervals`` holds each metric's interval at the rollback side's z of this look (what a rollback is decided on
+    and what reports show); promotion is decided on the same estimate and standard error at the promotion side's z.
+    """
     judged = counted(windows, s)
     base = counted(pre, s)
     skipped = len(windows) - len(judged)
-    z = s.z()
+    final = len(judged) >= s.max_windows
+    z, zp = s.z(final), s.z_promote(final)
     excess = _error_excess(windows, z) or _router_excess(pre, windows, z)
     if excess:
         return Verdict("rollback", excess, len(judged), skipped, pre=len(base))
@@ -261,12 +320,13 @@ def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Win
         verdict = "inconclusive" if len(windows) >= s.max_windows else "continue"
         return Verdict(verdict, reason, 0, skipped, pre=len(base))
     if base:
-        intervals = {
-            m: did_interval([observation(w, m) for w in judged], [observation(w, m) for w in base], z, s)
+        se = {
+            m: did_interval([observation(w, m) for w in judged], [observation(w, m) for w in base], 1.0, s)
             for m in s.metrics
         }
     else:
-        intervals = {m: interval([observation(w, m) for w in judged], z, s) for m in s.metrics}
+        se = {m: interval([observation(w, m) for w in judged], 1.0, s) for m in s.metrics}
+    intervals = {m: _at(iv, z) for m, iv in se.items()}
     v = Verdict("continue", "", len(judged), skipped, intervals, pre=len(base))
     limit = math.log1p(-s.max_regression)
     if len(judged) < s.min_windows:
@@ -282,15 +342,17 @@ def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Win
             f"{m} is {_pct(iv.estimate)} on the canaries ({_pct(iv.low)} to {_pct(iv.high)}): significantly worse"
         )
         return v
-    if all(iv.low > limit for iv in intervals.values()):
-        primary = intervals[s.metrics[0]]
+    shown = {m: _at(iv, zp) for m, iv in se.items()}
+    if all(iv.low > limit for iv in shown.values()):
+        primary = shown[s.metrics[0]]
         v.verdict = "promote"
         v.reason = (
-            f"{s.metrics[0]} {_pct(primary.estimate)} ({_pct(primary.low)} to {_pct(primary.high)}) and no metric "
-            f"beyond the {s.max_regression:.0%} regression limit after {len(judged)} windows"
+            f"{s.metrics[0]} {_pct(primary.estimate)} (at least {_pct(primary.low)}) and every metric shown better "
+            "than "
+            f"the {s.max_regression:.0%} regression a canary must catch, after {len(judged)} windows"
         )
         return v
-    if len(judged) >= s.max_windows:
+    if final:
         v.verdict = "inconclusive"
         v.reason = "after {} windows: {}; not certain either way, so the canaries go back".format(
             len(judged), ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in intervals.items())

@@ -33,27 +33,57 @@ def test_observation_is_signed_so_positive_is_better() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ratio", "windows", "verdict", "reason"),
+    ("ratio", "windows", "max_windows", "verdict", "reason"),
     [
-        (0.55, 3, "rollback", "tput is -45.0% on the canaries"),
-        (1.05, 3, "promote", "tput +5."),
-        (1.0, 2, "continue", "2 of at least 3 windows"),
-        (0.985, 12, "inconclusive", "after 12 windows: tput -1.5%, itl -1.5%; not certain either way"),
-        (0.98, 12, "rollback", "tput is -2.0% on the canaries (-3.7% to -0.3%): significantly worse"),
+        (0.55, 3, 16, "rollback", "tput is -45.0% on the canaries"),
+        (1.05, 3, 16, "promote", "tput +5."),
+        (1.0, 2, 16, "continue", "2 of at least 3 windows"),
+        # -3%: neither shown worse than 0 at the rollback side's z nor better than -5% at the promotion side's
+        (0.97, 4, 16, "continue", "tput -3.0% (-7.4% to +1.5%)"),
+        (0.98, 12, 16, "rollback", "tput is -2.0% on the canaries (-3.7% to -0.3%): significantly worse"),
+        (0.985, 16, 16, "rollback", "tput is -1.5% on the canaries (-2.4% to -0.6%): significantly worse"),
     ],
 )
-def test_verdicts(ratio: float, windows: int, verdict: str, reason: str) -> None:
-    v = judge(_run(ratio, windows))
+def test_verdicts(ratio: float, windows: int, max_windows: int, verdict: str, reason: str) -> None:
+    v = judge(_run(ratio, windows), Settings(max_windows=max_windows))
     assert v.verdict == verdict, v.reason
     assert reason in v.reason
 
 
+def test_windows_too_noisy_to_tell_at_the_last_look_are_inconclusive() -> None:
+    """-3% on average, but the windows swing by 6%: neither worse than 0 nor better than -5% is shown by the last
+    look, so the canaries go back; the same mean with calm windows is shown within the 5% and promoted."""
+
+    def w(ratio: float) -> Window:
+        return Window({"tput": {"lab1": 100 * ratio}, "itl": {"lab1": 1 / (100 * ratio)}},
+                      {"tput": {"lab2": 100.0}, "itl": {"lab2": 0.01}}, 200, 200)  # fmt: skip
+
+    v = judge([w(r) for r in (1.0, 0.94, 1.0, 0.94)], Settings(max_windows=4))
+    assert v.verdict == "inconclusive"
+    assert v.reason == "after 4 windows: tput -3.0%, itl -3.0%; not certain either way, so the canaries go back"
+    assert judge([w(r) for r in (0.99, 0.95, 0.99, 0.95)], Settings(max_windows=4)).verdict == "promote"
+
+
+def test_the_last_look_spends_most_of_each_budget() -> None:
+    """An early verdict needs a clearer answer than the last look: most of alpha and beta is kept for it."""
+    s = Settings()
+    assert s.z() > s.z(final=True) and s.z_promote() > s.z_promote(final=True)
+    assert s.z(final=True) == pytest.approx(2.652, abs=1e-3)  # 0.8% of alpha, over 2 metrics
+    assert s.z_promote(final=True) == pytest.approx(1.405, abs=1e-3)  # 8% of beta, per metric
+    one_look = Settings(min_windows=3, max_windows=3)
+    assert one_look.z() == one_look.z(final=True)
+
+
 def test_identical_profiles_promote_once_shown_within_the_margin() -> None:
-    v = judge(_run(1.0, 6))
-    assert v.verdict == "continue" and v.reason.startswith("tput +0.0% (-3.2% to +3.3%)")
-    v = judge(_run(1.0, 9))
+    v = judge(_run(1.0, 2))
+    assert v.verdict == "continue" and v.reason == "2 of at least 3 windows"
+    v = judge(_run(1.0, 3))
     assert v.verdict == "promote"
-    assert v.reason == "tput +0.0% (-2.3% to +2.3%) and no metric beyond the 3% regression limit after 9 windows"
+    assert v.reason == (
+        "tput +0.0% (at least -4.8%) and every metric shown better than the 5% regression a canary must catch, "
+        "after 3 windows"
+    )
+    assert judge(_run(1.0, 3), Settings(max_regression=0.03)).verdict == "continue"  # -4.8% is not within 3%
 
 
 def test_windows_with_too_little_traffic_do_not_count() -> None:
@@ -61,7 +91,8 @@ def test_windows_with_too_little_traffic_do_not_count() -> None:
     v = judge(quiet)
     assert (v.verdict, v.windows, v.skipped) == ("continue", 0, 3)
     assert v.reason == "too little traffic for a verdict: 5 requests in window, need 20"
-    assert judge(_run(0.55, 12, requests=5)).verdict == "inconclusive"
+    assert judge(_run(0.55, 15, requests=5)).verdict == "continue"
+    assert judge(_run(0.55, 16, requests=5)).verdict == "inconclusive"
     mixed = quiet + _run(0.55, 3)
     assert judge(mixed).verdict == "rollback" and judge(mixed).skipped == 3
 

@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knobfleet.experiment import stats
-from knobfleet.experiment.canary import Settings, Window, did_interval, interval, judge, pre_period_shortfall
+from knobfleet.experiment.canary import (
+    Settings,
+    Window,
+    did_interval,
+    interval,
+    judge,
+    pre_period_shortfall,
+    walk_variance,
+)
 
 NOISE = [0.004, -0.006, 0.003, -0.002, 0.005, -0.004, 0.001, -0.003, 0.002, -0.001, 0.004, -0.005]
 
@@ -50,11 +58,26 @@ def test_the_interval_carries_the_pre_periods_variance() -> None:
     sigma = max(math.sqrt((s.sigma_prior_weight * stats.PRIOR_SIGMA**2 + ss) / (s.sigma_prior_weight + 14)), 0.01)
     assert iv.estimate == pytest.approx(sum(post) / 12 - sum(pre) / 4)
     assert iv.sigma >= sigma  # inflated for correlation, never below the pooled sd
-    assert iv.high - iv.estimate == pytest.approx(3.0 * iv.sigma * math.sqrt(1 / 12 + 1 / 4))
+    walk = walk_variance([post, pre], s)
+    assert walk > 0  # never below the prior's share
+    assert iv.high - iv.estimate == pytest.approx(3.0 * math.sqrt(iv.sigma**2 * (1 / 12 + 1 / 4) + walk * 16 / 3))
     # the same judged windows with a one-sided interval are narrower: the pre-period costs width
     assert iv.high - iv.low > 2 * 3.0 * interval(post, 3.0, s).sigma / math.sqrt(12) * 0.99
     with pytest.raises(ValueError, match="needs judged and pre-period windows"):
         did_interval(post, [], 3.0, s)
+
+
+def test_a_wandering_host_ratio_widens_the_interval() -> None:
+    """A ratio that walks (each window a step from the last) is measured by the variogram within each period and
+    widens the interval beyond what the same steps in random order (no walk) give: the pre-period's ratio is not
+    the one the judged windows run against."""
+    s = Settings()
+    steps = [0.006 * (1 if i % 3 else -1) for i in range(16)]
+    walked = [sum(steps[: i + 1]) for i in range(16)]
+    still = [steps[i] for i in range(16)]
+    assert walk_variance([walked[4:], walked[:4]], s) > walk_variance([still[4:], still[:4]], s)
+    assert walk_variance([[0.0] * 8, [0.0] * 8], s) == pytest.approx(s.walk_prior**2 * s.walk_prior_weight / 8)
+    assert walk_variance([[0.0], [0.0]], s) == pytest.approx(s.walk_prior**2)  # no lag to read: the prior
 
 
 def test_a_constant_series_has_no_measured_correlation() -> None:
@@ -63,6 +86,7 @@ def test_a_constant_series_has_no_measured_correlation() -> None:
     iv = did_interval([-0.077] * 12, [-0.077] * 4, 3.0, s)
     sigma = math.sqrt(s.sigma_prior_weight * stats.PRIOR_SIGMA**2 / (s.sigma_prior_weight + 14))
     assert iv.sigma == pytest.approx(sigma * math.sqrt((1 + s.prior_rho) / (1 - s.prior_rho)))
+    assert walk_variance([[-0.077] * 12, [-0.077] * 4], s) < s.walk_prior**2  # no walk measured: below the prior
 
 
 @given(

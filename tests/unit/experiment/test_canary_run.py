@@ -140,11 +140,11 @@ def test_a_clearly_better_canary_is_promoted_to_the_rest(profile: Any, router: M
 
 def test_windows_with_a_restarted_host_or_a_missing_metric_do_not_count(profile: Any, router: MemRouter) -> None:
     prom = FakeProm(0.55, restarts={"h2": 1})  # h2's engine keeps "restarting": every window spans it
-    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 4 windows measured \(h2 restarted during"):
+    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 8 windows measured \(h2 restarted during"):
         run(profile, prom)
     with pytest.raises(
         PrePeriodTooQuiet,
-        match=r"pre-period: 0 of 4 windows measured \(metric missing on h2 \(tput, itl\): an engine without",
+        match=r"pre-period: 0 of 8 windows measured \(metric missing on h2 \(tput, itl\): an engine without",
     ):
         run(profile, FakeProm(0.55, missing={"h2"}))
 
@@ -174,9 +174,9 @@ def test_a_quiet_pre_period_applies_nothing_and_says_the_counts(profile: Any, ro
     with pytest.raises(PrePeriodTooQuiet) as exc:
         run(profile, FakeProm(1.0, requests=7))
     assert str(exc.value) == (
-        "canary ctas512: pre-period: too little traffic to measure the hosts: the canaries finished 7/7/7/7 and the "
-        "baseline 7/7/7/7 requests in 4 window(s); each side needs 20 per window in at least 2 windows (a longer "
-        "--window, or more traffic); nothing was applied"
+        "canary ctas512: pre-period: too little traffic to measure the hosts: the canaries finished 7/7/7/7/7/7/7/7 "
+        "and the baseline 7/7/7/7/7/7/7/7 requests in 8 window(s); each side needs 20 per window in at least 2 "
+        "windows (a longer --window, or more traffic); nothing was applied"
     )
 
 
@@ -184,7 +184,7 @@ def test_the_router_error_rate_is_a_guardrail(profile: Any, router: MemRouter) -
     report, _ = run(profile, FakeProm(1.0, router=(800, 1), router_after=(800, 40)))
     assert report.verdict.verdict == "rollback"
     assert report.verdict.reason == (
-        "the router failed 40 of 800 requests (5.00%) while the canaries served, against 4 of 3200 (0.12%) before "
+        "the router failed 40 of 800 requests (5.00%) while the canaries served, against 8 of 6400 (0.12%) before "
         "the change"
     )
 
@@ -205,7 +205,7 @@ def test_advisory_judges_and_changes_nothing_after_the_canary_apply(profile: Any
     # the record: rewritten after each window, the last one final and complete
     assert [len(k["pre_period"]) for k in kept[:4]] == [1, 2, 3, 4]
     last = kept[-1]
-    assert last["verdict"] == "rollback" and last["advisory"] and last["windows_pre"] == 4
+    assert last["verdict"] == "rollback" and last["advisory"] and last["windows_pre"] == 8
     assert last["intervals"]["tput"]["high"] < 0 and len(last["windows"]) == last["windows_counted"]
 
 
@@ -216,7 +216,7 @@ def test_an_interrupt_while_judging_rolls_the_canaries_back(profile: Any, router
 
     def sleep(_s: float) -> None:
         calls["n"] += 1
-        if calls["n"] == 6:  # the second judged window
+        if calls["n"] == Settings().pre_windows + 2:  # the second judged window
             raise KeyboardInterrupt
 
     with pytest.raises(Interrupted) as exc:

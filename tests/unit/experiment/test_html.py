@@ -39,7 +39,7 @@ def canary_record(profile: Any, ratio: float) -> dict[str, Any]:
     return {"schema_version": 1, "kind": "canary", **kept[-1]}
 
 
-@pytest.mark.parametrize(("ratio", "verdict"), [(0.55, "rollback"), (1.0, "inconclusive")])
+@pytest.mark.parametrize(("ratio", "verdict"), [(0.55, "rollback"), (1.0, "promote")])
 def test_a_canary_page_says_the_decision_and_plots_every_window(
     profile: Any, router: Any, ratio: float, verdict: str
 ) -> None:

@@ -95,7 +95,7 @@ def test_a_tune_campaigns_page_opens_offline_with_no_request_and_no_console_mess
     assert page.count("<svg") == 2  # the model's predictions, the engine stage's A/Bs
 
 
-@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-inconclusive", "ab", "ab-latency", "bench", "fleet"])
+@pytest.mark.parametrize("kind", ["canary-rolled-back", "canary-promoted", "ab", "ab-latency", "bench", "fleet"])
 def test_a_report_opens_offline_with_no_request_and_no_console_message(
     profile: Any, router: Any, tmp_path: Path, kind: str
 ) -> None:
