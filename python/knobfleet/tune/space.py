@@ -151,38 +151,13 @@ def parse(doc: object, path: Path, text: str) -> Space:
 
     if not isinstance(doc, dict):
         raise SpaceError([f"{where}: expected a mapping with name, base, knobs, traffic, budget and stages"])
-    for key in sorted(set(map(str, doc)) - TOP_KEYS):
-        bad(key, f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        bad("schema_version", f"{doc.get('schema_version')!r}: expected {SCHEMA_VERSION}")
-    name = doc.get("name")
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        bad("name", f"{name!r}: expected lower-case letters, digits and dashes (at most 63), e.g. ctas-blockh")
-        name = "tune"
-    base = doc.get("base")
-    if not isinstance(base, str) or not base:
-        bad("base", "missing: name the current profile every candidate extends, e.g. base: ctas512")
-        base = ""
+    name, base = _head(doc, bad)
     knobs = _knobs(doc.get("knobs"), bad)
     traffic = _traffic(doc.get("traffic"), bad)
     before = len(problems)
     budget = _budget(doc.get("budget"), bad)
     budget_ok = len(problems) == before  # a budget already refused is not also "too small"
-    stages = doc.get("stages")
-    if not isinstance(stages, dict):
-        bad("stages", "missing: give at least stages.engine.host (the host the candidates are compared on)")
-        stages = {}
-    for key in sorted(set(map(str, stages)) - set(STAGE_KEYS)):
-        bad(f"stages.{key}", f"unknown stage; expected {', '.join(STAGE_KEYS)}")
-    sections: dict[str, dict[str, Any]] = {}
-    for stage, allowed in STAGE_KEYS.items():
-        raw = stages.get(stage, {})
-        if not isinstance(raw, dict):
-            bad(f"stages.{stage}", f"expected a mapping of {', '.join(sorted(allowed))}")
-            raw = {}
-        for key in sorted(set(map(str, raw)) - allowed):
-            bad(f"stages.{stage}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
-        sections[stage] = raw
+    sections = _sections(doc.get("stages"), bad)
     model = _model(sections["model"], bad)
     kernel = _kernel(sections["kernel"], bad)
     engine = _engine(sections["engine"], traffic, bad)
@@ -192,26 +167,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
         bad("result", f"{result!r}: expected a profile name (lower-case letters, digits, dashes)")
         result = f"{name}-best"
     description = doc.get("description") or ""
-    if knobs:
-        n = math.prod(len(v) for v in knobs.values())
-        if n > MAX_CANDIDATES:
-            bad("knobs", f"{n} candidates: more than {MAX_CANDIDATES}; narrow the ranges or vary fewer knobs")
-    kernel_knobs = [k for k in knobs if k in KERNEL_KNOBS]
-    if kernel_knobs and not {"host", "sweep", "skip"} & set(map(str, sections["kernel"])):  # a bad one: said above
-        bad(
-            "stages.kernel",
-            f"the space varies kernel knobs ({', '.join(kernel_knobs)}) and names no GPU host; give "
-            "stages.kernel.host (a host with a GPU), stages.kernel.sweep (a stored `kernel bench` sweep) or "
-            'stages.kernel.skip: "why"',
-        )
-    if engine.host and budget_ok and budget.host_s < engine.round_s * 3:
-        bad(
-            "budget.host_minutes",
-            f"{budget.host_s / 60:g} min cannot cover one candidate: its A/B needs at least 3 rounds of "
-            f"~{engine.round_s:g}s (stages.engine.round); raise the budget",
-        )
-    if kernel.host is not None and kernel.skip is None and kernel.sweep is None and budget.gpu_s <= 0:
-        bad("budget.gpu_minutes", "0: the kernel stage runs on a GPU host; give it minutes or skip the stage")
+    _across(knobs, sections["kernel"], budget, budget_ok, kernel, engine, bad)
     if problems:
         raise SpaceError(problems)
     return Space(
@@ -229,6 +185,76 @@ def parse(doc: object, path: Path, text: str) -> Space:
         result=str(result),
         description=str(description),
     )
+
+
+def _head(doc: dict[Any, Any], bad: Any) -> tuple[object, object]:
+    """Unknown top-level keys, the schema version, and the space's name and base profile (a placeholder each
+    when refused, so the checks that follow still run)."""
+    for key in sorted(set(map(str, doc)) - TOP_KEYS):
+        bad(key, f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        bad("schema_version", f"{doc.get('schema_version')!r}: expected {SCHEMA_VERSION}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        bad("name", f"{name!r}: expected lower-case letters, digits and dashes (at most 63), e.g. ctas-blockh")
+        name = "tune"
+    base = doc.get("base")
+    if not isinstance(base, str) or not base:
+        bad("base", "missing: name the current profile every candidate extends, e.g. base: ctas512")
+        base = ""
+    return name, base
+
+
+def _sections(stages: object, bad: Any) -> dict[str, dict[str, Any]]:
+    """Each stage's mapping (empty when missing or refused), unknown stages and keys refused."""
+    if not isinstance(stages, dict):
+        bad("stages", "missing: give at least stages.engine.host (the host the candidates are compared on)")
+        stages = {}
+    for key in sorted(set(map(str, stages)) - set(STAGE_KEYS)):
+        bad(f"stages.{key}", f"unknown stage; expected {', '.join(STAGE_KEYS)}")
+    sections: dict[str, dict[str, Any]] = {}
+    for stage, allowed in STAGE_KEYS.items():
+        raw = stages.get(stage, {})
+        if not isinstance(raw, dict):
+            bad(f"stages.{stage}", f"expected a mapping of {', '.join(sorted(allowed))}")
+            raw = {}
+        for key in sorted(set(map(str, raw)) - allowed):
+            bad(f"stages.{stage}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
+        sections[stage] = raw
+    return sections
+
+
+def _across(
+    knobs: dict[str, tuple[Any, ...]],
+    kernel_section: dict[str, Any],
+    budget: Budget,
+    budget_ok: bool,
+    kernel: KernelStage,
+    engine: EngineStage,
+    bad: Any,
+) -> None:
+    """What no section says alone: the number of candidates, a GPU host for kernel knobs, a host budget that covers
+    one candidate's A/B (unless the budget was refused already) and GPU minutes for a kernel stage that runs."""
+    if knobs:
+        n = math.prod(len(v) for v in knobs.values())
+        if n > MAX_CANDIDATES:
+            bad("knobs", f"{n} candidates: more than {MAX_CANDIDATES}; narrow the ranges or vary fewer knobs")
+    kernel_knobs = [k for k in knobs if k in KERNEL_KNOBS]
+    if kernel_knobs and not {"host", "sweep", "skip"} & set(map(str, kernel_section)):  # a bad one: said above
+        bad(
+            "stages.kernel",
+            f"the space varies kernel knobs ({', '.join(kernel_knobs)}) and names no GPU host; give "
+            "stages.kernel.host (a host with a GPU), stages.kernel.sweep (a stored `kernel bench` sweep) or "
+            'stages.kernel.skip: "why"',
+        )
+    if engine.host and budget_ok and budget.host_s < engine.round_s * 3:
+        bad(
+            "budget.host_minutes",
+            f"{budget.host_s / 60:g} min cannot cover one candidate: its A/B needs at least 3 rounds of "
+            f"~{engine.round_s:g}s (stages.engine.round); raise the budget",
+        )
+    if kernel.host is not None and kernel.skip is None and kernel.sweep is None and budget.gpu_s <= 0:
+        bad("budget.gpu_minutes", "0: the kernel stage runs on a GPU host; give it minutes or skip the stage")
 
 
 def _knobs(raw: object, bad: Any) -> dict[str, tuple[Any, ...]]:
