@@ -231,6 +231,51 @@ def _unwrap_optional(node: ast.expr) -> ast.expr:
 
 
 def _field_flag(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any] | None:
+    """The flag an ``A[T, "help"]`` / ``A[T, Arg(...)]`` field registers on the parser, or None (not a CLI field)."""
+    parts = _field_arg(stmt, consts)
+    if parts is None:
+        return None
+    field, raw_type, arg, help_node = parts
+    cli = _text(arg["cli_name"], consts) if "cli_name" in arg else "--" + field.replace("_", "-")
+    aliases = _const_eval(arg.get("aliases"), consts) if "aliases" in arg else []
+    names = [cli, *(aliases if isinstance(aliases, list | tuple) else [])]
+    entry: dict[str, Any] = {
+        "dest": field,
+        "option_strings": [str(n) for n in names],
+        "positional": False,
+        "help": scrub_addresses(" ".join(_text(arg.get("help", help_node), consts).split())),
+        "hidden": False,
+        "required": False,
+        "nargs": None,
+    }
+    inner = _unwrap_optional(raw_type)
+    entry["annotation"] = ast.unparse(raw_type)
+    choices = _field_action(entry, inner, arg, consts)
+    if "choices" in arg:
+        choices = _const_eval(arg["choices"], consts)
+        if choices is _UNRESOLVED:
+            entry["choices_expr"] = ast.unparse(arg["choices"])
+    if choices is not _UNRESOLVED:
+        ok, ch = _json_scalar(choices)
+        if ok:
+            entry["choices"] = ch
+    if stmt.value is None:
+        entry["required"] = True
+    else:
+        v = _const_eval(stmt.value, consts)
+        ok, val = _json_scalar(v) if v is not _UNRESOLVED else (False, None)
+        if ok:
+            entry["default"] = val
+        else:
+            entry["default_expr"] = ast.unparse(stmt.value)
+    return entry
+
+
+def _field_arg(
+    stmt: ast.AnnAssign, consts: dict[str, Any]
+) -> tuple[str, ast.expr, dict[str, ast.expr], ast.expr | None] | None:
+    """A field's name, its type, its ``Arg(...)`` keywords and its help (a bare string after the type), or None
+    when it is no CLI field (no ``Arg`` nor help, or ``no_cli=True``)."""
     ann = stmt.annotation
     if not (
         isinstance(ann, ast.Subscript)
@@ -259,20 +304,13 @@ def _field_flag(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any] |
             is_arg = True
     if not is_arg or bool(_const_eval(arg.get("no_cli"), consts) is True):
         return None
-    cli = _text(arg["cli_name"], consts) if "cli_name" in arg else "--" + field.replace("_", "-")
-    aliases = _const_eval(arg.get("aliases"), consts) if "aliases" in arg else []
-    names = [cli, *(aliases if isinstance(aliases, list | tuple) else [])]
-    entry: dict[str, Any] = {
-        "dest": field,
-        "option_strings": [str(n) for n in names],
-        "positional": False,
-        "help": scrub_addresses(" ".join(_text(arg.get("help", help_node), consts).split())),
-        "hidden": False,
-        "required": False,
-        "nargs": None,
-    }
-    inner = _unwrap_optional(raw_type)
-    entry["annotation"] = ast.unparse(raw_type)
+    return field, raw_type, arg, help_node
+
+
+def _field_action(entry: dict[str, Any], inner: ast.expr, arg: dict[str, ast.expr], consts: dict[str, Any]) -> Any:
+    """Set the flag's action, type and nargs in ``entry`` as ``add_cli_args_from_dataclass`` registers them (an
+    explicit action; ``Literal`` choices; ``list[T]`` takes ``nargs="+"``; ``bool`` is store_true). Returns the
+    ``Literal``'s choices, else ``_UNRESOLVED``."""
     choices: Any = _UNRESOLVED
     if "action" in arg:
         entry["action"] = _text(arg["action"], consts)
@@ -310,24 +348,7 @@ def _field_flag(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any] |
             entry["type"] = ast.unparse(inner)
         if "nargs" in arg:
             entry["nargs"] = _text(arg["nargs"], consts)
-    if "choices" in arg:
-        choices = _const_eval(arg["choices"], consts)
-        if choices is _UNRESOLVED:
-            entry["choices_expr"] = ast.unparse(arg["choices"])
-    if choices is not _UNRESOLVED:
-        ok, ch = _json_scalar(choices)
-        if ok:
-            entry["choices"] = ch
-    if stmt.value is None:
-        entry["required"] = True
-    else:
-        v = _const_eval(stmt.value, consts)
-        ok, val = _json_scalar(v) if v is not _UNRESOLVED else (False, None)
-        if ok:
-            entry["default"] = val
-        else:
-            entry["default_expr"] = ast.unparse(stmt.value)
-    return entry
+    return choices
 
 
 def parse_fields(source: str, consts: dict[str, Any]) -> list[dict[str, Any]]:
