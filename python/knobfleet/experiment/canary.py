@@ -59,7 +59,7 @@ class Settings:
     # The two error budgets, each over all looks: alpha, the chance that an identical profile is rolled back as
     # significantly worse (over the metrics too: any one metric can roll back); beta, the chance that a profile
     # max_regression worse on a metric is promoted (per metric: every metric must pass to promote).
-    alpha: float = 0.01
+    alpha: float = 0.007
     beta: float = 0.10
     # The share of each budget kept for the last look; the rest is split evenly over the looks before it, so an early
     # verdict needs a clear answer and the last look can decide with nearly the whole budget (O'Brien-Fleming's idea,
