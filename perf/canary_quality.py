@@ -150,8 +150,7 @@ def main() -> int:
     ap.add_argument("--walk", type=float, default=WALK, help=f"sd per window of a host's speed walk ({WALK})")
     args = ap.parse_args()
     s = Settings(window_s=args.window)
-    global WALK
-    WALK = args.walk
+    globals()["WALK"] = args.walk  # Host reads it
     print(
         f"canary decision quality: {args.aa_runs} simulated A/A canaries, {args.runs} per other change, "
         f"{args.hosts} canary + {args.hosts} baseline host(s), {args.window:g} s windows at time scale {TIME_SCALE} "
