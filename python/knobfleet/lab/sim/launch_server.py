@@ -43,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import __version__, flags, model
@@ -227,9 +228,30 @@ def run_follower(
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, rendezvous = parse_args(argv)
-    env = dict(os.environ)
+@dataclass(frozen=True)
+class Setup:
+    """What the launcher reads from its flags and environment before it starts anything (``read_setup``)."""
+
+    knobs: model.KernelKnobs
+    overlap: bool
+    expose: bool
+    gpus: dict[str, int]
+    gpu: str
+    startup: float
+    scale: float
+    noise: float
+    seed: int | None
+    fail: str
+    host: str
+    port: int
+    tp: int
+    version: str
+    server_args: dict[str, Any]
+
+
+def read_setup(args: argparse.Namespace, env: dict[str, str]) -> Setup:
+    """The knobs (a bad one ends the start first, like SGLang's), the stand-in's settings in the order they are
+    checked, and the server args as SGLang logs them (a key's digest, never the key)."""
     knobs, overlap, expose = read_knobs(env)
     gpus = model.load_gpus()
     gpu = env.get("SGLANG_SIM_GPU", "rtx-pro-6000")
@@ -248,147 +270,195 @@ def main(argv: list[str] | None = None) -> int:
     for name in SECRET_ARGS:  # like SGLang: its server info and log show a digest of a key, never the key
         if server_args.get(name):
             server_args[name] = "sha256:" + hashlib.sha256(str(server_args[name]).encode()).hexdigest()[:12]
-    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in server_args.items())})")
-    fp = fingerprint(env, server_args, version)
-    if rendezvous is not None and args.node_rank > 0:
-        return run_follower(args, host, port, tp, rendezvous, fp)
-
-    workers = spawn_workers(tp)
-    calibration = model.engine_calibration(env)
-    log(f"wave model: {'calibrated (' + calibration.fingerprint + ')' if calibration else 'uncalibrated'} for {gpu}")
-    engine = Engine(
-        EngineConfig(knobs, gpus[gpu], scale, noise, overlap, args.max_running_requests or 256, seed, calibration)
+    return Setup(
+        knobs, overlap, expose, gpus, gpu, startup, scale, noise, seed, fail, host, port, tp, version, server_args
     )
-    env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}
-    state = State(server_args, env_vars, engine, expose, args.served_model_name or args.model_path)
-    state.never_ready = fail == "never-ready"
-    state.worker_pids = [w.pid for w in workers]
-    state.health_timeout_s = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
-    state.version = version
-    try:
-        httpd = make_server(host, port, state)
-    except OSError as exc:
-        for w in workers:
-            w.terminate()
-        die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({host!r}, {port})", "launch_server")
-    group: Rendezvous | None = None
-    if rendezvous is not None:
-        consensus = env.get("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "0") not in ("", "0", "false")
-        try:
-            group = Rendezvous(rendezvous[0], rendezvous[1], args.nnodes, fp, consensus)
-        except OSError as exc:
-            httpd.server_close()
-            for w in workers:
-                w.terminate()
-            die("OSError", f"[Errno {exc.errno}] {exc.strerror}: {rendezvous!r}", "init_distributed_environment")
-        state.ranks = group.report
-    exit_code = {"value": 0}
-    stopping = threading.Event()
-    drain_s = float(env.get("SGLANG_SIM_DRAIN_TIMEOUT_S", "30"))
-    force = env.get("SGLANG_FORCE_SHUTDOWN", "0") not in ("", "0", "false")
 
-    def drain_then_stop(signum: int) -> None:
+
+def main(argv: list[str] | None = None) -> int:
+    args, rendezvous = parse_args(argv)
+    env = dict(os.environ)
+    setup = read_setup(args, env)
+    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in setup.server_args.items())})")
+    fp = fingerprint(env, setup.server_args, setup.version)
+    if rendezvous is not None and args.node_rank > 0:
+        return run_follower(args, setup.host, setup.port, setup.tp, rendezvous, fp)
+    return Leader(args, env, setup, rendezvous, fp).run()
+
+
+class Leader:
+    """Rank 0, or the only node: its workers, the engine and its HTTP server, the group it waits for (multi-node),
+    its start-up (SGLANG_SIM_FAIL included) and how it ends: a drain on SIGTERM, or a rank or a worker gone."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        env: dict[str, str],
+        setup: Setup,
+        rendezvous: tuple[str, int] | None,
+        fp: dict[str, str],
+    ) -> None:
+        s = self.setup = setup
+        self.args = args
+        self.workers = spawn_workers(s.tp)
+        calibration = model.engine_calibration(env)
+        wave = "calibrated (" + calibration.fingerprint + ")" if calibration else "uncalibrated"
+        log(f"wave model: {wave} for {s.gpu}")
+        self.engine = Engine(
+            EngineConfig(
+                s.knobs,
+                s.gpus[s.gpu],
+                s.scale,
+                s.noise,
+                s.overlap,
+                args.max_running_requests or 256,
+                s.seed,
+                calibration,
+            )
+        )
+        env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}
+        state = State(s.server_args, env_vars, self.engine, s.expose, args.served_model_name or args.model_path)
+        state.never_ready = s.fail == "never-ready"
+        state.worker_pids = [w.pid for w in self.workers]
+        state.health_timeout_s = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        state.version = s.version
+        self.state = state
+        try:
+            self.httpd = make_server(s.host, s.port, state)
+        except OSError as exc:
+            for w in self.workers:
+                w.terminate()
+            die("OSError", f"[Errno {exc.errno}] {exc.strerror}: ({s.host!r}, {s.port})", "launch_server")
+        self.group: Rendezvous | None = None
+        if rendezvous is not None:
+            consensus = env.get("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "0") not in ("", "0", "false")
+            try:
+                self.group = Rendezvous(rendezvous[0], rendezvous[1], args.nnodes, fp, consensus)
+            except OSError as exc:
+                self.httpd.server_close()
+                for w in self.workers:
+                    w.terminate()
+                die("OSError", f"[Errno {exc.errno}] {exc.strerror}: {rendezvous!r}", "init_distributed_environment")
+            state.ranks = self.group.report
+        self.exit_code = 0
+        self.stopping = threading.Event()
+        self.drain_s = float(env.get("SGLANG_SIM_DRAIN_TIMEOUT_S", "30"))
+        self.force = env.get("SGLANG_FORCE_SHUTDOWN", "0") not in ("", "0", "false")
+
+    def drain_then_stop(self, signum: int) -> None:
+        state, engine, drain_s = self.state, self.engine, self.drain_s
         log(f"Received signal {signum}; draining {state.active} request(s) in flight, then shutting down.")
         deadline = time.monotonic() + drain_s
-        while not force and state.ready.is_set() and (state.active or engine.num_running or engine.num_waiting):
+        while not self.force and state.ready.is_set() and (state.active or engine.num_running or engine.num_waiting):
             if time.monotonic() >= deadline:
                 log(f"Graceful shutdown watchdog: {state.active} request(s) still running after {drain_s:g}s; exiting.")
                 break
             time.sleep(0.05)
         else:
             log("Graceful shutdown: no request in flight.")
-        httpd.shutdown()
+        self.httpd.shutdown()
 
-    def shutdown(signum: int, _frame: Any) -> None:
-        if stopping.is_set():
+    def shutdown(self, signum: int, _frame: Any) -> None:
+        if self.stopping.is_set():
             return
-        stopping.set()
-        if group is not None:  # a rank restarted now must not join this process
-            group.stop_accepting()
-        state.draining.set()
+        self.stopping.set()
+        if self.group is not None:  # a rank restarted now must not join this process
+            self.group.stop_accepting()
+        self.state.draining.set()
         # No print here: the handler may interrupt the main thread's own print (a reentrant write raises).
-        threading.Thread(target=drain_then_stop, args=(signum,), daemon=True).start()
+        threading.Thread(target=self.drain_then_stop, args=(signum,), daemon=True).start()
 
-    def watch_group(group: Rendezvous) -> None:
+    def watch_group(self, group: Rendezvous) -> None:
         # Once the group formed, a rank that leaves breaks every collective: NCCL's watchdog ends rank 0.
-        while not stopping.wait(0.1):
+        while not self.stopping.wait(0.1):
             gone = [p for p in group.report() if not p["joined"]]
-            if gone and not stopping.wait(0.3):
+            if gone and not self.stopping.wait(0.3):
                 who = ", ".join(f"rank {p['rank']} ({p['address']})" for p in gone)
                 log(
                     "[PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: "
                     f"NCCL error: remote process exited or there was a network error ({who} is gone)"
                 )
-                exit_code["value"] = 3
-                httpd.shutdown()
+                self.exit_code = 3
+                self.httpd.shutdown()
                 return
 
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
-    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
-    stopped = False
-    if group is not None:
-        log(f"Init torch distributed begin. node_rank=0 nnodes={args.nnodes} dist_init_addr={args.dist_init_addr}")
-        try:
-            stopped = not group.wait_ready(stopping, log)
-        except ConsensusError as exc:
-            group.close()
-            httpd.server_close()
-            for w in workers:
-                w.terminate()
-            die("RuntimeError", str(exc), "check_rank_consensus")
+    def crash(self, delay: float) -> None:
+        time.sleep(delay)
+        log(f"Scheduler hit an exception: RuntimeError: NCCL watchdog timeout (SGLANG_SIM_FAIL={self.setup.fail})")
+        self.exit_code = 3
+        self.httpd.shutdown()
+
+    def run(self) -> int:
+        """Serve, start up, then wait for the end; the exit code (0 after a drain, 3 or 4 when something died)."""
+        signal.signal(signal.SIGTERM, self.shutdown)
+        signal.signal(signal.SIGINT, self.shutdown)
+        threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        stopped = self.start_up()
+        fail = self.setup.fail
+        if fail.startswith("after:") and not stopped:
+            threading.Thread(target=self.crash, args=(float(fail.split(":", 1)[1]),), daemon=True).start()
+        workers = self.workers
+        while True:
+            time.sleep(0.2)
+            # While draining, workers stopped by the same SIGTERM (systemd signals the whole cgroup) end nothing.
+            dead = [w for w in workers if w.poll() is not None] if not self.stopping.is_set() else []
+            if dead or not any(t.name == "http" for t in threading.enumerate()):
+                if dead and self.exit_code == 0 and not self.stopping.wait(0.3):
+                    log("A scheduler process exited unexpectedly; shutting down.")
+                    self.exit_code = 4
+                break
+        self.engine.stop()
+        self.httpd.server_close()
+        if self.group is not None:  # the followers see rank 0 go and exit; systemd restarts them to join the next one
+            self.group.close()
+        stop_workers(workers)
+        return self.exit_code
+
+    def start_up(self) -> bool:
+        """Wait for every rank (multi-node), then load and capture like SGLang, ``startup`` seconds in all; the
+        engine ready at the end. True when a SIGTERM (or a rank gone) stopped it first."""
+        args, s, group, stopping = self.args, self.setup, self.group, self.stopping
+        stopped = False
+        if group is not None:
+            log(f"Init torch distributed begin. node_rank=0 nnodes={args.nnodes} dist_init_addr={args.dist_init_addr}")
+            try:
+                stopped = not group.wait_ready(stopping, log)
+            except ConsensusError as exc:
+                group.close()
+                self.httpd.server_close()
+                for w in self.workers:
+                    w.terminate()
+                die("RuntimeError", str(exc), "check_rank_consensus")
+            if not stopped:
+                log(f"Init torch distributed ends. All {args.nnodes} ranks joined.")
+                threading.Thread(target=self.watch_group, args=(group,), name="group-watchdog", daemon=True).start()
         if not stopped:
-            log(f"Init torch distributed ends. All {args.nnodes} ranks joined.")
-            threading.Thread(target=watch_group, args=(group,), name="group-watchdog", daemon=True).start()
-    if not stopped:
-        log(f"Load weight begin. gpu={gpu} sms={gpus[gpu]} tp={tp}")
-        log(
-            f"SM120 MMA decode: TARGET_CTAS={knobs.target_ctas} BLOCK_H={knobs.block_h} "
-            f"NSPLIT_MAX={knobs.nsplit_max} MIN_CHUNK={knobs.min_chunk} multi_stream_overlap={int(overlap)}"
-        )
-        stopped = stopping.wait(startup / 2)  # a SIGTERM during start-up ends the process at once
-    if fail == "start" and not stopped:
-        for w in workers:
-            w.terminate()
-        die(
-            "RuntimeError",
-            "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
-            "init_cuda_graphs",
-        )
-    if not stopped:
-        log(f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs_decode}")
-        stopped = stopping.wait(startup / 2)
-    if not stopped and not exit_code["value"]:
-        engine.start()
-        state.ready.set()
-        log(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
-        if not state.never_ready:
-            log("The server is fired up and ready to roll!")
-    if fail.startswith("after:") and not stopped:
-        delay = float(fail.split(":", 1)[1])
-
-        def crash() -> None:
-            time.sleep(delay)
-            log(f"Scheduler hit an exception: RuntimeError: NCCL watchdog timeout (SGLANG_SIM_FAIL={fail})")
-            exit_code["value"] = 3
-            httpd.shutdown()
-
-        threading.Thread(target=crash, daemon=True).start()
-    while True:
-        time.sleep(0.2)
-        # While draining, workers stopped by the same SIGTERM (systemd signals the whole cgroup) end nothing.
-        dead = [w for w in workers if w.poll() is not None] if not stopping.is_set() else []
-        if dead or not any(t.name == "http" for t in threading.enumerate()):
-            if dead and exit_code["value"] == 0 and not stopping.wait(0.3):
-                log("A scheduler process exited unexpectedly; shutting down.")
-                exit_code["value"] = 4
-            break
-    engine.stop()
-    httpd.server_close()
-    if group is not None:  # the followers see rank 0 go and exit; systemd restarts them to join the next one
-        group.close()
-    stop_workers(workers)
-    return exit_code["value"]
+            log(f"Load weight begin. gpu={s.gpu} sms={s.gpus[s.gpu]} tp={s.tp}")
+            log(
+                f"SM120 MMA decode: TARGET_CTAS={s.knobs.target_ctas} BLOCK_H={s.knobs.block_h} "
+                f"NSPLIT_MAX={s.knobs.nsplit_max} MIN_CHUNK={s.knobs.min_chunk} multi_stream_overlap={int(s.overlap)}"
+            )
+            stopped = stopping.wait(s.startup / 2)  # a SIGTERM during start-up ends the process at once
+        if s.fail == "start" and not stopped:
+            for w in self.workers:
+                w.terminate()
+            die(
+                "RuntimeError",
+                "CUDA error: an illegal memory access was encountered (SGLANG_SIM_FAIL=start)",
+                "init_cuda_graphs",
+            )
+        if not stopped:
+            log(
+                f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs_decode}"
+            )
+            stopped = stopping.wait(s.startup / 2)
+        if not stopped and not self.exit_code:
+            self.engine.start()
+            self.state.ready.set()
+            log(f"INFO:     Uvicorn running on http://{s.host}:{s.port} (Press CTRL+C to quit)")
+            if not self.state.never_ready:
+                log("The server is fired up and ready to roll!")
+        return stopped
 
 
 if __name__ == "__main__":
