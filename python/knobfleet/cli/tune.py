@@ -6,11 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK
+
+if TYPE_CHECKING:
+    from knobfleet.profiles.model import Profile
+    from knobfleet.profiles.store import ProfileStore
+    from knobfleet.tune.space import Space
+    from knobfleet.waves import Calibration
 
 
 def load_space(path: Path):  # type: ignore[no-untyped-def]
@@ -29,43 +36,15 @@ def load_space(path: Path):  # type: ignore[no-untyped-def]
 def cmd_tune(args: argparse.Namespace) -> int:
     from knobfleet import paths, report
     from knobfleet.experiment import records
-    from knobfleet.kernel.commands import calibration_line
     from knobfleet.ops import interrupts
-    from knobfleet.ops import profiles as app
-    from knobfleet.profiles import catalog as catalogs
-    from knobfleet.tune import run, space
+    from knobfleet.tune import run
     from knobfleet.tune.stages import HostStages
 
     sp = load_space(Path(args.space))
-    st = app.store()
-    base = st.resolve(sp.base)
-    cat = catalogs.catalog_for(base.engine, st.catalog_dir, base.validated_on)
-    space.check_against(sp, cat)
-    inventory = common.inventory(args)
-    from knobfleet.ops import fleet
-
-    names = [h.host for h in fleet.hosts(inventory, None)]
-    for key, host in (("stages.engine.host", sp.engine.host), ("stages.kernel.host", sp.kernel.host)):
-        if host is not None and host not in names:
-            raise space.SpaceError(
-                [f"{paths.display(Path(sp.path))}: {key}: {host!r} is not in the inventory ({', '.join(names)})"]
-            )
+    st, base, inventory, names = _base_and_hosts(sp, args)
     path = run.record_path(sp)
-    existing = None
-    if path.exists():
-        existing = records.read(path)
-        if not args.resume and existing.get("status") != "done":
-            raise run.TuneError(
-                f"{paths.display(path)}: campaign {sp.name} is {existing.get('status')}; continue it with "
-                "`knobfleet tune SPACE --resume`, or remove the record to start over"
-            )
-    elif args.resume:
-        raise run.TuneError(f"{paths.display(path)}: no campaign {sp.name} to resume; run without --resume")
-    from knobfleet import waves
-
-    gpus = waves.load_gpus()
-    cal, note = calibration_line(sp.model.gpu, None)
-    sms = cal.sms if cal is not None else gpus[sp.model.gpu]
+    existing = _record_before(sp, path, args.resume)
+    sms, cal, note = _model_gpu(sp)
     live = "canary" if sp.live.skip is None else "rollout"
     common.confirm(
         "tune",
@@ -113,6 +92,61 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _out(f"record: {paths.display(path)}")
     verdict = (doc.get("decision") or {}).get("verdict")
     return EXIT_OK if verdict in ("promote", "keep", "advisory") else EXIT_DRIFT if verdict else EXIT_ERROR
+
+
+def _base_and_hosts(sp: Space, args: argparse.Namespace) -> tuple[ProfileStore, Profile, Path, list[str]]:
+    """The profile store, the space's base profile (its knobs checked against the base's catalog), the inventory and
+    its hosts, among which the space's engine and kernel hosts must be."""
+    from knobfleet import paths
+    from knobfleet.ops import fleet
+    from knobfleet.ops import profiles as app
+    from knobfleet.profiles import catalog as catalogs
+    from knobfleet.tune import space
+
+    st = app.store()
+    base = st.resolve(sp.base)
+    cat = catalogs.catalog_for(base.engine, st.catalog_dir, base.validated_on)
+    space.check_against(sp, cat)
+    inventory = common.inventory(args)
+    names = [h.host for h in fleet.hosts(inventory, None)]
+    for key, host in (("stages.engine.host", sp.engine.host), ("stages.kernel.host", sp.kernel.host)):
+        if host is not None and host not in names:
+            raise space.SpaceError(
+                [f"{paths.display(Path(sp.path))}: {key}: {host!r} is not in the inventory ({', '.join(names)})"]
+            )
+    return st, base, inventory, names
+
+
+def _record_before(sp: Space, path: Path, resume: bool) -> dict[str, Any] | None:
+    """The campaign's record from an earlier run, if any: an unfinished one is continued only with --resume, and
+    --resume needs one."""
+    from knobfleet import paths
+    from knobfleet.experiment import records
+    from knobfleet.tune import run
+
+    existing = None
+    if path.exists():
+        existing = records.read(path)
+        if not resume and existing.get("status") != "done":
+            raise run.TuneError(
+                f"{paths.display(path)}: campaign {sp.name} is {existing.get('status')}; continue it with "
+                "`knobfleet tune SPACE --resume`, or remove the record to start over"
+            )
+    elif resume:
+        raise run.TuneError(f"{paths.display(path)}: no campaign {sp.name} to resume; run without --resume")
+    return existing
+
+
+def _model_gpu(sp: Space) -> tuple[int, Calibration | None, str]:
+    """The model stage's GPU: its SM count (the stored calibration's, else gpus.json's), the calibration and the line
+    that says which."""
+    from knobfleet import waves
+    from knobfleet.kernel.commands import calibration_line
+
+    gpus = waves.load_gpus()
+    cal, note = calibration_line(sp.model.gpu, None)
+    sms = cal.sms if cal is not None else gpus[sp.model.gpu]
+    return sms, cal, note
 
 
 def render(doc: dict[str, object]) -> str:
