@@ -316,7 +316,7 @@ def test_fast_path_uses_ansible_cfg_ssh_settings_and_host_vars_win() -> None:
 def test_collection_is_generated_from_the_single_source(tmp_path: Path) -> None:
     tree = collection.stage_collection(REPO, tmp_path / "ansible_collections" / "knobfleet" / "serving")
     gen = (tree / "plugins" / "modules" / "knob_generation.py").read_text()
-    assert "from ansible_collections.knobfleet.serving.plugins.module_utils.knob_live import" in gen
+    assert "from ansible_collections.knobfleet.serving.plugins.module_utils.knob_txn import" in gen
     assert "ansible.module_utils.knob_" not in gen.replace("ansible.module_utils.basic", "")
     for util in (REPO / "python" / "knobfleet" / "module_utils").glob("knob_*.py"):
         copy = (tree / "plugins" / "module_utils" / util.name).read_text()

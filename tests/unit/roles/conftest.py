@@ -1,19 +1,15 @@
-"""Shared by the on-host module tests: knob_generation looks for units the host's packages ship
-(``PACKAGE_UNIT_DIRS``: /lib/systemd/system, /usr/lib/systemd/system); here it looks in an empty temp dir, so no
-test reads this machine's own unit directories, whatever units they hold."""
+"""Shared by the on-host module tests: knob_generation's transaction (module_utils/knob_guards) looks for units
+the host's packages ship (``PACKAGE_UNIT_DIRS``: /lib/systemd/system, /usr/lib/systemd/system); here it looks in an
+empty temp dir, so no test reads this machine's own unit directories, whatever units they hold."""
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import pytest
+
+from knobfleet.module_utils import knob_guards
 
 
 @pytest.fixture(autouse=True)
-def no_package_units_of_this_machine(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def no_package_units_of_this_machine(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     empty = tmp_path_factory.mktemp("no-package-units")
-    for value in list(vars(request.module).values()):
-        if isinstance(value, ModuleType) and hasattr(value, "PACKAGE_UNIT_DIRS"):
-            monkeypatch.setattr(value, "PACKAGE_UNIT_DIRS", (str(empty),))
+    monkeypatch.setattr(knob_guards, "PACKAGE_UNIT_DIRS", (str(empty),))

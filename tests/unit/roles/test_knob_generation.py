@@ -21,13 +21,15 @@ from typing import Any
 
 import pytest
 
+from knobfleet.module_utils import knob_commit, knob_fs, knob_guards, knob_restore, knob_store, knob_txn
+
 REPO = Path(__file__).resolve().parents[3]
 HAND_SCRIPT = "#!/bin/bash\nexport CTAS=256\nexec /usr/bin/engine --tp 2\n"
 HAND_UNIT = "[Service]\nExecStart=/root/serve.sh\n"
 
 
 def load_role_module(role: str, name: str) -> ModuleType:
-    for util in ("knob_fs", "knob_live", "knob_observe"):
+    for util in ("knob_fs", "knob_live", "knob_observe", "knob_txn"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )
@@ -39,6 +41,10 @@ def load_role_module(role: str, name: str) -> ModuleType:
 
 
 kg = load_role_module("knob_serve", "knob_generation")
+# The host transaction the module runs lives in module_utils (knob_txn and the files it imports): the seams the
+# tests replace are there. ``VALIDATE``: the real validate_staged (the fixtures replace knob_commit's).
+TXN_OS = (knob_store, knob_guards, knob_commit, knob_restore)  # the transaction's files that call ``os``
+VALIDATE = knob_commit.validate_staged
 
 
 class Failed(Exception):
@@ -73,7 +79,7 @@ class Host:
         self.state = root / "var/lib/knobfleet/svc"
         self.script = root / "root/serve.sh"
         self.unit = root / "etc/systemd/system/svc.service"
-        self.store = kg.Store(str(self.state))
+        self.store = knob_store.Store(str(self.state))
 
     def params(self, action: str, **kw: Any) -> dict[str, Any]:
         p: dict[str, Any] = {
@@ -105,7 +111,7 @@ class Host:
         return p
 
     def call(self, action: str, module: FakeModule | None = None, **kw: Any) -> dict[str, Any]:
-        handler = getattr(kg, action)
+        handler = knob_txn.HANDLERS[action]
         result: dict[str, Any] = handler(module or FakeModule(), self.store, self.params(action, **kw))
         return result
 
@@ -166,7 +172,9 @@ def mode(path: Path) -> int:
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """bash -n and systemd-analyze verify are the host's tools: recorded here, not run."""
     seen: list[tuple[str, str]] = []
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: seen.append((kind, path)))
+    monkeypatch.setattr(
+        knob_commit, "validate_staged", lambda module, kind, path, script_path: seen.append((kind, path))
+    )
     return seen
 
 
@@ -297,15 +305,15 @@ def test_breaking_the_lock_of_a_killed_apply_marks_its_generation_interrupted(ho
 
 def test_break_lock_is_atomic_a_second_breaker_finds_nothing(host: Host) -> None:
     host.call("begin", run_id="run-1")
-    assert kg.break_lock(host.store, {"run_id": "run-2"}) is True
-    assert kg.break_lock(host.store, {"run_id": "run-3"}) is False
+    assert knob_store.break_lock(host.store, {"run_id": "run-2"}) is True
+    assert knob_store.break_lock(host.store, {"run_id": "run-3"}) is False
     assert not (host.state / "lock").exists()
 
 
 def test_an_unreadable_lock_is_reported_as_corrupt(host: Host) -> None:
     host.call("begin", run_id="run-1")
     (host.state / "lock").write_text("{not json")
-    holder = kg.lock_holder(host.store)
+    holder = knob_store.lock_holder(host.store)
     assert holder["run_id"] == "?" and holder["corrupt"]
     with pytest.raises(Failed, match=r"locked by \? \(run \?\)"):
         host.call("begin", run_id="run-2")
@@ -362,7 +370,7 @@ def test_commit_stores_and_installs_a_new_generation(host: Host) -> None:
         "sha256": sha(script(1)),
         "name": "serve.sh",
         "uid": 0,
-        "mode": kg.SCRIPT_MODE,
+        "mode": knob_store.SCRIPT_MODE,
         "gid": 0,
     }
     assert (host.state / "generations/0001/serve.sh").read_text() == script(1)
@@ -413,7 +421,7 @@ def test_commit_of_unchanged_files_asks_the_live_rule(host: Host, monkeypatch: p
     host.hand_written()
     host.apply(1)
     live = {"CTAS": "1"}
-    monkeypatch.setattr(kg, "observe", lambda p: probe_doc(host, live, ["/usr/bin/engine", "--tp", "1"]))
+    monkeypatch.setattr(knob_commit, "observe", lambda p: probe_doc(host, live, ["/usr/bin/engine", "--tp", "1"]))
     host.call("begin")
     host.stage(script(1), unit(1))
     res = host.call("commit", profile=profile(1))
@@ -463,7 +471,7 @@ def test_commit_of_the_same_files_under_another_profile_hash_stores_a_generation
 def break_unit_dir_mid_way(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     """Just before the unit is written (the script already is), its directory is swapped for a symlink: the
     real knob_fs write then refuses it, as it would on a host where someone raced the apply."""
-    real_put = kg.Install.put
+    real_put = knob_fs.Install.put
 
     def put(self: Any, path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
         if path == str(host.unit) and not host.unit.parent.is_symlink():
@@ -472,7 +480,7 @@ def break_unit_dir_mid_way(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
             host.unit.parent.symlink_to(moved)
         real_put(self, path, data, mode, uid, gid)
 
-    monkeypatch.setattr(kg.Install, "put", put)
+    monkeypatch.setattr(knob_fs.Install, "put", put)
 
 
 def test_a_failed_install_puts_back_every_file_already_written(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -508,14 +516,14 @@ def test_a_generation_that_cannot_be_stored_installs_nothing(host: Host, monkeyp
     host.hand_written()
     host.call("begin")
     host.stage(script(1), unit(1))
-    real_write = kg.write_at
+    real_write = knob_store.write_at
 
     def full_disk(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
         if name == "meta.json":
             raise OSError(28, "No space left on device", name)
         real_write(dfd, name, data, mode, uid, gid)
 
-    monkeypatch.setattr(kg, "write_at", full_disk)
+    monkeypatch.setattr(knob_store, "write_at", full_disk)
     with pytest.raises(Failed) as exc:
         host.call("commit", profile=profile(1))
     assert exc.value.result["errno"] == 28
@@ -573,9 +581,9 @@ def test_prune_keeps_failed_generations_newer_than_the_oldest_kept_good_one(host
     host.hand_written()
     for n, status in ((1, "good"), (2, "good"), (3, "failed"), (4, "good")):
         host.apply(n, status=status)
-    assert kg.prune(host.store, 2) == [1]
+    assert knob_store.prune(host.store, 2) == [1]
     assert host.generations() == ["0000", "0002", "0003", "0004"]
-    assert kg.prune(host.store, 0) == [] and kg.prune(host.store, 2) == []
+    assert knob_store.prune(host.store, 0) == [] and knob_store.prune(host.store, 2) == []
 
 
 def test_prune_never_removes_current_or_the_previous_good_one(host: Host) -> None:
@@ -583,7 +591,7 @@ def test_prune_never_removes_current_or_the_previous_good_one(host: Host) -> Non
     for n in (1, 2, 3):
         host.apply(n)
     host.apply(4, status="failed")
-    assert kg.prune(host.store, 1) == [1, 2]
+    assert knob_store.prune(host.store, 1) == [1, 2]
     # kept: current (4, failed), the newest good (3) which is also the way back, and generation 0
     assert host.generations() == ["0000", "0003", "0004"]
 
@@ -730,7 +738,7 @@ def test_removed_dropins_travel_with_the_generation_and_come_back_on_restore(
     dropin = admin / "override.conf"
     dropin.write_text("[Service]\nEnvironment=CTAS=1024\n")
     monkeypatch.setattr(
-        kg, "dropins", lambda unit: [{"path": str(p), "exists": True} for p in sorted(admin.glob("*.conf"))]
+        knob_guards, "dropins", lambda unit: [{"path": str(p), "exists": True} for p in sorted(admin.glob("*.conf"))]
     )
     host.call("begin", foreign_dropins="remove")
     host.stage(script(1), unit(1))
@@ -747,7 +755,7 @@ def test_removed_dropins_travel_with_the_generation_and_come_back_on_restore(
 def test_foreign_dropins_refuse_the_host_under_policy_fail(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     host.hand_written()
     monkeypatch.setattr(
-        kg, "dropins", lambda unit: [{"path": "/run/systemd/system/svc.service.d/x.conf", "exists": True}]
+        knob_guards, "dropins", lambda unit: [{"path": "/run/systemd/system/svc.service.d/x.conf", "exists": True}]
     )
     with pytest.raises(Failed) as exc:
         host.call("begin", foreign_dropins="fail")
@@ -762,7 +770,7 @@ def test_foreign_dropins_refuse_the_host_under_policy_fail(host: Host, monkeypat
 def test_a_staged_script_bash_rejects_fails_the_task(host: Host, tmp_path: Path) -> None:
     staged = tmp_path / "serve.sh"
     staged.write_text("#!/bin/bash\nexec engine --tp 2 'unterminated\n")
-    validate = load_role_module("knob_serve", "knob_generation").validate_staged  # the real one, not the fixture's
+    validate = VALIDATE  # the real one, not the fixture's
     with pytest.raises(Failed, match=r"^bash -n rejected the staged script: "):
         validate(FakeModule(), "script", str(staged), str(host.script))
     staged.write_text(script(1))

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, kg, profile, script, unit
+from knobfleet.module_utils import knob_commit, knob_txn
+from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, profile, script, unit
 
 
 @pytest.fixture(autouse=True)
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
 
 
 @pytest.fixture
@@ -25,13 +26,13 @@ def host(tmp_path: Path) -> Host:
 
 def install(h: Host, n: int, module: FakeModule | None = None, **kw: Any) -> dict[str, Any]:
     p = h.params("install", script_content=script(n), unit_content=unit(n), profile=profile(n), **kw)
-    result: dict[str, Any] = kg.HANDLERS["install"](module or FakeModule(), h.store, p)
+    result: dict[str, Any] = knob_txn.HANDLERS["install"](module or FakeModule(), h.store, p)
     return result
 
 
 def finish(h: Host, generation: int | None, **kw: Any) -> dict[str, Any]:
     p = h.params("finish", generation=generation, status="good", **kw)
-    result: dict[str, Any] = kg.HANDLERS["finish"](FakeModule(), h.store, p)
+    result: dict[str, Any] = knob_txn.HANDLERS["finish"](FakeModule(), h.store, p)
     return result
 
 
@@ -91,7 +92,7 @@ def test_a_failing_stage_reports_begin_so_the_role_releases_the_lock(
     def reject(module: Any, kind: str, path: str, script_path: str) -> None:
         module.fail_json(msg="bash -n rejected the staged script: line 1")
 
-    monkeypatch.setattr(kg, "validate_staged", reject)
+    monkeypatch.setattr(knob_commit, "validate_staged", reject)
     with pytest.raises(Failed) as err:
         install(host, 5)
     r = err.value.result
@@ -107,7 +108,7 @@ def test_install_and_finish_through_main_as_the_role_calls_them(
     the result names the step, each step's result is under steps, and a failure names the step that failed."""
     from tests.unit.roles import test_knob_generation_module as tm
 
-    monkeypatch.setattr(tm.kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
     h = tm.Host(tmp_path, capsys)
     rc, res = h.run("install", script_content=tm.SCRIPT, unit_content=tm.UNIT, profile=tm.PROFILE)
     assert rc == 0 and res["step"] == "install" and list(res["steps"]) == ["begin", "stage", "commit"]

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.roles.test_knob_generation import HAND_SCRIPT, HAND_UNIT, Failed, Host, kg, profile, script, unit
+from knobfleet.module_utils import knob_commit, knob_guards, knob_store
+from tests.unit.roles.test_knob_generation import HAND_SCRIPT, HAND_UNIT, Failed, Host, profile, script, unit
 
 DROPINS = {
     "10-admin.conf": "[Service]\nEnvironment=CTAS=1024\n",
@@ -31,7 +32,7 @@ DROPINS = {
 
 @pytest.fixture(autouse=True)
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def admin_dropins(host: Host, monkeypatch: pytest.MonkeyPatch) -> Path:
         (admin / name).write_text(text)
         (admin / name).chmod(0o644)
     monkeypatch.setattr(
-        kg, "dropins", lambda unit: [{"path": str(p), "exists": True} for p in sorted(admin.glob("*.conf"))]
+        knob_guards, "dropins", lambda unit: [{"path": str(p), "exists": True} for p in sorted(admin.glob("*.conf"))]
     )
     return admin
 
@@ -58,7 +59,7 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, matches: Callable[[str], bool], c
     """knob_fs's ``write_at`` fails the first time it writes a path ``matches`` accepts (the directory
     descriptor's path + the name); every other write is real. Patched in knob_fs itself (``write_atomic`` and
     ``Install.put`` reach it there) and in the module's own import of it (the generation store)."""
-    knob_fs = sys.modules[kg.Install.__module__]
+    knob_fs = sys.modules[knob_commit.Install.__module__]
     real = knob_fs.write_at
     failed: list[str] = []
 
@@ -70,7 +71,7 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, matches: Callable[[str], bool], c
         real(dfd, name, data, mode, uid, gid)
 
     monkeypatch.setattr(knob_fs, "write_at", write_at)
-    monkeypatch.setattr(kg, "write_at", write_at)
+    monkeypatch.setattr(knob_store, "write_at", write_at)
     return failed
 
 
@@ -107,7 +108,7 @@ def test_a_failed_install_under_policy_remove_puts_every_admin_dropin_back(
 def test_a_failed_install_without_dropins_to_remove_creates_no_dropin_directory(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kg, "dropins", lambda unit: [])
+    monkeypatch.setattr(knob_guards, "dropins", lambda unit: [])
     host.call("begin", foreign_dropins="remove")
     host.stage(script(1), unit(1))
     fail_once(monkeypatch, lambda p: p == str(host.unit))

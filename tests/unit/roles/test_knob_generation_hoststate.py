@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils import knob_fs, knob_observe
-from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, kg, profile, script, unit
+from knobfleet.module_utils import knob_commit, knob_fs, knob_observe, knob_store, knob_txn
+from tests.unit.roles.test_knob_generation import TXN_OS, Failed, FakeModule, Host, profile, script, unit
 
 SECRET = "root-only-content-7f3a9c"
 HAND = "#!/bin/bash\nexport HF_TOKEN=hf_handwritten\nexec /usr/bin/engine --tp 2\n"
@@ -41,7 +41,7 @@ class Module(FakeModule):
 
 @pytest.fixture(autouse=True)
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,8 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
     """The os calls of the modules go through FaultyOs (with no fault here), whose fsync is only counted: the
     fault loops run hundreds of installs, and fsync is the one call whose effect a test cannot see."""
     fos = FaultyOs()
-    monkeypatch.setattr(kg, "os", fos)
+    for m in TXN_OS:
+        monkeypatch.setattr(m, "os", fos)
     monkeypatch.setattr(knob_fs, "os", fos)
 
 
@@ -60,19 +61,19 @@ def host(tmp_path: Path) -> Host:
 
 def install(h: Host, n: int, module: FakeModule | None = None, **kw: Any) -> dict[str, Any]:
     p = h.params("install", script_content=script(n), unit_content=unit(n), profile=profile(n), **kw)
-    result: dict[str, Any] = kg.HANDLERS["install"](module or Module(), h.store, p)
+    result: dict[str, Any] = knob_txn.HANDLERS["install"](module or Module(), h.store, p)
     return result
 
 
 def finish(h: Host, generation: int | None, run_id: str = "run-1") -> dict[str, Any]:
     p = h.params("finish", generation=generation, status="good", run_id=run_id)
-    result: dict[str, Any] = kg.HANDLERS["finish"](Module(), h.store, p)
+    result: dict[str, Any] = knob_txn.HANDLERS["finish"](Module(), h.store, p)
     return result
 
 
 def role_release(h: Host, run_id: str = "run-1") -> None:
     """What the role's ``always`` does after any failure: ask to release (a no-op unless this run holds it)."""
-    kg.release(Module(), h.store, h.params("release", run_id=run_id))
+    knob_store.release(Module(), h.store, h.params("release", run_id=run_id))
 
 
 def hand_written(h: Host, uid: int = 0, gid: int = 0) -> None:
@@ -117,7 +118,7 @@ def test_adopted_files_come_back_with_their_mode_owner_and_group_after_rollback_
     hand_written(host, uid=4321, gid=8765)
     install(host, 1)
     finish(host, 1)
-    assert (kg.stat.S_IMODE(host.script.stat().st_mode), host.script.stat().st_uid) == (0o755, 0)
+    assert (stat.S_IMODE(host.script.stat().st_mode), host.script.stat().st_uid) == (0o755, 0)
     res = host.call("restore", generation=0, run_id="run-2")
     assert res["generation"] == 0
     assert snapshot(host.script) == (HAND.encode(), 0o700, 4321, 8765)
@@ -266,7 +267,8 @@ class FaultyOs:
 @contextmanager
 def faulty(monkeypatch: pytest.MonkeyPatch, fos: FaultyOs) -> Iterator[FaultyOs]:
     with monkeypatch.context() as m:
-        m.setattr(kg, "os", fos)
+        for txn in TXN_OS:
+            m.setattr(txn, "os", fos)
         m.setattr(knob_fs, "os", fos)
         yield fos
 
@@ -461,7 +463,7 @@ def test_prune_never_deletes_a_generation_it_cannot_read(host: Host, kind: str) 
     for n in (3, 4, 5):
         install(host, n, run_id=f"r{n}")
         p = host.params("finish", generation=n, status="good", run_id=f"r{n}", keep=1)
-        kg.HANDLERS["finish"](Module(), host.store, p)
+        knob_txn.HANDLERS["finish"](Module(), host.store, p)
     assert (host.state / "generations/0001").is_dir()  # unreadable: kept
     assert not (host.state / "generations/0002").exists() and not (host.state / "generations/0003").exists()
 
@@ -481,7 +483,7 @@ def test_a_symlinked_generation_is_never_followed_nor_deleted(host: Host) -> Non
         res = install(host, n, run_id=f"r{n}")  # same run: already locked by it, nothing new
         gen = res["steps"]["commit"]["generation"]
         p = host.params("finish", generation=gen, status="good", run_id=f"r{n}", keep=1)
-        kg.HANDLERS["finish"](Module(), host.store, p)
+        knob_txn.HANDLERS["finish"](Module(), host.store, p)
     assert sorted(os.listdir(victim)) == ["meta.json", "precious"]
     assert (host.state / "generations/0001").is_symlink() and host.store.numbers()[0] == 0
     g = knob_observe.generations(str(host.state))

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from ansible.module_utils import basic
 
+from knobfleet.module_utils import knob_commit
+
 REPO = Path(__file__).resolve().parents[3]
 
 
 def load() -> ModuleType:
-    for util in ("knob_fs", "knob_live", "knob_observe"):
+    for util in ("knob_fs", "knob_live", "knob_observe", "knob_txn"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )
@@ -35,6 +37,7 @@ def load() -> ModuleType:
 
 
 kg = load()
+VALIDATE = knob_commit.validate_staged  # the fixture below replaces it
 SCRIPT = "#!/bin/bash\nset -euo pipefail\nexport CTAS=512\nexec /usr/bin/engine --tp 2\n"
 UNIT = "[Service]\nExecStart=/root/serve.sh\n"
 PROFILE = {"name": "p", "version": 1, "hash": "sha256:" + "1" * 64}
@@ -88,7 +91,7 @@ class Host:
 
 @pytest.fixture(autouse=True)
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
 
 
 @pytest.fixture
@@ -192,14 +195,14 @@ def test_verify_after_a_restore_tolerates_what_predates_it(host: Host, monkeypat
     host.run("mark", generation=1, status="good")
     active = {"ActiveState": "active", "SubState": "running", "MainPID": "0", "NeedDaemonReload": "no"}
 
-    observe = kg.observe
+    observe = knob_commit.observe
 
     def observed(opts: dict[str, Any]) -> dict[str, Any]:
         doc: dict[str, Any] = observe(opts)
         doc.update(unit_props={**active, "DropInPaths": "/etc/systemd/system/svc.service.d/x.conf"}, health=200)
         return doc
 
-    monkeypatch.setattr(kg, "observe", observed)
+    monkeypatch.setattr(knob_commit, "observe", observed)
     rc, res = host.run("verify", after="restore")
     assert rc == 0 and res["verified"] is True and res["generation"] == 1
     assert [f["kind"] for f in res["findings"]] == ["dropin_present"]  # reported, not blocking
@@ -262,7 +265,7 @@ class Module:
     ],
 )
 def test_a_staged_unit_is_verified_by_systemd(tmp_path: Path, unit: str, problem: str | None) -> None:
-    validate = load().validate_staged  # the real one, not the fixture's
+    validate = VALIDATE  # the real one, not the fixture's
     script = tmp_path / "missing-serve.sh"
     staged = tmp_path / "svc.service"
     staged.write_text(unit.format(script=script))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from ansible.module_utils import basic
 
+from knobfleet.module_utils import knob_txn
 from tests.unit.roles.test_knob_generation import kg
 
 BASE = {"state_dir": "/var/lib/knobfleet/svc", "run_id": "run-1"}
@@ -53,7 +54,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return {"changed": False}
 
     for action in ACTIONS:
-        monkeypatch.setitem(kg.HANDLERS, action, handler)
+        monkeypatch.setitem(knob_txn.HANDLERS, action, handler)
     return calls
 
 
@@ -187,7 +188,7 @@ def test_an_os_error_in_a_step_is_one_line_naming_it(
     def broken(module: Any, store: Any, p: dict[str, Any]) -> dict[str, Any]:
         raise PermissionError(13, "Permission denied", "/var/lib/knobfleet/svc/lock")
 
-    monkeypatch.setitem(kg.HANDLERS, "release", broken)
+    monkeypatch.setitem(knob_txn.HANDLERS, "release", broken)
     rc, res = run(capsys, action="release", **BASE)
     assert rc == 1
     assert res["msg"] == (
@@ -202,7 +203,7 @@ def test_an_os_error_without_a_file_names_the_state_dir(
     def broken(module: Any, store: Any, p: dict[str, Any]) -> dict[str, Any]:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setitem(kg.HANDLERS, "release", broken)
+    monkeypatch.setitem(knob_txn.HANDLERS, "release", broken)
     rc, res = run(capsys, action="release", **BASE)
     assert rc == 1 and res["msg"] == (
         "release failed: /var/lib/knobfleet/svc: No space left on device; this step's changes were undone"

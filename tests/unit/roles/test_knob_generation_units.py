@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, kg, profile, script, unit
+from knobfleet.module_utils import knob_commit, knob_guards, knob_txn
+from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, profile, script, unit
 
 HAND_UNIT = "[Service]\nExecStart=/root/serve.sh\n"
 SSHD = "[Unit]\nDescription=OpenBSD Secure Shell server\n[Service]\nExecStart=/usr/sbin/sshd -D\n"
@@ -20,7 +21,7 @@ SSHD = "[Unit]\nDescription=OpenBSD Secure Shell server\n[Service]\nExecStart=/u
 
 @pytest.fixture(autouse=True)
 def no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kg, "validate_staged", lambda module, kind, path, script_path: None)
+    monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def pkg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     dirs = (tmp_path / "pkg/lib/systemd/system", tmp_path / "pkg/usr/lib/systemd/system")
     for d in dirs:
         d.mkdir(parents=True)
-    monkeypatch.setattr(kg, "PACKAGE_UNIT_DIRS", tuple(str(d) for d in dirs), raising=False)
+    monkeypatch.setattr(knob_guards, "PACKAGE_UNIT_DIRS", tuple(str(d) for d in dirs))
     return dirs
 
 
@@ -44,12 +45,12 @@ def named(tmp_path: Path, service: str, unit_dir: Path | None = None, script_the
 
 def install(h: Host, n: int, module: FakeModule | None = None, **kw: Any) -> dict[str, Any]:
     p = h.params("install", script_content=script(n), unit_content=unit(n), profile=profile(n), **kw)
-    result: dict[str, Any] = kg.HANDLERS["install"](module or FakeModule(), h.store, p)
+    result: dict[str, Any] = knob_txn.HANDLERS["install"](module or FakeModule(), h.store, p)
     return result
 
 
 def finish(h: Host, generation: int, run_id: str = "run-1") -> None:
-    kg.HANDLERS["finish"](
+    knob_txn.HANDLERS["finish"](
         FakeModule(), h.store, h.params("finish", generation=generation, status="good", run_id=run_id)
     )
 

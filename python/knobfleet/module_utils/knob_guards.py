@@ -1,0 +1,197 @@
+"""The host transaction's refusals before anything changes: paths that overlap, a unit name the host's packages
+ship, a serve script in a directory others can write to, a ledger that is not a regular file, a foreign drop-in,
+and files generation 0 cannot adopt. Each one fails the module call (``fail_json`` with ``refused=True`` and the
+one-line reason) or returns what begin records. Part of the host transaction (knob_store, knob_txn); standard
+library only, imported by the roles' modules as ``ansible.module_utils.knob_guards``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any
+
+    from knobfleet.module_utils.knob_store import Module, Store
+
+if __name__.startswith("knobfleet."):  # on the controller (tests)
+    from knobfleet.module_utils.knob_fs import UnsafePath, kind_of, read_stat, writable_by_others
+    from knobfleet.module_utils.knob_observe import dropins
+    from knobfleet.module_utils.knob_rules import refusal
+else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
+    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
+        UnsafePath,
+        kind_of,
+        read_stat,
+        writable_by_others,
+    )
+    from ansible.module_utils.knob_observe import dropins  # type: ignore[no-redef]
+    from ansible.module_utils.knob_rules import refusal  # type: ignore[no-redef]
+
+RESERVED_NAMES = ("meta.json", "dropins")  # names a generation dir uses for itself
+# Where the OS's packages install their units (systemd's search path below /etc and /run). A unit of the serve
+# unit's name there is the host's own: /etc/systemd/system/NAME.service would shadow it and the restart would
+# stop the host's service (an apply naming `ssh` locked everyone out). Tests point this at temp dirs.
+PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
+
+
+def foreign_dropins(p: dict[str, Any]) -> list[str]:
+    """Drop-ins of the unit on disk (loaded or not) that knobfleet did not write."""
+    unit = os.path.basename(p["unit_path"])
+    return [d["path"] for d in dropins(unit) if d.get("exists")]
+
+
+def check_dropins(module: Module, p: dict[str, Any]) -> list[str]:
+    """Refuse the host before anything changes when a foreign drop-in is present under policy fail; under
+    remove, only drop-ins in the admin's directory can be moved away."""
+    found = foreign_dropins(p)
+    if not found or p["foreign_dropins"] == "ignore":
+        return found
+    if p["foreign_dropins"] == "fail":
+        module.fail_json(msg=refusal([{"kind": "dropin_present", "path": found[0]}]), refused=True, dropins=found)
+    admin = os.path.join(os.path.dirname(p["unit_path"]), os.path.basename(p["unit_path"]) + ".d")
+    other = [d for d in found if os.path.dirname(d) != admin]
+    if other:
+        module.fail_json(
+            msg="drop-in %s is not in %s, so knobfleet will not remove it; remove or mask it by hand"
+            % (other[0], admin),
+            refused=True,
+            dropins=found,
+        )
+    return found
+
+
+def inside(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_paths(module: Module, p: dict[str, Any]) -> None:
+    """The serve script, the unit and the state dir are three different things: refuse, changing nothing, a
+    script path that is the unit or lies in the state dir (its ledger, lock or generations), or whose name a
+    generation dir uses for itself."""
+    script, unit, state = p["script_path"], p["unit_path"], p["state_dir"]
+    problems = []
+    if os.path.normpath(script) == os.path.normpath(unit):
+        problems.append("knob_serve_script_path %s is the unit file" % script)
+    for key, path in (("knob_serve_script_path", script), ("the unit path", unit)):
+        if inside(path, state) or inside(state, path):
+            problems.append("%s %s lies in knobfleet's state dir %s (ledger, lock, generations)" % (key, path, state))
+    name = os.path.basename(script)
+    if name in RESERVED_NAMES or name == os.path.basename(unit):
+        problems.append("knob_serve_script_path %s may not be named %s" % (script, name))
+    if problems:
+        module.fail_json(msg="%s; pick another path; nothing was changed" % problems[0], refused=True)
+
+
+def package_unit(unit_path: str) -> str | None:
+    """The path at which a package ships a unit of the serve unit's name (or, for an instance NAME@X.service, its
+    template NAME@.service), or None. Checked with lstat only: whatever is there is never opened."""
+    name = os.path.basename(unit_path)
+    names = [name]
+    stem, dot, suffix = name.rpartition(".")
+    if dot and "@" in stem and not stem.endswith("@"):
+        names.append("%s@.%s" % (stem.split("@", 1)[0], suffix))
+    for base in PACKAGE_UNIT_DIRS:
+        for candidate in names:
+            path = os.path.join(base, candidate)
+            if os.path.lexists(path):
+                return path
+    return None
+
+
+def check_unit_name(module: Module, store: Store, p: dict[str, Any]) -> None:
+    """Refuse, before anything changes, to install a serve unit under a name the host's packages ship (ssh,
+    nginx, ...): knobfleet's unit would take the place of the host's own service. A hand-written unit in the
+    admin's directory (/etc/systemd/system) that no package ships is still adopted as generation 0. When the unit
+    directory is itself a package directory, the file there is accepted only once knobfleet manages it."""
+    found = package_unit(p["unit_path"])
+    if found is None:
+        return
+    unit = p["unit_path"]
+    if os.path.realpath(found) == os.path.realpath(unit) and store.numbers():
+        return  # knob_serve_unit_dir is a package directory, and this very file is knobfleet's already
+    service = os.path.basename(unit).rsplit(".service", 1)[0]
+    earlier = ""
+    if store.numbers() and os.path.lexists(unit) and os.path.realpath(found) != os.path.realpath(unit):
+        earlier = " (an earlier apply installed %s: remove it and run systemctl daemon-reload)" % unit
+    module.fail_json(
+        msg="knob_serve_service %s names a unit the host's packages ship (%s): installing %s would "
+        "take the place of the host's own service and restart it; set knob_serve_service to a name "
+        "of the engine's own%s; nothing was changed" % (service, found, unit, earlier),
+        refused=True,
+        package_unit=found,
+    )
+
+
+def check_script_dir(module: Module, p: dict[str, Any]) -> str | None:
+    """A script root runs must sit in directories only root can change, else any user who can write there
+    runs code as root. Refused unless ``allow_writable_script_dir`` (host var
+    knob_serve_allow_writable_script_dir), which turns it into a warning."""
+    if (p.get("service_user") or "root") != "root":
+        return None
+    found = writable_by_others(p["script_path"])
+    if found is None:
+        return None
+    text = "%s, the directory of the serve script %s that root runs, is %s: any such user can run code as root" % (
+        found[0],
+        p["script_path"],
+        found[1],
+    )
+    if not p.get("allow_writable_script_dir"):
+        module.fail_json(
+            msg="%s; make it root-only (chown root; chmod go-w) or set "
+            "knob_serve_allow_writable_script_dir: true; nothing was changed" % text,
+            refused=True,
+        )
+    module.warn(text)
+    return text
+
+
+def adopt_files(
+    module: Module, p: dict[str, Any]
+) -> tuple[tuple[list[tuple[str, bytes, int]], dict[str, Any]] | None, str | None]:
+    """What generation 0 stores: each managed file present, with mode, owner and group. Refused with one line,
+    before a byte of it is read or shipped anywhere: a symlink in its path, and anything but a single-link
+    regular file within the size bound (a FIFO, device, socket, directory, oversized file, or a hard link,
+    which may be another file's content)."""
+    files, present = [], {}
+    for key, path in (("script", p["script_path"]), ("unit", p["unit_path"])):
+        try:
+            data, st = read_stat(path, single_link=True)
+        except FileNotFoundError:
+            continue
+        except UnsafePath as exc:
+            what = exc.filename if exc.filename and exc.filename != os.path.basename(path) else path
+            return None, (
+                "cannot adopt %s: %s %s; knobfleet manages single-link regular files only: replace it "
+                "with a regular file (or remove it) and apply again; nothing was changed" % (path, what, exc.strerror)
+            )
+        files.append((os.path.basename(path), data, 0o600))
+        present[key] = {
+            "path": path,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "name": os.path.basename(path),
+            "mode": st.st_mode & 0o7777,
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+        }
+    return (files, present), None
+
+
+def check_ledger(module: Module, store: Store) -> None:
+    """The ledger must be a regular file (or absent): anything else is refused before the lock is taken."""
+    try:
+        st = os.lstat(store.ledger)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        module.fail_json(
+            msg="%s is %s; knobfleet appends its audit trail to a regular file only: move it away "
+            "and apply again; nothing was changed"
+            % (store.ledger, "hard-linked" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)),
+            refused=True,
+        )
