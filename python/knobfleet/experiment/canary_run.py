@@ -298,27 +298,7 @@ def canary(
         settings=s,
     )
     save = keep or (lambda _r: None)
-    pre: list[Window] = []
-    measured_since = clock()
-    for k in range(1, s.pre_windows + 1):
-        sleep(opts.window_s)
-        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since)
-        row["pre"] = True
-        report.pre.append(row)
-        if window is None:
-            report.notes.append(f"pre-period window {k}: {row['skipped']}; not counted")
-        else:
-            pre.append(window)
-        save(report)
-    short = pre_period_shortfall(pre, s)
-    if len(pre) < min(2, s.pre_windows):
-        # windows that could not be measured at all (a missing metric, a restart, Prometheus): say why
-        why = "; ".join(str(r["skipped"]) for r in report.pre if "skipped" in r) or "no window could be measured"
-        short = f"pre-period: {len(pre)} of {s.pre_windows} windows measured ({why}); nothing was applied"
-    if short is not None:
-        report.verdict = Verdict("inconclusive", short, 0, pre=len(pre))
-        save(report)
-        raise PrePeriodTooQuiet(f"canary {profile.name}: {short}")
+    pre = _pre_period(profile, canaries, baseline, prom, opts, report, sleep, clock, save)
     from knobfleet.ops import interrupts
 
     applied = None
@@ -345,27 +325,84 @@ def canary(
         save(report)
         raise interrupts.Interrupted(f"knobfleet: canary {profile.name} interrupted: {back}", report) from None
     with interrupts.deferred():  # the verdict's action runs to its end (the promotion's apply has its own steps)
-        report.verdict = verdict
-        if opts.advisory:
-            report.followup = _advice(profile, verdict, canaries, baseline + rest)
-            report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
-        elif verdict.verdict == "promote":
-            report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
-            try:
-                done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
-            except interrupts.Interrupted as exc:  # the rollout to the rest says what it did; the canaries keep it
-                canaries_on = ", ".join(h.host for h in canaries)
-                report.followup = (f"promoted: {canaries_on} run {profile.name}; the rollout to the rest was "
-                                   f"interrupted ({exc}); `knobfleet history` shows each host")  # fmt: skip
-                report.exit_code = 130
-                save(report)
-                raise interrupts.Interrupted(f"knobfleet: canary {profile.name} {report.followup}", report) from None
-            report.exit_code = done.exit_code if done else 0
-        else:
-            report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
-            report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
-        save(report)
+        _act(profile, verdict, (canaries, baseline, rest), before, applied, door, opts, report, save)
         return report
+
+
+def _pre_period(
+    profile: Profile,
+    canaries: list[HostVars],
+    baseline: list[HostVars],
+    prom: Prometheus,
+    opts: CanaryOptions,
+    report: CanaryReport,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    save: Callable[[CanaryReport], None],
+) -> list[Window]:
+    """The pre-period's windows that count, both sides on the current profile; ``PrePeriodTooQuiet`` (nothing
+    applied) when too few do, with the counts or why a window could not be measured."""
+    s = opts.settings
+    pre: list[Window] = []
+    measured_since = clock()
+    for k in range(1, s.pre_windows + 1):
+        sleep(opts.window_s)
+        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since)
+        row["pre"] = True
+        report.pre.append(row)
+        if window is None:
+            report.notes.append(f"pre-period window {k}: {row['skipped']}; not counted")
+        else:
+            pre.append(window)
+        save(report)
+    short = pre_period_shortfall(pre, s)
+    if len(pre) < min(2, s.pre_windows):
+        # windows that could not be measured at all (a missing metric, a restart, Prometheus): say why
+        why = "; ".join(str(r["skipped"]) for r in report.pre if "skipped" in r) or "no window could be measured"
+        short = f"pre-period: {len(pre)} of {s.pre_windows} windows measured ({why}); nothing was applied"
+    if short is not None:
+        report.verdict = Verdict("inconclusive", short, 0, pre=len(pre))
+        save(report)
+        raise PrePeriodTooQuiet(f"canary {profile.name}: {short}")
+    return pre
+
+
+def _act(
+    profile: Profile,
+    verdict: Verdict,
+    sides: tuple[list[HostVars], list[HostVars], list[HostVars]],
+    before: dict[str, int | None],
+    applied: Any,
+    door: Hosts,
+    opts: CanaryOptions,
+    report: CanaryReport,
+    save: Callable[[CanaryReport], None],
+) -> None:
+    """The verdict's action (advice only, with --advisory): promote rolls the profile out to the baseline and the
+    rest; anything else puts the canaries back. Run inside a deferred section: it runs to its end."""
+    from knobfleet.ops import interrupts
+
+    canaries, baseline, rest = sides
+    report.verdict = verdict
+    if opts.advisory:
+        report.followup = _advice(profile, verdict, canaries, baseline + rest)
+        report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
+    elif verdict.verdict == "promote":
+        report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
+        try:
+            done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+        except interrupts.Interrupted as exc:  # the rollout to the rest says what it did; the canaries keep it
+            canaries_on = ", ".join(h.host for h in canaries)
+            report.followup = (f"promoted: {canaries_on} run {profile.name}; the rollout to the rest was "
+                               f"interrupted ({exc}); `knobfleet history` shows each host")  # fmt: skip
+            report.exit_code = 130
+            save(report)
+            raise interrupts.Interrupted(f"knobfleet: canary {profile.name} {report.followup}", report) from None
+        report.exit_code = done.exit_code if done else 0
+    else:
+        report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
+        report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
+    save(report)
 
 
 def _judged_windows(
