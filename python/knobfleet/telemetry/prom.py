@@ -61,14 +61,23 @@ class Alert:
 
 
 def redacted(url: str) -> str:
-    """``url`` with any userinfo (user:password@) shown as ``***@``."""
+    """``url`` with any userinfo (user:password@) shown as ``***@``: all before the last ``@`` but the scheme, so a
+    password typed with a ``/``, ``?``, ``#`` or ``@`` in it (which ends the URL's host part early) is hidden too."""
+    if "@" in url:
+        scheme, sep, _rest = url.partition("://")
+        keep = scheme + sep if sep and "@" not in scheme else ""
+        return f"{keep}***@{url.rsplit('@', 1)[1]}"
     try:
-        parts = urllib.parse.urlsplit(url)
+        urllib.parse.urlsplit(url)
     except ValueError:
         return "<an unparsable URL>"
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    return url
+
+
+def said(value: object) -> str:
+    """What the server said, for a one-line message: its whitespace (newlines included) folded, at most 200
+    characters."""
+    return " ".join(str(value).split())[:200]
 
 
 class Prometheus:
@@ -124,7 +133,7 @@ class Prometheus:
             detail = ""
             try:
                 doc = json.loads(body[:65536] or b"{}")
-                detail = str(doc.get("error", ""))[:200] if isinstance(doc, dict) else ""
+                detail = said(doc.get("error", "")) if isinstance(doc, dict) else ""
             except (ValueError, RecursionError):
                 detail = ""
             raise PromError(f"{self.url}{path}: HTTP {status}{': ' + detail if detail else ''}")
@@ -144,7 +153,7 @@ class Prometheus:
             raise PromError(f"{self.url}{path}: not a Prometheus API answer (invalid JSON)") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             why = doc.get("error", "failed") if isinstance(doc, dict) else "not a Prometheus API answer (not an object)"
-            raise PromError(f"{self.url}{path}: {str(why)[:200]}")
+            raise PromError(f"{self.url}{path}: {said(why)}")
         data = doc.get("data")
         if not isinstance(data, dict):
             raise PromError(f"{self.url}{path}: not a Prometheus API answer (no data object)")
@@ -162,7 +171,7 @@ class Prometheus:
             if kind == "scalar":
                 return [Sample({}, float(result[1]))]  # type: ignore[index]
             if kind != "vector":
-                raise PromError(f"{self.url}: query {expr!r} gave a {kind}, expected an instant vector")
+                raise PromError(f"{self.url}: query {expr!r} gave a {said(kind)}, expected an instant vector")
             return [Sample({str(k): str(v) for k, v in r.get("metric", {}).items()}, float(r["value"][1]))
                     for r in result]  # type: ignore[union-attr]  # fmt: skip
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
@@ -176,8 +185,9 @@ class Prometheus:
             raise PromError(f"{self.url}: range query with start {start}, end {end}, step {step_s}: not finite")
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
         data = self._api("/api/v1/query_range", params)
-        if data.get("resultType") != "matrix":
-            raise PromError(f"{self.url}: range query {expr!r} gave a {data.get('resultType')}, expected a matrix")
+        kind = data.get("resultType")
+        if kind != "matrix":
+            raise PromError(f"{self.url}: range query {expr!r} gave a {said(kind)}, expected a matrix")
         try:
             return [(dict(r.get("metric", {})), [float(v[1]) for v in r.get("values", [])]) for r in data["result"]]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
