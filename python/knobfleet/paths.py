@@ -41,7 +41,7 @@ def examples() -> bool:
 def _discover(cwd: Path, home: str | None) -> tuple[str, Path]:
     """(kind, root): kind is ``home``, ``project`` (a knobfleet.toml), ``checkout`` or ``installed``."""
     if home:
-        return "home", Path(home).resolve()
+        return "home", Path(os.path.realpath(home))  # not resolve(): before 3.13 it raises on a symlink loop
     for candidate in (cwd, *cwd.parents):
         if (candidate / "knobfleet.toml").is_file():
             return "project", candidate
@@ -185,7 +185,7 @@ def state_dir() -> Path:
     """Controller-side state (ansible-runner artifacts, lab keys): git-ignored ``.state/`` in a checkout."""
     env = os.environ.get("KNOBFLEET_STATE_DIR")
     if env:
-        return Path(env).resolve()
+        return Path(os.path.realpath(env))  # a symlink loop is left as it is (resolve() raised before 3.13)
     root = project_root()
     if root != DATA_DIR and os.access(root, os.W_OK):
         return root / ".state"

@@ -208,7 +208,7 @@ def init(directory: Path, name: str | None = None, force: bool = False) -> list[
     """Create a project in ``directory`` (made when missing). Refuses to overwrite files unless ``force``.
     Every file is composed and checked before the first is written, and each is written atomically; a failure
     part-way removes what this run created, so a re-run starts clean. Returns the files written."""
-    directory = directory.resolve()
+    directory = Path(os.path.realpath(directory))  # not resolve(): before 3.13 it raises on a symlink loop
     if directory.exists() and not directory.is_dir():
         raise ProjectError(f"{shown(str(directory))}: exists and is not a folder; pick another DIR")
     name = _project_name(name, True) if name is not None else _project_name(directory.name, False)

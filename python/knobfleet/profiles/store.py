@@ -32,7 +32,7 @@ class ProfileStore:
     """Profiles in one folder. Names map to ``<folder>/<name>.yaml``."""
 
     def __init__(self, directory: Path | None = None, catalog_dir: Path | None = None) -> None:
-        self.directory = (directory or paths.profiles_dir()).resolve()
+        self.directory = Path(os.path.realpath(directory or paths.profiles_dir()))  # a loop: read, refused there
         own = self.directory / "catalogs"
         # A checkout keeps its catalogs under profiles/; a user's project uses the ones knobfleet ships.
         self.catalog_dir = catalog_dir or (own if own.is_dir() else paths.catalogs_dir())
@@ -46,7 +46,7 @@ class ProfileStore:
 
     def path_of(self, name_or_path: str) -> Path:
         if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
-            return Path(name_or_path).resolve()
+            return Path(os.path.realpath(name_or_path))  # not resolve(): before 3.13 it raises on a symlink loop
         path = self.directory / f"{name_or_path}.yaml"
         if not path.is_file():
             hint = catalogs.did_you_mean(name_or_path, self.names())
