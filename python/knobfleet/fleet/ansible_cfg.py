@@ -101,6 +101,7 @@ def _read(path: str | None, mtime: float) -> dict[str, str]:
     import json
 
     from knobfleet import paths, safefile
+    from knobfleet.errors import KnobfleetError
 
     try:
         stamp = [path, mtime, os.stat(path).st_size]
@@ -111,13 +112,13 @@ def _read(path: str | None, mtime: float) -> dict[str, str]:
         doc = json.loads(safefile.read_cache(cached) or "null")
         if doc.get("stamp") == stamp and isinstance(doc.get("values"), dict):
             return {str(k): str(v) for k, v in doc["values"].items()}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         pass
     values = _parse(path)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         safefile.write_text(cached, json.dumps({"stamp": stamp, "values": values}, sort_keys=True))
-    except (OSError, safefile.FileRefused):
+    except (OSError, KnobfleetError):  # a FIFO, device, symlink or folder there: refused, never written through
         pass  # only costs the parse next time
     return values
 

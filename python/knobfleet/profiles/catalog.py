@@ -102,7 +102,7 @@ def _cached(files: list[Path]) -> dict[str, Any]:
         cached = json.loads(safefile.read_cache(path) or "null")
         if isinstance(cached, dict):
             return cached
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep to be one of ours
         pass
     data: dict[str, Any] = _merged(files)
     try:
