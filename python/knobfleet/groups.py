@@ -176,24 +176,26 @@ def _may_differ(where: str, extra: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*MAY_DIFFER_ENV, *extra)))
 
 
-def rank_flags(group: EngineGroup, host: str, engine: str | None) -> dict[str, str | bool]:
+RankSpec = tuple[Mapping[str, "str | bool"], Mapping[str, "str | bool"]]
+
+
+def rank_flags(group: EngineGroup, host: str, spec: RankSpec) -> dict[str, str | bool]:
     """The launch flags knobfleet renders for ``host``'s rank (empty for prefill/decode groups: their servers
-    are independent engines that a router pairs)."""
+    are independent engines that a router pairs), from the engine's ``spec`` (catalog ``serve.ranks``: every rank's
+    flags, then followers' own), templates filled in: {nnodes}, {rank}, {head}, {port}."""
     if group.kind != "tp":
         return {}
     m = group.member(host)
-    n = str(len(group.members))
-    if engine == "vllm":
-        flags: dict[str, str | bool] = {
-            "nnodes": n,
-            "node-rank": str(m.rank),
-            "master-addr": group.head.address,
-            "master-port": str(group.dist_port),
-        }
-        if m.rank > 0:
-            flags["headless"] = True
-        return flags
-    return {"nnodes": n, "node-rank": str(m.rank), "dist-init-addr": f"{group.head.address}:{group.dist_port}"}
+    fill = {"{nnodes}": str(len(group.members)), "{rank}": str(m.rank), "{head}": group.head.address,
+            "{port}": str(group.dist_port)}  # fmt: skip
+    every, followers = spec
+    out: dict[str, str | bool] = {}
+    for flag, value in [*every.items(), *(followers.items() if m.rank > 0 else ())]:
+        if isinstance(value, str):
+            for key, filled in fill.items():
+                value = value.replace(key, filled)
+        out[flag] = value
+    return out
 
 
 @dataclass(frozen=True)

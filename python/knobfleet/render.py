@@ -20,7 +20,7 @@ import jinja2
 
 from knobfleet import paths
 from knobfleet.errors import RenderError
-from knobfleet.groups import rank_flags
+from knobfleet.groups import EngineGroup, RankSpec, rank_flags
 from knobfleet.module_utils import knob_argv
 from knobfleet.profiles.model import Profile, arg_tokens
 
@@ -183,7 +183,7 @@ def check_conflicts(profile: Profile, hv: HostVars, engine: Engine | None = None
                 f"{source}{also}; remove it from one of them"
             )
     if hv.group is not None:  # the per-rank flags are knobfleet's to render (groups.rank_flags)
-        ranked = {flag_of(f) for f in rank_flags(hv.group, hv.host, adapter.name)}
+        ranked = {flag_of(f) for f in rank_flags(hv.group, hv.host, rank_spec(hv.group, adapter))}
         for source, flags in ((f"the profile {profile.name}", profile.args), ("knob_serve_host_args", hv.host_args)):
             for flag in sorted(flags):
                 if flag_of(flag) in ranked:
@@ -245,7 +245,13 @@ def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) 
 
 def rank_args(hv: HostVars, engine: Engine) -> dict[str, str | bool]:
     """The flags of ``hv``'s rank in its engine group (none for a host alone)."""
-    return rank_flags(hv.group, hv.host, engine.name) if hv.group is not None else {}
+    return rank_flags(hv.group, hv.host, rank_spec(hv.group, engine)) if hv.group is not None else {}
+
+
+def rank_spec(group: EngineGroup, engine: Engine) -> RankSpec:
+    """The engine's rank flags (catalog ``serve.ranks``) where ``group`` is a tensor-parallel one; none for a
+    prefill/decode group, whose servers are independent engines. An engine without them is refused in one line."""
+    return engine.ranks(f"engine group {group.name}") if group.kind == "tp" else ({}, {})
 
 
 def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:

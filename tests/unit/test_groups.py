@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from knobfleet.engines.adapter import engine
 from knobfleet.groups import GroupError, parse, rank_flags, units
 
 ADDR = {f"lab{i}": f"127.0.1.{i}" for i in range(1, 6)}
@@ -21,18 +22,43 @@ def test_two_tp_groups_and_a_pd_pair() -> None:
     )
     a, b = groups
     assert [m.host for m in a.members] == ["lab1", "lab2"] and a.head.host == "lab1"
-    assert rank_flags(a, "lab2", "sglang") == {"nnodes": "2", "node-rank": "1", "dist-init-addr": "127.0.1.1:5000"}
-    assert rank_flags(b, "lab4", "vllm") == {
+    sglang, vllm = engine("sglang").ranks("a test"), engine("vllm").ranks("a test")  # the catalogs' serve.ranks
+    assert rank_flags(a, "lab2", sglang) == {"nnodes": "2", "node-rank": "1", "dist-init-addr": "127.0.1.1:5000"}
+    assert rank_flags(b, "lab4", vllm) == {
         "nnodes": "2",
         "node-rank": "1",
         "master-addr": "127.0.1.3",
         "master-port": "5100",
         "headless": True,
     }
-    assert "headless" not in rank_flags(b, "lab3", "vllm")
+    assert "headless" not in rank_flags(b, "lab3", vllm)
     (pd,) = parse({"p": {"kind": "pd", "members": {"lab5": "decode", "lab1": "prefill"}}}, ADDR)
     assert [(m.host, m.role) for m in pd.members] == [("lab1", "prefill"), ("lab5", "decode")]
-    assert rank_flags(pd, "lab5", "sglang") == {}
+    assert rank_flags(pd, "lab5", sglang) == {}
+
+
+def test_rank_flags_are_the_catalogs_data_and_an_engine_without_them_is_refused() -> None:
+    """Issue 36: an engine's rank flags are data (catalog serve.ranks), filled in per rank; an engine whose catalog
+    has none is refused in one line where a tensor-parallel group needs them, never given another engine's."""
+    from dataclasses import replace
+
+    from knobfleet.errors import KnobfleetError
+    from knobfleet.render import rank_spec
+
+    (g,) = parse({"g": {"members": {"lab1": 0, "lab2": 1, "lab3": 2}, "dist_port": 6000}}, ADDR)
+    spec = ({"world": "{nnodes}", "me": "r{rank}", "join": "tcp://{head}:{port}"}, {"follower": True})
+    assert rank_flags(g, "lab1", spec) == {"world": "3", "me": "r0", "join": "tcp://127.0.1.1:6000"}
+    assert rank_flags(g, "lab3", spec) == {"world": "3", "me": "r2", "join": "tcp://127.0.1.1:6000", "follower": True}
+    bare = replace(engine("sglang"), name="newengine", rank_spec=None)
+    with pytest.raises(KnobfleetError) as exc:
+        rank_spec(g, bare)
+    assert str(exc.value) == (
+        "engine newengine: engine group g needs how its ranks find each other, and its catalog has no serve.ranks; "
+        "add flags (with {nnodes}, {rank}, {head}, {port}) and follower_flags under serve: in "
+        "profiles/catalogs/newengine.overlay.yaml"
+    )
+    (pd,) = parse({"p": {"kind": "pd", "members": {"lab5": "decode", "lab1": "prefill"}}}, ADDR)
+    assert rank_spec(pd, bare) == ({}, {})  # a prefill/decode pair needs none
 
 
 @pytest.mark.parametrize(

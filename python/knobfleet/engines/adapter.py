@@ -37,6 +37,20 @@ class Engine:
     argv_spec: dict[str, Any] | None = None  # how its parser reads an argv (module_utils/knob_argv.py)
     metric_names: Metrics | None = None  # the catalog's serve.metrics
     info_version: tuple[str | int, ...] = ("version",)  # where its server info says its version
+    rank_spec: tuple[dict[str, str | bool], dict[str, str | bool]] | None = None  # serve.ranks: (flags, followers')
+
+    def ranks(self, needed_by: str) -> tuple[dict[str, str | bool], dict[str, str | bool]]:
+        """The engine's rank flags (catalog ``serve.ranks``: every rank's, followers' own); a one-line
+        KnobfleetError naming the catalog and what needs them when it has none (never another engine's flags)."""
+        if self.rank_spec is None:
+            from knobfleet.errors import KnobfleetError
+
+            raise KnobfleetError(
+                f"engine {self.name}: {needed_by} needs how its ranks find each other, and its catalog has no "
+                f"serve.ranks; add flags (with {{nnodes}}, {{rank}}, {{head}}, {{port}}) and follower_flags under "
+                f"serve: in profiles/catalogs/{self.name}.overlay.yaml"
+            )
+        return self.rank_spec
 
     def metrics(self, needed_by: str) -> Metrics:
         """The engine's Prometheus names (catalog ``serve.metrics``); a one-line KnobfleetError naming the catalog
@@ -177,6 +191,7 @@ def engine(name: str | None = None) -> Engine:
         argv_spec=spec,
         metric_names=s.metrics,
         info_version=s.info_version,
+        rank_spec=(dict(s.ranks.flags), dict(s.ranks.follower_flags)) if s.ranks is not None else None,
     )
 
 

@@ -44,10 +44,12 @@ def restart_units(hosts: list[str], groups: Mapping[str, EngineGroup]) -> list[t
 def role_vars(groups: Mapping[str, EngineGroup], engine: str, only: Collection[str] | None = None) -> dict[str, Any]:
     """``knob_serve_groups`` for the role: each rank's group name, hosts and per-rank flags (of the ranks in
     ``only``, when given: the hosts this apply rendered)."""
+    from knobfleet.engines.adapter import engine as adapter
     from knobfleet.groups import rank_flags
+    from knobfleet.render import rank_spec
 
     return {
-        m.host: {"name": g.name, "hosts": g.hosts, "args": rank_flags(g, m.host, engine)}
+        m.host: {"name": g.name, "hosts": g.hosts, "args": rank_flags(g, m.host, rank_spec(g, adapter(engine)))}
         for g in groups.values()
         for m in g.members
         if only is None or m.host in only

@@ -230,6 +230,19 @@ class Metrics(_Strict):
     finished: str = Field(pattern=METRIC_NAME, description="counter: requests finished")
 
 
+RankValue = str | bool
+
+
+class Ranks(_Strict):
+    """How the ranks of one multi-node engine find each other (catalog ``serve.ranks``): the flags knobfleet renders
+    for every rank of a tensor-parallel group, and those only followers (rank > 0) carry. A value is a template:
+    ``{nnodes}`` (the group's size), ``{rank}``, ``{head}`` (rank 0's address) and ``{port}`` (the group's
+    ``dist_port``); ``true`` is a bare flag. An engine without them is refused where a group needs them."""
+
+    flags: dict[str, RankValue] = Field(min_length=1, description="every rank's flags")
+    follower_flags: dict[str, RankValue] = Field(default_factory=dict, description="flags of ranks 1..N-1 only")
+
+
 class Serve(_Strict):
     """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
 
@@ -268,6 +281,7 @@ class Serve(_Strict):
     )
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
     metrics: Metrics | None = Field(default=None, description="the Prometheus names the drain and the canary read")
+    ranks: Ranks | None = Field(default=None, description="how a multi-node engine's ranks find each other")
 
 
 class Catalog(_Strict):
