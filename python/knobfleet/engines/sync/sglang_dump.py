@@ -38,6 +38,11 @@ import sys
 import warnings
 from typing import Any
 
+try:  # imported as part of knobfleet (sglang_source, the tests)
+    from knobfleet.engines.sync.source_comments import comment_above
+except ImportError:  # standalone in the engine's venv (no knobfleet there): this file's folder is sys.path[0]
+    from source_comments import comment_above  # type: ignore[import-not-found,no-redef]
+
 JsonScalar = str | int | float | bool | None
 
 # The Env* classes of sglang/srt/environ.py and the type each reads; a subclass (EnvBoolWithAlias) by its MRO.
@@ -90,23 +95,6 @@ def _scalar(value: object) -> tuple[bool, JsonScalar | list[JsonScalar]]:
 # --- env --------------------------------------------------------------------------------------------
 
 
-def _comment_above(lines: list[str], lineno: int) -> str:
-    """The comment block right above source line ``lineno`` (1-based), joined; stops at a section banner."""
-    out: list[str] = []
-    i = lineno - 2
-    while i >= 0:
-        text = lines[i].strip()
-        if not text.startswith("#"):
-            break
-        body = text.lstrip("#").strip()
-        if body.startswith(("===", "---", "~~~")):
-            break
-        if body:
-            out.append(body)
-        i -= 1
-    return " ".join(reversed(out))
-
-
 def env_source_facts(source: str, class_name: str = "Envs") -> dict[str, tuple[str, ast.expr | None]]:
     """``{name: (comment above it, its default's expression)}`` for the fields of ``class_name`` in ``source``."""
     tree = ast.parse(source)
@@ -123,7 +111,7 @@ def env_source_facts(source: str, class_name: str = "Envs") -> dict[str, tuple[s
                 and isinstance(stmt.value, ast.Call)
             ):
                 call = stmt.value
-                out[stmt.targets[0].id] = (_comment_above(lines, stmt.lineno), call.args[0] if call.args else None)
+                out[stmt.targets[0].id] = (comment_above(lines, stmt.lineno), call.args[0] if call.args else None)
     return out
 
 

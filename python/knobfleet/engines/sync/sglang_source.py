@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from knobfleet.engines.sync.build import scrub_addresses
+from knobfleet.engines.sync.source_comments import comment_above
 
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 ENVIRON = "sglang/srt/environ.py"
@@ -127,23 +128,6 @@ def _module_constants(tree: ast.Module, names: dict[str, Any] | None = None) -> 
     return out
 
 
-def _comment_above(lines: list[str], lineno: int) -> str:
-    """The comment block right above source line ``lineno`` (1-based), joined; stops at a section banner."""
-    out: list[str] = []
-    i = lineno - 2
-    while i >= 0:
-        text = lines[i].strip()
-        if not text.startswith("#"):
-            break
-        body = text.lstrip("#").strip()
-        if body.startswith(("===", "---", "~~~")):
-            break
-        if body:
-            out.append(body)
-        i -= 1
-    return " ".join(reversed(out))
-
-
 def _json_scalar(v: Any) -> tuple[bool, Any]:
     if v is None or isinstance(v, str | bool | int | float):
         return True, v
@@ -186,7 +170,7 @@ def parse_environ(source: str) -> list[dict[str, Any]]:
                         entry["aliases"] = [_text(kw.value, consts)]
                     if kw.arg == "secret":
                         entry["secret"] = bool(_const_eval(kw.value, consts))
-                entry["description"] = _comment_above(lines, stmt.lineno)
+                entry["description"] = comment_above(lines, stmt.lineno)
                 out[name] = entry
         if (
             isinstance(node, ast.AnnAssign | ast.Assign)

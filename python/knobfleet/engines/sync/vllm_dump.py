@@ -27,6 +27,11 @@ import os
 import sys
 from typing import Any
 
+try:  # imported as part of knobfleet (sglang_source, the tests)
+    from knobfleet.engines.sync.source_comments import comment_above
+except ImportError:  # standalone in the engine's venv (no knobfleet there): this file's folder is sys.path[0]
+    from source_comments import comment_above  # type: ignore[import-not-found,no-redef]
+
 JsonScalar = str | int | float | bool | None
 
 
@@ -77,23 +82,6 @@ def _literal_choices(annotation: ast.expr) -> list[JsonScalar] | None:
     return None
 
 
-def _comment_above(lines: list[str], lineno: int) -> str:
-    """The comment block right above source line ``lineno`` (1-based), joined; stops at a section banner."""
-    out: list[str] = []
-    i = lineno - 2
-    while i >= 0:
-        text = lines[i].strip()
-        if not text.startswith("#"):
-            break
-        body = text.lstrip("#").strip()
-        if body.startswith(("===", "---", "~~~")):
-            break
-        if body:
-            out.append(body)
-        i -= 1
-    return " ".join(reversed(out))
-
-
 def env_registry(envs: Any) -> list[dict[str, Any]]:
     path = inspect.getsourcefile(envs)
     assert path is not None
@@ -119,7 +107,7 @@ def env_registry(envs: Any) -> list[dict[str, Any]]:
             for key, val in zip(value.keys, value.values, strict=True):
                 if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                     continue
-                comments[key.value] = _comment_above(lines, key.lineno)
+                comments[key.value] = comment_above(lines, key.lineno)
                 if (
                     isinstance(val, ast.Call)
                     and isinstance(val.func, ast.Name)
