@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from knobfleet.engines.sync.vllm_venv import _base_python, _locked, _run, cache_root
+from knobfleet.engines.sync.vllm_venv import _base_python, _locked, _run, cache_root, report, site_packages, write_stamp
 from knobfleet.errors import LabError
 
 SGLANG_VERSION = "0.5.23"
@@ -100,13 +100,6 @@ def is_installed(inst: SglangInstall) -> bool:
     )
 
 
-def _site_packages(inst: SglangInstall) -> Path:
-    found = sorted((inst.venv / "lib").glob("python3*/site-packages"))
-    if not found:
-        raise LabError(f"sglang install: no site-packages under {inst.venv}")
-    return found[0]
-
-
 def _check_space(inst: SglangInstall) -> None:
     probe = inst.root
     while not probe.exists():
@@ -130,7 +123,7 @@ def _build(inst: SglangInstall, log: Path, say: Callable[[str], None]) -> None:
     say(f"sglang install: pip install torch and {requirements(inst.version).name} into {inst.venv} (~3 min, ~6.4 GB)")
     _step([*pip, "-r", str(requirements(inst.version))], log)
     _step([*pip, "--no-deps", f"sglang=={inst.version}"], log)
-    kernel = _site_packages(inst) / "sgl_kernel"
+    kernel = site_packages(inst.venv, "sglang install") / "sgl_kernel"
     kernel.mkdir()
     shutil.copyfile(_PLACEHOLDER, kernel / "__init__.py")
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -167,10 +160,7 @@ def ensure(
         log.parent.mkdir(parents=True, exist_ok=True)
         _build(inst, log, emit)
         shutil.copyfile(log, inst.root / "install.log")
-        data = {"version": version, "recipe": recipe(version)}
-        tmp = _stamp(inst).with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
-        tmp.replace(_stamp(inst))
+        write_stamp(_stamp(inst), {"version": version, "recipe": recipe(version)})
     return inst
 
 
@@ -182,17 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print the paths as one JSON object")
     ns = ap.parse_args(argv)
-    try:
-        inst = ensure(ns.version, ns.cache)
-    except LabError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    if ns.json:
-        print(json.dumps(inst.as_json(), sort_keys=True))
-    else:
-        print(f"python  {inst.python}")
-        print(f"model   {inst.model_dir}")
-    return 0
+    return report(
+        lambda: ensure(ns.version, ns.cache), ns.json, lambda i: [f"python  {i.python}", f"model   {i.model_dir}"]
+    )
 
 
 if __name__ == "__main__":

