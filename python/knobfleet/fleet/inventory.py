@@ -318,7 +318,7 @@ def _run_vault_script(source: str, vault_id: str) -> bytes:
 
     from knobfleet.rules import shown
 
-    path = os.path.expanduser(source)
+    path = os.path.abspath(os.path.expanduser(source))  # `vault.sh` is this folder's, never one found on PATH
     argv = [path]
     if os.path.basename(path).rsplit(".", 1)[0].endswith("-client"):
         argv += ["--vault-id", vault_id]

@@ -922,14 +922,22 @@ VAULT_SCRIPTS = {
     secret=st.text(alphabet=string.ascii_letters + string.digits, min_size=6, max_size=20).map(lambda s: "S3k" + s),
     code=st.integers(1, 255),
     to_stderr=st.booleans(),
+    relative=st.booleans(),
 )
 def test_a_vault_script_is_stopped_and_refused_in_one_line_holding_none_of_its_output(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: str, secret: str, code: int, to_stderr: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    behaviour: str,
+    secret: str,
+    code: int,
+    to_stderr: bool,
+    relative: bool,
 ) -> None:
     """Vault password scripts that never answer, never stop writing, fail with any exit code, are killed, print
     nothing, print a first line past 64 KiB or close their output and stay: each is stopped within knobfleet's
     limit (1 s here) and refused with one line naming the script, holding none of what it wrote (to stdout or
-    stderr). One that answers gives its output as the password."""
+    stderr). One that answers gives its output as the password. Named by a path relative to the working folder
+    (``vault-pass.sh``), it is that folder's script, never one looked up on PATH."""
     from knobfleet.fleet import inventory
 
     monkeypatch.setattr(inventory, "VAULT_SCRIPT_TIMEOUT_S", 1.0)
@@ -940,14 +948,17 @@ def test_a_vault_script_is_stopped_and_refused_in_one_line_holding_none_of_its_o
         for text in VAULT_SCRIPTS[behaviour]
     )
     path = script(fresh(tmp_path), (f"echo {secret} >&2; " if to_stderr else "") + body)
+    if relative:
+        monkeypatch.chdir(path.parent)
+    source = path.name if relative else str(path)
     with no_hang():
         if behaviour == "answers":
-            assert inventory._run_vault_script(str(path), "default") == secret.encode()
+            assert inventory._run_vault_script(source, "default") == secret.encode()
             return
         with pytest.raises(InventoryError) as exc:
-            inventory._run_vault_script(str(path), "default")
+            inventory._run_vault_script(source, "default")
     text = str(exc.value)
-    assert one_line(text) and text.startswith(f"vault password script {path}: ") and why in text, text
+    assert one_line(text) and text.startswith(f"vault password script {source}: ") and why in text, text
     assert secret not in text and "S3k" not in text
 
 
