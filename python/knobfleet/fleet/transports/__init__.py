@@ -26,6 +26,7 @@ from knobfleet.fleet.transports.base import (
     Target,
     Transport,
     bundle,
+    collected,
     default_forks,
 )
 from knobfleet.fleet.transports.local import LocalTransport
@@ -194,5 +195,4 @@ def run(
     forks: int | None = None,
 ) -> dict[str, Outcome]:
     """``stream``, collected: every host's outcome, in the order of ``hosts``."""
-    got = {o.host: o for o in stream(hosts, call, inventory, via, on_event, forks)}
-    return {hv.host: got[hv.host] for hv in hosts}
+    return collected(stream(hosts, call, inventory, via, on_event, forks), hosts)

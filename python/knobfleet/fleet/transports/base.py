@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -155,6 +155,26 @@ class Streaming(Transport, Protocol):
         on_event: Callable[[dict[str, Any]], None] | None = None,
         forks: int | None = None,
     ) -> Iterator[Outcome]: ...
+
+
+def collected(outcomes: Iterable[Outcome], hosts: Sequence[Target]) -> dict[str, Outcome]:
+    """Every host's outcome of ``outcomes`` (as they arrived), in the order of ``hosts``."""
+    got = {o.host: o for o in outcomes}
+    return {hv.host: got[hv.host] for hv in hosts}
+
+
+class RunsItsStream:
+    """What a streaming transport inherits: its ``run`` is its ``stream``, collected in the order of ``hosts``."""
+
+    def run(
+        self: Streaming,
+        hosts: Sequence[Target],
+        call: ModuleCall,
+        inventory: Path,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        forks: int | None = None,
+    ) -> dict[str, Outcome]:
+        return collected(self.stream(hosts, call, inventory, on_event, forks), hosts)
 
 
 def default_forks() -> int:

@@ -53,6 +53,7 @@ from knobfleet.fleet.transports.base import (
     HostFailure,
     ModuleCall,
     Outcome,
+    RunsItsStream,
     Target,
     bundle,
     check_forks,
@@ -359,7 +360,7 @@ def stop_unused() -> None:
 atexit.register(stop_unused)
 
 
-class SshTransport:
+class SshTransport(RunsItsStream):
     """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring."""
 
     name: ClassVar[str] = "ssh"
@@ -413,14 +414,3 @@ class SshTransport:
                 persist=call.persist,
             ),
         )
-
-    def run(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
-        got = {o.host: o for o in self.stream(hosts, call, inventory, on_event, forks)}
-        return {hv.host: got[hv.host] for hv in hosts}
