@@ -289,6 +289,21 @@ def lock_holder(store: Store) -> dict[str, Any] | None:
         return {"run_id": "?", "operator": "?", "since": "?", "controller": "?", "corrupt": str(exc)}
 
 
+def lock_refusal(store: Store, holder: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a refusal for another run's lock (the failure's ``lock``, with ``lock_held: true``): what the
+    lock file records (``run_id``, ``operator``, ``since``, ``controller``; ``corrupt`` when it cannot be read), where
+    it is (``path``), and the holder's ``holder_host`` and ``holder_pid``, read from ``controller`` (``host:pid``,
+    as the controller writes it; None where it is not). The controller reads these, never the message's text."""
+    host, colon, pid = str(holder.get("controller") or "").rpartition(":")
+    fields = dict(holder)
+    fields.update(
+        path=store.lock,
+        holder_host=host if colon and host else None,
+        holder_pid=int(pid) if colon and pid.isdigit() else None,
+    )
+    return fields
+
+
 def break_lock(store: Store, p: dict[str, Any]) -> bool:
     """Break a held lock atomically: rename it aside (only one breaker's rename can succeed; a second one
     finds nothing and must then win the O_EXCL create like anyone else)."""
@@ -318,7 +333,7 @@ def take_lock(module: Module, store: Store, p: dict[str, Any]) -> None:
         module.fail_json(
             msg="locked by %s (run %s) since %s from %s"
             % (other.get("operator"), other.get("run_id"), other.get("since"), other.get("controller")),
-            lock=other,
+            lock=lock_refusal(store, other),
             lock_held=True,
         )
     try:

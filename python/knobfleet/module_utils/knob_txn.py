@@ -38,6 +38,7 @@ if __name__.startswith("knobfleet."):  # on the controller (tests)
         Store,
         break_lock,
         lock_holder,
+        lock_refusal,
         now,
         prune,
         release,
@@ -65,6 +66,7 @@ else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
         Store,
         break_lock,
         lock_holder,
+        lock_refusal,
         now,
         prune,
         release,
@@ -120,7 +122,7 @@ def begin(module: Module, store: Store, p: dict[str, Any]) -> dict[str, Any]:
                 msg="locked by %s (run %s) since %s from %s; if that applier was killed, break the lock "
                 "with --break-lock"
                 % (holder.get("operator"), holder.get("run_id"), holder.get("since"), holder.get("controller")),
-                lock=holder,
+                lock=lock_refusal(store, holder),
                 lock_held=True,
             )
         break_lock(store, p)

@@ -204,6 +204,20 @@ failed_step:
   description: For C(install) and C(finish), the step that failed.
   returned: on failure of install or finish
   type: str
+lock_held:
+  description: True when the call was refused because another run holds the service's lock.
+  returned: on failure for another run's lock
+  type: bool
+lock:
+  description: The lock's holder as the lock file records it (C(run_id), C(operator), C(since), C(controller);
+    C(corrupt) when the file cannot be read). On a refusal for another run's lock also C(path) (the lock file),
+    C(holder_host) and C(holder_pid) (from C(controller), C(host:pid); null where it is not). In check mode
+    C(begin) reports the holder it found.
+  returned: on failure for another run's lock; when action is begin in check mode
+  type: dict
+  sample: {"run_id": "20250101T120000-a1b2c3", "operator": "alice", "since": "2025-01-01T12:00:00+00:00",
+           "controller": "ctl:4242", "path": "/var/lib/knobfleet/sglang-decode/lock", "holder_host": "ctl",
+           "holder_pid": 4242}
 """
 
 # The host transaction (generation store, ledger, lock and prune; begin, stage, commit, mark, release, restore,

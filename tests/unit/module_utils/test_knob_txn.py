@@ -232,3 +232,77 @@ def test_the_role_module_ships_the_transaction_files() -> None:
     for n, text in utils:
         for dep in set(re.findall(r"ansible\.module_utils\.(knob_[a-z_]+) import", text)) - {n}:
             assert order.index(dep) < order.index(n), (dep, n)
+
+
+# --- the lock refusal carries fields -------------------------------------------------------------------------
+
+
+def test_a_lock_refusal_carries_the_holders_fields(host: Host) -> None:
+    host.call("begin", run_id="run-1", operator="alice", controller="ctl-host:4242")
+    with pytest.raises(Failed) as exc:
+        host.call("begin", run_id="run-2", operator="bob")
+    res = exc.value.result
+    lock = res["lock"]
+    assert res["lock_held"] is True and "refused" not in res
+    assert (lock["run_id"], lock["operator"], lock["controller"]) == ("run-1", "alice", "ctl-host:4242")
+    assert (lock["holder_host"], lock["holder_pid"], lock["path"]) == ("ctl-host", 4242, str(host.state / "lock"))
+    assert lock["since"] == json.loads((host.state / "lock").read_text())["since"]
+    # the message a person reads is as it was
+    assert res["msg"] == (
+        f"locked by alice (run run-1) since {lock['since']} from ctl-host:4242; if that applier was killed, break the "
+        "lock with --break-lock"
+    )
+
+
+def test_an_unreadable_lock_is_refused_with_what_is_known(host: Host) -> None:
+    host.call("begin", run_id="run-1")
+    (host.state / "lock").write_text("{not json")
+    with pytest.raises(Failed) as exc:
+        host.call("begin", run_id="run-2")
+    lock = exc.value.result["lock"]
+    assert lock["corrupt"] and lock["run_id"] == "?" and lock["path"] == str(host.state / "lock")
+    assert lock["holder_host"] is None and lock["holder_pid"] is None
+
+
+def test_losing_the_race_for_the_lock_is_the_same_refusal(host: Host) -> None:
+    """Another run takes the lock between this begin's read of it (none) and its O_EXCL create."""
+    host.call("begin", run_id="run-1", controller="other:77")
+    with pytest.raises(Failed) as exc:
+        knob_store.take_lock(Module(), host.store, host.params("begin", run_id="run-2"))
+    res = exc.value.result
+    assert res["lock_held"] is True and res["msg"].startswith("locked by alice (run run-1) since ")
+    assert (res["lock"]["holder_host"], res["lock"]["holder_pid"]) == ("other", 77)
+
+
+def test_the_controller_recognises_the_refusal_by_its_fields_not_its_text(host: Host) -> None:
+    """The module's own refusal, through the runner's fold and apply's outcome: the outcome holds the lock's fields.
+    A failure whose text merely says "locked by" is no lock refusal, even where begin reported a holder (a check
+    run's begin reports the lock it found without refusing)."""
+    from types import SimpleNamespace
+
+    from knobfleet.fleet.runner import RunResult, fold_event
+    from knobfleet.ops.apply import _outcome
+
+    def outcome(res: dict[str, Any], check: bool = False) -> Any:
+        result = RunResult("r", 2, "failed", {}, Path("/nonexistent"), 0.0)
+        event = {"host": "h1", "task": "Install", "task_action": "knob_generation", "res": res}
+        fold_event(result, {"event": "runner_on_failed", "event_data": event})
+        result.host("h1").failed = 1  # the play's stats say so
+        return _outcome(SimpleNamespace(host="h1"), result, 1, check)  # type: ignore[arg-type]
+
+    host.call("begin", run_id="run-1", operator="alice", controller="ctl-host:4242")
+    with pytest.raises(Failed) as exc:
+        knob_txn.HANDLERS["install"](Module(), host.store, host.params("install", run_id="run-2"))
+    refusal = {"step": "install", "failed": True, **exc.value.result}
+    out = outcome(refusal)
+    assert out.status == "failed" and out.lock == refusal["lock"] and out.lock["holder_pid"] == 4242
+    assert out.message == "Install: " + refusal["msg"]
+    seen = {"lock": {k: v for k, v in refusal["lock"].items() if k in ("run_id", "operator", "since", "controller")}}
+    other = {
+        "step": "install",
+        "failed": True,
+        "failed_step": "stage",
+        "msg": "locked by a typo",
+        "steps": {"begin": seen},
+    }
+    assert outcome(other, check=True).lock is None

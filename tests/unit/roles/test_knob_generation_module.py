@@ -134,6 +134,9 @@ def test_a_failure_names_the_step(host: Host) -> None:
     rc, res = host.run("begin", run_id="run-1")
     assert rc == 1 and res["failed"] is True and res["step"] == "begin" and res["lock_held"] is True
     assert res["msg"].startswith("locked by alice (run run-0) since ")
+    # the refusal's fields, through Ansible's own result (what the controller reads instead of the text)
+    assert res["lock"]["run_id"] == "run-0" and res["lock"]["path"] == str(host.state / "lock")
+    assert {"holder_host", "holder_pid", "since", "controller", "operator"} <= set(res["lock"])
     (host.state / "staging" / "serve.sh").unlink()
     rc, res = host.run("commit", run_id="run-0", profile=PROFILE)
     assert rc == 1 and res["step"] == "commit" and res["msg"].startswith("staged files missing in ")
