@@ -45,18 +45,27 @@ def _strerror(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def read_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of the regular file at ``path`` (symlinks followed), at most ``max_bytes``; raises FileRefused."""
+def _open(path: Path) -> int:
+    """A read-only descriptor of ``path`` that neither blocks on a FIFO nor takes a terminal; FileRefused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise FileRefused(f"cannot read ({_strerror(exc)})") from None
+
+
+def _refuse(st: os.stat_result, max_bytes: int, what: str) -> None:
+    """FileRefused unless ``st`` is a regular file of at most ``max_bytes``."""
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file")
+    if st.st_size > max_bytes:
+        raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+
+
+def read_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path`` (symlinks followed), at most ``max_bytes``; raises FileRefused."""
+    fd = _open(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file")
-        if st.st_size > max_bytes:
-            raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+        _refuse(os.fstat(fd), max_bytes, what)
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -85,18 +94,12 @@ def read_text(path: Path, max_bytes: int, what: str = "file") -> str:
 
 def check_input(path: Path, max_bytes: int, what: str = "file") -> None:
     """Refuse (FileRefused) what ``read_bytes`` would refuse, reading nothing but the file's metadata."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise FileRefused(f"cannot read ({_strerror(exc)})") from None
+    fd = _open(path)
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file")
-    if st.st_size > max_bytes:
-        raise FileRefused(f"is larger than {_size(max_bytes)}; a {what} is smaller, check the path")
+    _refuse(st, max_bytes, what)
 
 
 def check_output(path: Path, what: str = "output file") -> None:
