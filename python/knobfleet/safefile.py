@@ -102,15 +102,20 @@ def check_input(path: Path, max_bytes: int, what: str = "file") -> None:
     _refuse(st, max_bytes, what)
 
 
+def _lstat(path: Path) -> os.stat_result | None:
+    """The path's own status (a symlink's, not its target's); None when nothing is there; FileRefused."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+
+
 def check_output(path: Path, what: str = "output file") -> None:
     """An output path must be a regular file (replaced) or not exist yet, in an existing or creatable folder;
     never a symlink, device, FIFO, socket or directory."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+    st = _lstat(path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise FileRefused(f"{kind(st.st_mode)}; knobfleet never replaces one: name a regular file or a new path")
     parent = _existing_parent(path)
@@ -126,12 +131,7 @@ def check_output(path: Path, what: str = "output file") -> None:
 
 def check_output_dir(path: Path, what: str = "output folder") -> None:
     """An output folder must be a real directory (not a symlink) or not exist yet under a writable folder."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+    st = _lstat(path)
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
             raise FileRefused(f"{kind(st.st_mode)}; an {what} must be a folder (knobfleet makes it when missing)")
