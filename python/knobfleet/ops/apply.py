@@ -5,72 +5,42 @@ rule on the host), and the engine the role reports ready is checked once more wi
 
 Each host goes through the steps of ``ops/steps.py`` (pre-check, slot-before, install, restart, ready, verify,
 slot-after, finish), batch by batch; a failure or an interrupt (SIGINT, SIGTERM: ``ops/interrupts.py``) runs the
-done steps' undos in reverse. The hosts are reached only through the ``Hosts`` door the caller hands in."""
+done steps' undos in reverse. The hosts are reached only through the ``Hosts`` door the caller hands in.
+
+Here: the rollout (``_Rollout``: batches, the play's request, interrupts) and what one play did on a host
+(``_outcome``). Beside it: the batch's steps (ops/apply_steps.py), the restores (ops/apply_restore.py), the
+playbook started ahead of the pre-check (ops/apply_ahead.py) and the report (ops/apply_report.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, LockHeld
+from knobfleet.errors import LockHeld
 from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator
-from knobfleet.live.verify import Declared, check_rendered
+from knobfleet.live.verify import Declared
 from knobfleet.ops import interrupts, plan, ranks
-from knobfleet.ops.outcome import HostOutcome
+from knobfleet.ops.apply_ahead import _ahead as _ahead
+from knobfleet.ops.apply_ahead import _last_applied as _last_applied
+from knobfleet.ops.apply_ahead import _last_applied_file as _last_applied_file
+from knobfleet.ops.apply_ahead import _remember_applied as _remember_applied
+from knobfleet.ops.apply_ahead import speculative as speculative
+from knobfleet.ops.apply_report import ApplyReport as ApplyReport
+from knobfleet.ops.apply_restore import _roll_back_earlier
+from knobfleet.ops.apply_restore import restore_targets as restore_targets
+from knobfleet.ops.apply_steps import _Play, _SlotAfter, _SlotBefore, _Verify
+from knobfleet.ops.apply_steps import _verified as _verified
+from knobfleet.ops.outcome import HostOutcome as HostOutcome
 from knobfleet.ops.precheck import Options as Options  # the apply use case's options, where its callers find them
 from knobfleet.ops.precheck import pre_check, stale_hint
-from knobfleet.ops.steps import (
-    Batch,
-    Boundary,
-    Journal,
-    PreCheckResult,
-    SlotRun,
-    Slots,
-    SlotStep,
-    Step,
-    StepName,
-    VerifyResult,
-    drive,
-    read_play,
-    undo_walk,
-)
+from knobfleet.ops.steps import Batch, Boundary, Journal, PreCheckResult, Slots, Step, drive, undo_walk
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
-
-
-@dataclass
-class ApplyReport:
-    profile: Profile
-    check: bool
-    run_ids: list[str]
-    hosts: list[HostOutcome]
-    wall_s: float
-    ansible_s: float
-
-    @property
-    def exit_code(self) -> int:
-        if any(h.status in ("failed", "refused") for h in self.hosts):
-            return EXIT_ERROR
-        if self.check:
-            return EXIT_DRIFT if any(h.status == "pending" for h in self.hosts) else EXIT_OK
-        return EXIT_OK
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile.name,
-            "version": self.profile.version,
-            "hash": self.profile.content_hash,
-            "check": self.check,
-            "run_ids": self.run_ids,
-            "wall_s": round(self.wall_s, 3),
-            "exit_code": self.exit_code,
-            "hosts": [h.as_json() for h in self.hosts],
-        }
 
 
 def _diff_text(d: dict[str, Any], path: str) -> str:
@@ -133,22 +103,6 @@ def _outcome(hv: HostVars, result: RunResult, batch: int, check: bool) -> HostOu
     elif out.restarted and not commit.get("changed") and hv.group is not None:
         out.message = f"restarted with its engine group {hv.group.name} (its own generation did not change)"
     return out
-
-
-def _verified(
-    out: HostOutcome, doc: Any, rendered: Rendered, declared: Declared, engine: dict[str, Any], run: str
-) -> None:
-    """The verify step for one host the play left ready: its engine's probe (``doc``) against the rendered files,
-    with the live rule; a finding fails the host."""
-    if not isinstance(doc, dict) or out.status not in ("applied", "unchanged"):
-        return
-    from knobfleet.engines.adapter import engine as adapter
-
-    out.findings = check_rendered(doc, rendered, declared, engine, run)
-    out.seen = plan.seen_knobs(doc, adapter(engine.get("name")))
-    if out.findings:
-        out.status = "failed"
-        out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
 
 
 def apply(
@@ -223,6 +177,10 @@ class _Rollout:
             if found:
                 refused[name] = ranks.refusal_text(g, found)
         return ranks.merge_decided(decided, self.groups, refused)
+
+    def outcome(self, host: str, result: RunResult, n: int) -> HostOutcome:
+        """What the play did on one host of batch ``n`` (``_outcome``: the play step reads its results with it)."""
+        return _outcome(self.by_name[host], result, n, self.opts.check)
 
     def checkpoint(self, step: Boundary) -> None:
         if self.checkpoint_hook is not None:
@@ -412,341 +370,5 @@ class _Rollout:
         raise interrupts.Interrupted(f"knobfleet: interrupted: no further hosts were touched{what}", self.report())
 
 
-class _SlotBefore(SlotRun):
-    """slot-before: before anything of knobfleet's changes on the host (a router drain); a host whose step fails
-    goes no further. Nothing runs in a plan (--check)."""
-
-    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
-        super().__init__("slot-before", () if check else slot)
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        batch.outcomes[host] = HostOutcome(host, "failed", batch.number, message=f"before the restart: {why}")
-
-    def forced(self) -> dict[str, tuple[int, str]]:
-        """The drains that timed out and went on under --force-restart: {host: (requests dropped, its line)}."""
-        return {h: f for h, results in self.results.items() if (f := _forced(results)) is not None}
-
-
-class _SlotAfter(SlotRun):
-    """slot-after: once the engine is ready and verified (a router re-add); a host whose step fails is failed (and
-    undone). Nothing runs in a plan (--check)."""
-
-    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
-        super().__init__("slot-after", () if check else slot)
-
-    def hosts(self, batch: Batch) -> list[str]:
-        return [h for h in batch.going if batch.outcomes[h].status in ("applied", "unchanged")]
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        o = batch.outcomes[host]
-        o.status, o.message = "failed", f"after the engine was ready: {why}"
-
-
-@dataclass
-class _Play:
-    """install, restart, ready and finish: one play of the knob_serve role for the hosts still going (or the
-    play started ahead of the pre-check), its step-keyed results typed into the journal (``read_play``). Undo:
-    the restore of the hosts it changed (``restore_targets``), in one play."""
-
-    rollout: _Rollout
-    ahead: RunResult | None
-    name: StepName = "install"
-    result: RunResult | None = None
-    played: list[str] = field(default_factory=list)
-
-    def do(self, batch: Batch) -> None:
-        live = list(batch.going)
-        if live:
-            result = self.ahead if self.ahead is not None else self.rollout.playbook(live, new_run_id())
-            self.ahead = None
-            self.take(batch, result, live)
-
-    def take(self, batch: Batch, result: RunResult, hosts: list[str]) -> None:
-        r = self.rollout
-        self.result, self.played = result, hosts
-        r.run_ids.append(result.run_id)
-        r.ansible_s += result.wall_s
-        for h in hosts:
-            hr = result.host(h)
-            batch.journal.add(*read_play(h, hr.results, hr.success))
-            out = batch.outcomes[h] = _outcome(r.by_name[h], result, batch.number, r.opts.check)
-            if out.status in ("failed", "refused"):
-                batch.stop(h)
-
-    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
-        r = self.rollout
-        with interrupts.shielded(raise_at_end=False):
-            _restore_failed(
-                [batch.outcomes[h] for h in hosts],
-                r.hosts,
-                r.door,
-                r.opts.break_lock,
-                r.on_event,
-                r.outcomes + r.later,
-                r.profile,
-                r.run_ids,
-                r.started,
-            )
-        return []
-
-
-@dataclass
-class _Verify:
-    """verify: each ready engine's probe against its rendered files (``_verified``), then the engine groups'
-    cross-rank rule (a failed rank fails its group); the drains that went on under --force-restart are noted.
-    Undo: nothing of its own (the play's restore puts the host back)."""
-
-    rollout: _Rollout
-    play: _Play
-    before: _SlotBefore
-    name: StepName = "verify"
-
-    def do(self, batch: Batch) -> None:
-        r, result = self.rollout, self.play.result
-        if r.opts.check or result is None:
-            return
-        assert r.engine is not None
-        rules = r.engine.rules()
-        docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in self.play.played}
-        for h in self.play.played:
-            _verified(batch.outcomes[h], docs[h], r.rendered[h], r.declared, rules, result.run_id)
-        if r.groups:  # the ranks of a group agree, and fail or pass together
-            ranks.after_play({h: batch.outcomes[h] for h in self.play.played}, docs, r.groups, rules)
-        for h in self.play.played:
-            out = batch.outcomes[h]
-            if batch.journal.reached(h, "ready"):
-                batch.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
-            if out.status == "failed":
-                batch.stop(h)
-        for h, (dropped, why) in self.before.forced().items():
-            batch.outcomes[h].dropped = dropped
-            batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, why) if m)
-
-    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
-        return []
-
-
-def _forced(results: list[Any]) -> tuple[int, str] | None:
-    """A drain among a host's slot results that timed out and went on under --force-restart: (dropped, its line)."""
-    for r in results:
-        d = getattr(r, "detail", None)
-        if getattr(d, "forced", False):
-            return int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", ""))
-    return None
-
-
-def speculative(
-    hosts: list[HostVars], opts: Options, profile_hash: str, last: dict[str, str], via: Hosts | None = None
-) -> bool:
-    """Whether apply starts ansible-playbook before its pre-check has decided: a real change (not --check) in one
-    batch, on hosts the SSH fast path reaches (so the pre-check probes them and can gate the run), unless this
-    controller's last apply left every host on this very profile (``last``: host -> profile hash): then the apply
-    is most likely a no-change one, which needs no playbook at all, and the probe goes first. A wrong guess costs
-    time only: the pre-check decides either way."""
-    return (
-        bool(hosts)
-        and any(last.get(hv.host) != profile_hash for hv in hosts)
-        and not opts.check
-        and opts.serial is None
-        and not opts.canary
-        and (via or Hosts(Path("."), opts.via)).quick(hosts)
-    )
-
-
 def _door(inventory: Path | Hosts, opts: Options) -> Hosts:
     return door(inventory, opts.via)
-
-
-def _last_applied_file(inventory: Path) -> Path:
-    import hashlib
-
-    from knobfleet import paths
-
-    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
-    return paths.state_dir() / "cache" / "last-applied" / f"{key}.json"
-
-
-def _last_applied(inventory: Path) -> dict[str, str]:
-    """Host -> the profile hash this controller's last apply left it on (a hint for ``speculative``, never trusted
-    for a decision)."""
-    import json
-
-    try:
-        data = json.loads(_last_applied_file(inventory).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def _remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, outcomes: list[HostOutcome]) -> None:
-    import json
-    import os
-
-    seen = dict(last)
-    for o in outcomes:
-        if o.status in ("applied", "unchanged"):
-            seen[o.host] = profile_hash
-        else:
-            seen.pop(o.host, None)
-    path = _last_applied_file(inventory)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(seen, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass  # a hint only: apply works the same without it
-
-
-def _ahead(
-    start: Callable[[Path, Callable[[], bool]], RunResult],
-    run_id: str,
-    n_hosts: int,
-    decide: Callable[[], dict[str, HostOutcome]],
-) -> tuple[dict[str, HostOutcome], RunResult | None]:
-    """Run ``decide`` (the pre-check) in a thread while ``start`` runs the playbook here, gated: the role waits
-    until the decision is in the gate file — the hosts decided (left alone or refused) end before anything runs
-    on them; an error in the pre-check stops every host before any change and is raised here. When the pre-check
-    decided every host, the playbook is cancelled: nothing can have run on any host before the gate. Returns the
-    decisions and the run (None when every host was decided)."""
-    import json
-    import threading
-
-    from knobfleet import paths
-
-    gate = paths.state_dir() / "tmp" / f"gate-{run_id}.json"
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["decided"] = decide()
-            doc: dict[str, Any] = {"skip": sorted(box["decided"])}
-            if interrupts.pending():  # Ctrl-C while the pre-check ran: stop every host before any change
-                doc = {"abort": "knobfleet was interrupted during its pre-check; nothing was changed"}
-                box["interrupted"] = True
-        except BaseException as exc:  # raised below, in the caller's thread
-            box["error"] = exc
-            doc = {"abort": "knobfleet's pre-check failed; nothing was changed"}
-        # decided before the gate appears: whoever reads the gate sees the cancel that goes with it
-        box["cancel"] = "error" in box or "interrupted" in box or len(box.get("decided") or ()) == n_hosts
-        tmp = gate.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(gate)  # whole or absent: the role reads it once it is non-empty
-
-    thread = threading.Thread(target=work, name="pre-check", daemon=True)
-    thread.start()
-    try:
-        result = start(gate, lambda: bool(box.get("cancel")))
-    finally:
-        thread.join()
-        gate.unlink(missing_ok=True)
-    if "error" in box:
-        raise box["error"]
-    decided: dict[str, HostOutcome] = box["decided"]
-    return decided, (None if box["cancel"] else result)
-
-
-def _restore_and_attach(
-    chosen: list[HostOutcome],
-    targets: dict[str, Any],
-    hosts: list[HostVars],
-    inventory: Path | Hosts,
-    break_lock: bool,
-    on_event: Callable[[Event], None] | None,
-    report: Callable[[], ApplyReport],
-    what_failed: Callable[[str], str],
-) -> None:
-    """Restore ``targets``, attach each result to its outcome; if any restore fails, stop everything with
-    RestoreFailed and the manual steps (no further hosts are touched)."""
-    from knobfleet.ops.transaction import RestoreFailed, manual_steps, restore
-
-    results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
-    for o in chosen:
-        o.restored = results.get(o.host)
-    broken = [r for r in results.values() if not r.ok]
-    if broken:
-        by_name = {hv.host: hv for hv in hosts}
-        lines = [
-            f"{r.host}: {what_failed(r.host)}, and restoring generation {targets[r.host].to} failed too: {r.message}"
-            for r in broken
-        ]
-        lines.append("No further hosts were touched. Restore by hand:")
-        lines += [manual_steps(by_name[r.host], targets[r.host].to) for r in broken]
-        raise RestoreFailed("\n".join(lines), broken, report())
-
-
-def restore_targets(failed: list[HostOutcome]) -> dict[str, Any]:
-    """Pure: where each failed host goes back to — the previous generation when a new one was installed, else
-    the same generation again (the engine was restarted on it)."""
-    from knobfleet.ops.transaction import RestoreTarget
-
-    targets = {}
-    for o in failed:
-        new_gen = o.generation is not None and o.generation != o.previous
-        to = o.previous if new_gen else o.generation
-        targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
-    return targets
-
-
-def _restore_failed(
-    batch: list[HostOutcome],
-    hosts: list[HostVars],
-    inventory: Path | Hosts,
-    break_lock: bool,
-    on_event: Callable[[Event], None] | None,
-    outcomes: list[HostOutcome],
-    profile: Profile,
-    run_ids: list[str],
-    started: float,
-) -> None:
-    """The transaction's second half: every host whose new generation failed goes back to the previous one."""
-    failed = [o for o in batch if o.status == "failed" and o.committed]
-    targets = restore_targets(failed)
-    if targets:
-        messages = {o.host: o.message for o in failed}
-        _restore_and_attach(
-            failed,
-            targets,
-            hosts,
-            inventory,
-            break_lock,
-            on_event,
-            lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
-            lambda host: f"apply failed ({messages[host]})",
-        )
-
-
-def _roll_back_earlier(
-    earlier: list[HostOutcome],
-    hosts: list[HostVars],
-    inventory: Path | Hosts,
-    on_event: Callable[[Event], None] | None,
-    outcomes: list[HostOutcome],
-    profile: Profile,
-    run_ids: list[str],
-    started: float,
-) -> None:
-    """--rollback-fleet: hosts of earlier, successful batches go back to their previous generation too."""
-    from knobfleet.ops.transaction import RestoreTarget
-
-    targets = {
-        o.host: RestoreTarget(o.previous, "rollback-fleet: a later batch failed", "rolled-back", "rollback")
-        for o in earlier
-    }
-    if not targets:
-        return
-    _restore_and_attach(
-        earlier,
-        targets,
-        hosts,
-        inventory,
-        False,
-        on_event,
-        lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
-        lambda host: "--rollback-fleet after a failed batch",
-    )
-    for o in earlier:
-        if o.restored is not None and o.restored.ok:
-            o.status = "rolled-back"
-            o.message = f"rolled back to generation {o.restored.generation:04d} (--rollback-fleet)"

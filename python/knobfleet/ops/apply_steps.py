@@ -1,0 +1,160 @@
+"""The steps of apply's batch (``ops/steps.py``'s machine drives them): ``[_SlotBefore, _Play, _Verify,
+_SlotAfter]``. slot-before and slot-after run the slots' ``SlotStep``s (a router's drain and re-add); the play is
+install, restart, ready and finish in one play of the knob_serve role, undone by the restore of the hosts it
+changed; verify checks each ready engine with the live rule (``_verified``) and has no undo of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from knobfleet.fleet.runner import RunResult, new_run_id
+from knobfleet.live.verify import Declared, check_rendered
+from knobfleet.ops import interrupts, plan, ranks
+from knobfleet.ops.apply_restore import _restore_failed
+from knobfleet.ops.outcome import HostOutcome
+from knobfleet.ops.steps import Batch, SlotRun, SlotStep, StepName, VerifyResult, read_play
+from knobfleet.render import Rendered
+
+if TYPE_CHECKING:
+    from knobfleet.ops.apply import _Rollout
+
+
+def _verified(
+    out: HostOutcome, doc: Any, rendered: Rendered, declared: Declared, engine: dict[str, Any], run: str
+) -> None:
+    """The verify step for one host the play left ready: its engine's probe (``doc``) against the rendered files,
+    with the live rule; a finding fails the host."""
+    if not isinstance(doc, dict) or out.status not in ("applied", "unchanged"):
+        return
+    from knobfleet.engines.adapter import engine as adapter
+
+    out.findings = check_rendered(doc, rendered, declared, engine, run)
+    out.seen = plan.seen_knobs(doc, adapter(engine.get("name")))
+    if out.findings:
+        out.status = "failed"
+        out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
+
+
+class _SlotBefore(SlotRun):
+    """slot-before: before anything of knobfleet's changes on the host (a router drain); a host whose step fails
+    goes no further. Nothing runs in a plan (--check)."""
+
+    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
+        super().__init__("slot-before", () if check else slot)
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        batch.outcomes[host] = HostOutcome(host, "failed", batch.number, message=f"before the restart: {why}")
+
+    def forced(self) -> dict[str, tuple[int, str]]:
+        """The drains that timed out and went on under --force-restart: {host: (requests dropped, its line)}."""
+        return {h: f for h, results in self.results.items() if (f := _forced(results)) is not None}
+
+
+class _SlotAfter(SlotRun):
+    """slot-after: once the engine is ready and verified (a router re-add); a host whose step fails is failed (and
+    undone). Nothing runs in a plan (--check)."""
+
+    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
+        super().__init__("slot-after", () if check else slot)
+
+    def hosts(self, batch: Batch) -> list[str]:
+        return [h for h in batch.going if batch.outcomes[h].status in ("applied", "unchanged")]
+
+    def fail(self, batch: Batch, host: str, why: str) -> None:
+        o = batch.outcomes[host]
+        o.status, o.message = "failed", f"after the engine was ready: {why}"
+
+
+@dataclass
+class _Play:
+    """install, restart, ready and finish: one play of the knob_serve role for the hosts still going (or the
+    play started ahead of the pre-check), its step-keyed results typed into the journal (``read_play``). Undo:
+    the restore of the hosts it changed (``restore_targets``), in one play."""
+
+    rollout: _Rollout
+    ahead: RunResult | None
+    name: StepName = "install"
+    result: RunResult | None = None
+    played: list[str] = field(default_factory=list)
+
+    def do(self, batch: Batch) -> None:
+        live = list(batch.going)
+        if live:
+            result = self.ahead if self.ahead is not None else self.rollout.playbook(live, new_run_id())
+            self.ahead = None
+            self.take(batch, result, live)
+
+    def take(self, batch: Batch, result: RunResult, hosts: list[str]) -> None:
+        r = self.rollout
+        self.result, self.played = result, hosts
+        r.run_ids.append(result.run_id)
+        r.ansible_s += result.wall_s
+        for h in hosts:
+            hr = result.host(h)
+            batch.journal.add(*read_play(h, hr.results, hr.success))
+            out = batch.outcomes[h] = r.outcome(h, result, batch.number)
+            if out.status in ("failed", "refused"):
+                batch.stop(h)
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        r = self.rollout
+        with interrupts.shielded(raise_at_end=False):
+            _restore_failed(
+                [batch.outcomes[h] for h in hosts],
+                r.hosts,
+                r.door,
+                r.opts.break_lock,
+                r.on_event,
+                r.outcomes + r.later,
+                r.profile,
+                r.run_ids,
+                r.started,
+            )
+        return []
+
+
+@dataclass
+class _Verify:
+    """verify: each ready engine's probe against its rendered files (``_verified``), then the engine groups'
+    cross-rank rule (a failed rank fails its group); the drains that went on under --force-restart are noted.
+    Undo: nothing of its own (the play's restore puts the host back)."""
+
+    rollout: _Rollout
+    play: _Play
+    before: _SlotBefore
+    name: StepName = "verify"
+
+    def do(self, batch: Batch) -> None:
+        r, result = self.rollout, self.play.result
+        if r.opts.check or result is None:
+            return
+        assert r.engine is not None
+        rules = r.engine.rules()
+        docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in self.play.played}
+        for h in self.play.played:
+            _verified(batch.outcomes[h], docs[h], r.rendered[h], r.declared, rules, result.run_id)
+        if r.groups:  # the ranks of a group agree, and fail or pass together
+            ranks.after_play({h: batch.outcomes[h] for h in self.play.played}, docs, r.groups, rules)
+        for h in self.play.played:
+            out = batch.outcomes[h]
+            if batch.journal.reached(h, "ready"):
+                batch.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
+            if out.status == "failed":
+                batch.stop(h)
+        for h, (dropped, why) in self.before.forced().items():
+            batch.outcomes[h].dropped = dropped
+            batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, why) if m)
+
+    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
+        return []
+
+
+def _forced(results: list[Any]) -> tuple[int, str] | None:
+    """A drain among a host's slot results that timed out and went on under --force-restart: (dropped, its line)."""
+    for r in results:
+        d = getattr(r, "detail", None)
+        if getattr(d, "forced", False):
+            return int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", ""))
+    return None
