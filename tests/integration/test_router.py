@@ -317,3 +317,102 @@ def canary_board_has_data(doc: dict[str, Any]) -> None:
     assert [s.labels["verdict"] for s in verdicts] == ["rollback"], verdicts
     empty = empty_panels(prom, "knobfleet-canary.json")
     assert empty == [], "\n".join(empty)
+
+
+def _signalled(args: list[str], delay: float, sig: int) -> tuple[int, str, str, bool]:
+    """``knobfleet ARGS`` with ``sig`` sent to the controller alone ``delay`` s after it started (as `kill PID` or
+    systemd's stop does); (exit code, stdout, stderr, whether the signal was sent)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "knobfleet", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sent = False
+    try:
+        proc.wait(delay)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, sig)
+        sent = True
+    out, err = proc.communicate(timeout=400)
+    return proc.returncode, out, err, sent
+
+
+def _current_profiles(fleet: Fleet) -> dict[str, str]:
+    hist = json.loads(fleet.knobfleet("history", "--json", check=True).stdout)["hosts"]
+    return {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
+
+
+@pytest.mark.parametrize(
+    ("command", "delay", "signame"),
+    [
+        ("apply", 3.0, "SIGTERM"),  # the first host's drain or restart
+        ("apply", 9.0, "SIGINT"),  # a later host, or between hosts
+        ("rollback", 4.0, "SIGTERM"),
+        ("canary", 30.0, "SIGTERM"),  # the canary apply, or its first judged window
+    ],
+)
+def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true(
+    rfleet: Fleet, command: str, delay: float, signame: str
+) -> None:
+    """Issue 40's fault test with the router in front: SIGTERM or SIGINT to the controller during a routed rolling
+    apply, a routed rollback and a canary (Prometheus and constant load through the router). Afterwards the router
+    lists every worker again and healthy, `drift` finds every host in sync (which includes "listed by its router",
+    a free lock and no generation marked failed), each host the report calls applied runs the new profile and every
+    other host the one it had, and a canary's interrupted canaries run the current profile again. (The same sweep at
+    ~250 points of the handler's code, through fakes of the router and Prometheus: tests/unit/ops/
+    test_rollout_anywhere.py and tests/unit/experiment/test_canary_run.py.)"""
+    import signal
+
+    from knobfleet.lab import monitoring
+    from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
+    from knobfleet.telemetry.promconfig import Target
+
+    lr = LabRouter(rfleet.lab.dir)
+    rfleet.knobfleet("apply", "default", "--yes", check=True, timeout=400)
+    if command == "rollback":
+        rfleet.knobfleet("apply", "ctas768", "--yes", check=True, timeout=400)
+    before = _current_profiles(rfleet)
+    records: list[loadgen.Record] = []
+    stop = threading.Event()
+    load = None
+    if command == "canary":
+        monitoring.start_for_lab(rfleet.lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+        model = rfleet.lab.router_model_dir()
+        assert model
+        spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=2000, max_seconds=240.0, max_tokens=64)
+        load = threading.Thread(target=lambda: records.extend(loadgen.run(spec, stop=stop)))
+        load.start()
+        threading.Event().wait(8)  # a few scrapes of every engine
+    args = {
+        "apply": ["apply", "ctas512", "--serial", "1"],
+        "rollback": ["rollback"],
+        "canary": ["canary", "ctas512", "--hosts", "1", "--window", "10s", "--pre-windows", "2", "--min-windows",
+                   "2", "--max-windows", "3"],
+    }[command]  # fmt: skip
+    try:
+        rc, out, err, sent = _signalled([*args, "--yes", "--json"], delay, getattr(signal, signame))
+    finally:
+        stop.set()
+        if load is not None:
+            load.join(timeout=120)
+            monitoring.stop(rfleet.lab.dir)
+    assert rc in ((130,) if sent else ()) + (0, 1, 2), out[-2000:] + err[-2000:]
+    doc = json.loads(out) if out.strip().startswith("{") else {}
+    print(f"{command} + {signame} at {delay}s (sent: {sent}): exit {rc}; {err.strip().splitlines()[-3:]}")
+    now = _current_profiles(rfleet)
+    if command == "apply":
+        for h in doc.get("hosts", []):
+            want = "ctas512" if h["status"] == "applied" else before[h["host"]]
+            assert now[h["host"]] == want, (h, now)
+    if command == "canary" and sent:
+        assert now == before, (now, err[-2000:])  # interrupted: the canaries were put back
+    router = SGLangRouter(lr.url)
+    urls = sorted(rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)]))
+    deadline = time.monotonic() + 30  # a worker the interrupted run put back turns healthy at the router's check
+    while sorted(w.url for w in router.list_workers() if w.healthy) != urls and time.monotonic() < deadline:
+        time.sleep(1)
+    assert sorted(w.url for w in router.list_workers() if w.healthy) == urls
+    drift = rfleet.knobfleet("drift", "--json")
+    assert drift.returncode == 0, drift.stdout[-3000:]
+    assert [(r.index, r.outcome, r.status) for r in records if r.outcome != "ok"] == []

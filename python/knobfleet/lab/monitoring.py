@@ -156,6 +156,9 @@ def start(
         ],
     )
     for name, address in node_hosts:
+        # a node_exporter an earlier start left on the host (they end with their hosts, not with `stop`): its
+        # transient unit would refuse the new one ("already loaded")
+        subprocess.run(ssh_argv(name, ["systemctl", "stop", NODE_UNIT]), capture_output=True, text=True, timeout=60)
         argv = ssh_argv(
             name,
             [
