@@ -210,40 +210,17 @@ def _yaml_scalar(value: Scalar) -> str:
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
-def migrate_text(
-    text: str,
-    moves: list[Move],
-    engine_version: str,
-    bump_to: int,
-    fingerprint: dict[str, Any] | None = None,
-    pin: str | None = None,
-) -> Migration:
-    """``text`` (one profile file, block style) with ``moves`` applied, ``version: bump_to`` and
-    ``fingerprint.engine_version: engine_version``. A knob set in this file is renamed in place (its comment kept)
-    or commented out when removed; an inherited one is overridden here (``old: null`` plus the new name). A file
-    without a ``fingerprint`` gets one: the inherited ``fingerprint`` fields (a file's fingerprint replaces its
-    parent's whole) plus the engine version. ``pin`` (the profile pins the version it runs): its ``engine_version:``
-    line becomes that, or one is added; the migrated profile is then the upgrade itself. Flow-style
-    ``env``/``args``/``fingerprint`` mappings cannot be edited line by line: refused with the reason."""
-    lines = text.splitlines()
-    sections: dict[str, int] = {}
-    empty: set[str] = set()  # ``env: {}`` / ``env: null``: a section with no key yet
-    touched = {mv.section for mv in moves} | {"fingerprint"}
-    for i, line in enumerate(lines):
-        m = _SECTION_RE.match(line)
-        if m:
-            sections[m.group(1)] = i
-            if m.group(2):
-                empty.add(m.group(1))
-        elif re.match(r"^(env|args|fingerprint):\s*[{\[]", line) and line.split(":")[0] in touched:
-            return Migration(None, moves, f"line {i + 1}: {line.split(':')[0]} is a flow mapping; write it as one "
-                                          "key per line to migrate it")  # fmt: skip
-    version_at = next((i for i, ln in enumerate(lines) if _VERSION_LINE.match(ln)), None)
-    if version_at is None:
-        return Migration(None, moves, "no `version: N` line to bump")
+@dataclass
+class _Blocks:
+    """A profile file's lines and where its top-level ``env``/``args``/``fingerprint`` blocks start."""
 
-    def section_end(start: int) -> int:
-        if lines[start].split(":")[0] in empty:
+    lines: list[str]
+    sections: dict[str, int] = field(default_factory=dict)  # section -> its header's line index
+    empty: set[str] = field(default_factory=set)  # ``env: {}`` / ``env: null``: a section with no key yet
+
+    def section_end(self, start: int) -> int:
+        lines = self.lines
+        if lines[start].split(":")[0] in self.empty:
             return start + 1
         j = start + 1
         while j < len(lines) and (not lines[j].strip() or lines[j].startswith((" ", "\t", "#"))):
@@ -252,81 +229,127 @@ def migrate_text(
             j -= 1
         return j
 
-    edits: dict[int, list[str]] = {}  # line index -> replacement lines
-    appends: dict[str, list[str]] = {"env": [], "args": [], "fingerprint": []}
-
-    def keys_of(name: str) -> dict[str, int]:
-        start = sections.get(name)
+    def keys_of(self, name: str) -> dict[str, int]:
+        start = self.sections.get(name)
         if start is None:
             return {}
-        return {m.group(3): j for j in range(start + 1, section_end(start)) if (m := _KEY_RE.match(lines[j]))}
+        lines = self.lines
+        return {m.group(3): j for j in range(start + 1, self.section_end(start)) if (m := _KEY_RE.match(lines[j]))}
 
-    def indent_of(name: str) -> str:
+    def indent_of(self, name: str) -> str:
         """The indent of the section's keys (what an added key must use), two spaces in a new or empty one."""
-        for j in keys_of(name).values():
-            m = _KEY_RE.match(lines[j])
+        for j in self.keys_of(name).values():
+            m = _KEY_RE.match(self.lines[j])
             if m:
                 return m.group(1)
         return "  "
 
-    for mv in moves:
-        if mv.new_name is not None and mv.new_name in keys_of(mv.section):
-            return Migration(None, moves, f"{mv.section}.{mv.new_name} is already set in this file, and "
-                                          f"{mv.name} is renamed to it; keep one of the two by hand")  # fmt: skip
-        at_line = keys_of(mv.section).get(mv.name)
-        if at_line is not None and not mv.inherited:
-            km = _KEY_RE.match(lines[at_line])
-            shown = km.group(4).split(" #")[0].strip() if km else ""
-            if shown in ("|", ">", "|-", ">-") or (shown.startswith(("[", "{")) and not shown.endswith(("]", "}"))):
-                return Migration(None, moves, f"line {at_line + 1}: {mv.name} has a value over several lines; "
-                                              "migrate it by hand")  # fmt: skip
-        start = sections.get(mv.section)
-        at = None
-        if start is not None and not mv.inherited:
-            for j in range(start + 1, section_end(start)):
-                m = _KEY_RE.match(lines[j])
-                if m and m.group(3) == mv.name:
-                    at = j
-                    break
-        if at is not None:
-            m = _KEY_RE.match(lines[at])
-            assert m is not None
-            indent, dashes, rest = m.group(1), m.group(2) or "", m.group(4)
-            if mv.new_name is not None:
-                edits[at] = [f"{indent}{dashes}{mv.new_name}:{rest}"]
-            else:
-                value = rest.split(" #")[0].rstrip()
-                edits[at] = [f"{indent}# {dashes}{mv.name}:{value}  # removed in {engine_version}: {mv.note}"]
+
+@dataclass
+class _Edits:
+    """What ``migrate_text`` writes: replacement lines by line index, and the lines added at each section's end."""
+
+    lines: dict[int, list[str]] = field(default_factory=dict)  # line index -> replacement lines
+    appends: dict[str, list[str]] = field(default_factory=lambda: {"env": [], "args": [], "fingerprint": []})
+
+
+def _blocks(lines: list[str], touched: set[str]) -> _Blocks | str:
+    """Where the file's sections are, or why it cannot be edited line by line (a flow mapping it would edit)."""
+    doc = _Blocks(lines)
+    for i, line in enumerate(lines):
+        m = _SECTION_RE.match(line)
+        if m:
+            doc.sections[m.group(1)] = i
+            if m.group(2):
+                doc.empty.add(m.group(1))
+        elif re.match(r"^(env|args|fingerprint):\s*[{\[]", line) and line.split(":")[0] in touched:
+            return (f"line {i + 1}: {line.split(':')[0]} is a flow mapping; write it as one "
+                    "key per line to migrate it")  # fmt: skip
+    return doc
+
+
+def _refusal(doc: _Blocks, mv: Move) -> str | None:
+    """Why ``mv`` cannot be applied to this file line by line (None: it can)."""
+    if mv.new_name is not None and mv.new_name in doc.keys_of(mv.section):
+        return (f"{mv.section}.{mv.new_name} is already set in this file, and "
+                f"{mv.name} is renamed to it; keep one of the two by hand")  # fmt: skip
+    at_line = doc.keys_of(mv.section).get(mv.name)
+    if at_line is not None and not mv.inherited:
+        km = _KEY_RE.match(doc.lines[at_line])
+        shown = km.group(4).split(" #")[0].strip() if km else ""
+        if shown in ("|", ">", "|-", ">-") or (shown.startswith(("[", "{")) and not shown.endswith(("]", "}"))):
+            return (f"line {at_line + 1}: {mv.name} has a value over several lines; "
+                    "migrate it by hand")  # fmt: skip
+    return None
+
+
+def _move(doc: _Blocks, mv: Move, engine_version: str, edits: _Edits) -> None:
+    """One knob moved: renamed in place or commented out when set in this file, else overridden at the section's
+    end (``old: null`` plus the new name)."""
+    lines = doc.lines
+    start = doc.sections.get(mv.section)
+    at = None
+    if start is not None and not mv.inherited:
+        for j in range(start + 1, doc.section_end(start)):
+            m = _KEY_RE.match(lines[j])
+            if m and m.group(3) == mv.name:
+                at = j
+                break
+    if at is not None:
+        m = _KEY_RE.match(lines[at])
+        assert m is not None
+        indent, dashes, rest = m.group(1), m.group(2) or "", m.group(4)
+        if mv.new_name is not None:
+            edits.lines[at] = [f"{indent}{dashes}{mv.new_name}:{rest}"]
         else:
-            why = f"renamed to {mv.new_name}" if mv.new_name else f"removed: {mv.note}"
-            pad = indent_of(mv.section)
-            appends[mv.section].append(f"{pad}{mv.name}: null  # {why} in {engine_version}")
-            if mv.new_name is not None:
-                appends[mv.section].append(f"{pad}{mv.new_name}: {_yaml_scalar(mv.value)}")
-    fp = sections.get("fingerprint")
-    fp_line = f"{indent_of('fingerprint')}engine_version: {_yaml_scalar(engine_version)}"
+            value = rest.split(" #")[0].rstrip()
+            edits.lines[at] = [f"{indent}# {dashes}{mv.name}:{value}  # removed in {engine_version}: {mv.note}"]
+    else:
+        why = f"renamed to {mv.new_name}" if mv.new_name else f"removed: {mv.note}"
+        pad = doc.indent_of(mv.section)
+        edits.appends[mv.section].append(f"{pad}{mv.name}: null  # {why} in {engine_version}")
+        if mv.new_name is not None:
+            edits.appends[mv.section].append(f"{pad}{mv.new_name}: {_yaml_scalar(mv.value)}")
+
+
+def _engine_version(doc: _Blocks, engine_version: str, fingerprint: dict[str, Any] | None, edits: _Edits) -> None:
+    """``fingerprint.engine_version`` set (or added); a file without a fingerprint gets the inherited one's fields."""
+    lines = doc.lines
+    fp = doc.sections.get("fingerprint")
+    fp_line = f"{doc.indent_of('fingerprint')}engine_version: {_yaml_scalar(engine_version)}"
     if fp is not None:
         found = next(
-            (j for j in range(fp + 1, section_end(fp)) if (m := _KEY_RE.match(lines[j])) and m.group(3) ==
+            (j for j in range(fp + 1, doc.section_end(fp)) if (m := _KEY_RE.match(lines[j])) and m.group(3) ==
              "engine_version"), None)  # fmt: skip
         if found is not None:
-            edits[found] = [fp_line]
+            edits.lines[found] = [fp_line]
         else:
-            appends["fingerprint"].append(fp_line)
+            edits.appends["fingerprint"].append(fp_line)
     else:
         kept = {k: v for k, v in (fingerprint or {}).items() if v is not None and k != "engine_version"}
-        appends["fingerprint"] += [f"  {k}: {_yaml_scalar(v)}" for k, v in kept.items()] + [fp_line]
-    emptied: set[int] = set()  # a section whose every key was removed: ``env: {}`` (a bare ``env:`` is null)
-    for name, start in sections.items():
-        keys = [j for j in range(start + 1, section_end(start)) if _KEY_RE.match(lines[j])]
-        live = [j for j in keys if not edits.get(j, [""])[0].lstrip().startswith("#")]
-        if keys and not live and not appends.get(name):
+        edits.appends["fingerprint"] += [f"  {k}: {_yaml_scalar(v)}" for k, v in kept.items()] + [fp_line]
+
+
+def _emptied(doc: _Blocks, edits: _Edits) -> set[int]:
+    """The sections whose every key was removed (written ``env: {}``: a bare ``env:`` is null)."""
+    emptied: set[int] = set()
+    for name, start in doc.sections.items():
+        keys = [j for j in range(start + 1, doc.section_end(start)) if _KEY_RE.match(doc.lines[j])]
+        live = [j for j in keys if not edits.lines.get(j, [""])[0].lstrip().startswith("#")]
+        if keys and not live and not edits.appends.get(name):
             emptied.add(start)
+    return emptied
+
+
+def _written(doc: _Blocks, edits: _Edits, version_at: int, bump_to: int, pin: str | None) -> list[str]:
+    """The file's lines with the edits, the appends, the bumped ``version:`` and the pinned ``engine_version:``."""
+    lines, sections, empty, appends = doc.lines, doc.sections, doc.empty, edits.appends
+    emptied = _emptied(doc, edits)
     out: list[str] = []
     tails: dict[int, str] = {}
     for name in ("env", "args", "fingerprint"):
         if appends[name] and name in sections:
-            tails[section_end(sections[name]) - 1] = name
+            tails[doc.section_end(sections[name]) - 1] = name
     pin_at = next((i for i, ln in enumerate(lines) if re.match(r"^engine_version:", ln)), None)
     for i, line in enumerate(lines):
         if i == pin_at and pin is not None:
@@ -343,14 +366,46 @@ def migrate_text(
         elif line.split(":")[0] in empty and i == sections.get(line.split(":")[0]) and appends[line.split(":")[0]]:
             out.append(line.split(":")[0] + ":")  # ``env: {}`` gets its first keys: a block again
         else:
-            out.extend(edits.get(i, [line]))
+            out.extend(edits.lines.get(i, [line]))
         if i in tails:
             out.extend(appends[tails[i]])
     for name in ("env", "args", "fingerprint"):
         if appends[name] and name not in sections:
             out.append(f"{name}:")
             out.extend(appends[name])
-    return Migration("\n".join(out) + "\n", moves)
+    return out
+
+
+def migrate_text(
+    text: str,
+    moves: list[Move],
+    engine_version: str,
+    bump_to: int,
+    fingerprint: dict[str, Any] | None = None,
+    pin: str | None = None,
+) -> Migration:
+    """``text`` (one profile file, block style) with ``moves`` applied, ``version: bump_to`` and
+    ``fingerprint.engine_version: engine_version``. A knob set in this file is renamed in place (its comment kept)
+    or commented out when removed; an inherited one is overridden here (``old: null`` plus the new name). A file
+    without a ``fingerprint`` gets one: the inherited ``fingerprint`` fields (a file's fingerprint replaces its
+    parent's whole) plus the engine version. ``pin`` (the profile pins the version it runs): its ``engine_version:``
+    line becomes that, or one is added; the migrated profile is then the upgrade itself. Flow-style
+    ``env``/``args``/``fingerprint`` mappings cannot be edited line by line: refused with the reason."""
+    lines = text.splitlines()
+    doc = _blocks(lines, {mv.section for mv in moves} | {"fingerprint"})
+    if isinstance(doc, str):
+        return Migration(None, moves, doc)
+    version_at = next((i for i, ln in enumerate(lines) if _VERSION_LINE.match(ln)), None)
+    if version_at is None:
+        return Migration(None, moves, "no `version: N` line to bump")
+    edits = _Edits()
+    for mv in moves:
+        refused = _refusal(doc, mv)
+        if refused is not None:
+            return Migration(None, moves, refused)
+        _move(doc, mv, engine_version, edits)
+    _engine_version(doc, engine_version, fingerprint, edits)
+    return Migration("\n".join(_written(doc, edits, version_at, bump_to, pin)) + "\n", moves)
 
 
 def problems_on(profile: Profile, catalog: Catalog) -> list[str]:
