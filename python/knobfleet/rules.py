@@ -116,7 +116,10 @@ def check(name: str, value: object) -> str | None:
 def is_loader_env(name: str) -> bool:
     """An env var that changes what a process loads or runs (LD_*, BASH_ENV, PATH, PYTHON*, …)."""
     loader = data()["loader_env"]
-    return name in loader["names"] or name.startswith(tuple(loader["prefixes"]))
+    if name in loader["names"] or name.startswith(tuple(loader["prefixes"])):
+        return True
+    # a plugin or injection variable a later NCCL or CUDA adds is one before it is listed (fullmatch, as the role)
+    return any(re.fullmatch(p, name) for p in loader.get("patterns", ()))
 
 
 def is_shell_reserved(name: str) -> bool:
