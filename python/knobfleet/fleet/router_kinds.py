@@ -73,7 +73,7 @@ def _short(body: bytes) -> str:
         if isinstance(doc, dict) and isinstance(doc.get("error"), str | dict):
             err = doc["error"]
             text = err.get("message", str(err)) if isinstance(err, dict) else err
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep for the parser
         pass
     return text[:200] or "(empty body)"
 
@@ -117,7 +117,7 @@ class SGLangRouter:
                 urls = json.loads(body).get("urls")
                 if not isinstance(urls, list):
                     raise ValueError("no 'urls' list")
-            except (ValueError, AttributeError) as exc:
+            except (ValueError, AttributeError, RecursionError) as exc:
                 raise RouterError(Outcome.REFUSED, f"router {self.url}: /list_workers: {exc}") from None
             self.generation = LEGACY
             return [Worker(normalize_url(str(u)), healthy=True) for u in urls]
@@ -125,7 +125,7 @@ class SGLangRouter:
             raise RouterError(Outcome.REFUSED, f"router {self.url}: GET /workers answered {status}: {_short(body)}")
         try:
             generation, workers = parse_workers(json.loads(body))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep for the parser
             raise RouterError(Outcome.REFUSED, f"router {self.url}: GET /workers: {exc}") from None
         if self.generation is None or (workers and self.generation != LEGACY):
             self.generation = generation
