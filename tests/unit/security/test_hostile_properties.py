@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import stat
 import string
@@ -967,6 +968,9 @@ def test_a_vault_script_is_stopped_and_refused_in_one_line_holding_none_of_its_o
 PROFILE = "name: x\nversion: 1\nextends: default\n"
 ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,24}", fullmatch=True)
 SUFFIX = st.from_regex(r"[A-Z0-9_]{0,12}", fullmatch=True)
+# names next to the lists' (a prefix without its underscore, another case, a plural): not on them, so accepted
+NEAR_ENV = ["LD", "LDX", "PYTHO", "DYLD", "MALLOC", "NCCL_PLUGIN", "NCCL_NET_PLUGINS", "CUDA_INJECTION64_PATHS", "uid"]
+NEAR_UNITS = ["sshd-engine", "docker2", "my-dbus", "dbus2", "systemd", "serial-getty", "user", "ssh.socket"]
 LOADER = rules.data()["loader_env"]
 SHELL_RESERVED = rules.data()["shell_reserved"]["names"]
 UNITS = rules.data()["reserved_units"]
@@ -1009,6 +1013,7 @@ def test_a_name_bash_will_not_assign_is_refused_in_profiles_and_host_env(profile
 LOADER_NAMES = st.one_of(
     st.sampled_from(LOADER["names"]),
     st.builds(lambda p, s: p + s, st.sampled_from(LOADER["prefixes"]), SUFFIX),
+    *(st.from_regex(p, fullmatch=True) for p in LOADER.get("patterns", ())),  # NCCL_<X>_PLUGIN, CUDA_INJECTION<N>_PATH
 )
 
 
@@ -1017,9 +1022,10 @@ LOADER_NAMES = st.one_of(
 def test_a_loader_variable_needs_allow_unknown_in_a_profile_and_is_the_operators_in_host_env(
     profiles_dir: Path, name: str
 ) -> None:
-    """Each loader variable rules.json names, and any name under one of its prefixes (``LD_*``, ``PYTHON*``,
-    ``DYLD_*``, ``MALLOC_*``, ``BASH_FUNC_*``): a profile setting it is refused with one line unless its
-    allow_unknown names it; the host vars (the operator's) may set it."""
+    """Each loader variable rules.json names, any name under one of its prefixes (``LD_*``, ``PYTHON*``,
+    ``DYLD_*``, ``MALLOC_*``, ``BASH_FUNC_*``) or of its patterns (``NCCL_<X>_PLUGIN``, ``CUDA_INJECTION<N>_PATH``):
+    a profile setting it is refused with one line unless its allow_unknown names it; the host vars (the operator's)
+    may set it."""
     if name in SHELL_RESERVED:  # BASHOPTS, SHELLOPTS: refused everywhere (the test above)
         return
     refused = _resolve_env(profiles_dir, name)
@@ -1035,13 +1041,14 @@ def _innocent_env(name: str, prefixes: tuple[str, ...]) -> bool:
         name not in SHELL_RESERVED
         and name not in LOADER["names"]
         and not name.startswith(tuple(LOADER["prefixes"]))
+        and not any(re.fullmatch(p, name) for p in LOADER.get("patterns", ()))
         and not name.startswith(prefixes)  # the engine's own names: checked against its catalog
         and not is_secret(name)  # the secret rule (cause 3) has its own tests
     )
 
 
 @examples(150)
-@given(name=ENV_NAME)
+@given(name=ENV_NAME | st.sampled_from(NEAR_ENV))
 def test_an_innocent_env_name_is_accepted_in_profiles_and_host_env(profiles_dir: Path, name: str) -> None:
     """Names outside those lists (near ones included: ``LDX``, ``PYTHO``, ``NCCL_PLUGIN``, ``uid``) are accepted."""
     from knobfleet.profiles import catalog
@@ -1097,7 +1104,10 @@ def _innocent_unit(base: str) -> bool:
 
 
 @examples(300)
-@given(unit=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,24}", fullmatch=True), suffix=st.booleans())
+@given(
+    unit=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,24}", fullmatch=True) | st.sampled_from(NEAR_UNITS),
+    suffix=st.booleans(),
+)
 def test_a_unit_name_of_the_engines_own_is_accepted(unit: str, suffix: bool) -> None:
     """Any other name (near ones included: ``sshd-engine``, ``docker2``, ``my-dbus``) is the engine's unit; a
     ``.service`` suffix is dropped."""
