@@ -80,6 +80,21 @@ class Fleet:
         return proc
 
 
+def signal_after(args: list[str], delay: float, sig: int, timeout: int = 400) -> tuple[int, str, str, bool]:
+    """``knobfleet ARGS`` with ``sig`` sent to the controller process alone (as `kill PID` or systemd's stop does)
+    ``delay`` s after it started; (exit code, stdout, stderr, whether the signal was sent: not when it had ended)."""
+    proc = subprocess.Popen([sys.executable, "-m", "knobfleet", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sent = False
+    try:
+        proc.wait(delay)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, sig)
+        sent = True
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err, sent
+
+
 def wait_ready_sh(
     service: str, addr: str, port: int = 30000, path: str = "/health_generate", timeout_s: int = 60
 ) -> str:

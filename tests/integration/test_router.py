@@ -20,7 +20,7 @@ from knobfleet.lab import loadgen
 from knobfleet.lab.hostfiles import SERVICE, LabHost
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
-from tests.integration.conftest import Fleet, empty_panels, restart_sh, wait_engines
+from tests.integration.conftest import Fleet, empty_panels, restart_sh, signal_after, wait_engines
 
 N = 3  # three stand-ins behind the router: the rolling apply keeps two serving while one restarts
 
@@ -319,25 +319,6 @@ def canary_board_has_data(doc: dict[str, Any]) -> None:
     assert empty == [], "\n".join(empty)
 
 
-def _signalled(args: list[str], delay: float, sig: int) -> tuple[int, str, str, bool]:
-    """``knobfleet ARGS`` with ``sig`` sent to the controller alone ``delay`` s after it started (as `kill PID` or
-    systemd's stop does); (exit code, stdout, stderr, whether the signal was sent)."""
-    import os
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-m", "knobfleet", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    sent = False
-    try:
-        proc.wait(delay)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, sig)
-        sent = True
-    out, err = proc.communicate(timeout=400)
-    return proc.returncode, out, err, sent
-
-
 def _current_profiles(fleet: Fleet) -> dict[str, str]:
     hist = json.loads(fleet.knobfleet("history", "--json", check=True).stdout)["hosts"]
     return {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
@@ -391,7 +372,7 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
                    "2", "--max-windows", "3"],
     }[command]  # fmt: skip
     try:
-        rc, out, err, sent = _signalled([*args, "--yes", "--json"], delay, getattr(signal, signame))
+        rc, out, err, sent = signal_after([*args, "--yes", "--json"], delay, getattr(signal, signame))
     finally:
         stop.set()
         if load is not None:

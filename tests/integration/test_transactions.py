@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.integration.conftest import Fleet, addr, respawn_sh, restart_sh, wait_until
+from tests.integration.conftest import Fleet, addr, respawn_sh, restart_sh, signal_after, wait_until
 
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 SCRIPT = "/root/serve_dsv4_decode.sh"
@@ -426,18 +426,9 @@ CTAS_OF = {"ctas512": "512", "ctas768": "768", "fail-start": "768"}
 
 
 def signalled(fleet: Fleet, args: list[str], delay: float, sig: int) -> tuple[int, str, str, bool]:
-    """Run ``knobfleet ARGS`` on lab1 and lab2 and send ``sig`` to the controller process alone (as `kill PID` or
-    systemd's stop does) ``delay`` s after it started; (exit code, stdout, stderr, whether the signal was sent)."""
-    argv = [sys.executable, "-m", "knobfleet", *args, "-i", str(fleet.inventory), "--limit", "lab1,lab2", "--yes"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sent = False
-    try:
-        proc.wait(delay)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, sig)
-        sent = True
-    out, err = proc.communicate(timeout=300)
-    return proc.returncode, out, err, sent
+    """``knobfleet ARGS`` on lab1 and lab2 with ``sig`` sent to the controller alone ``delay`` s after it started
+    (conftest.signal_after)."""
+    return signal_after([*args, "-i", str(fleet.inventory), "--limit", "lab1,lab2", "--yes"], delay, sig, 300)
 
 
 @pytest.mark.parametrize(
