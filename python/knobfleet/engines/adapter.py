@@ -124,8 +124,23 @@ class Engine:
         """Flags the launch line already sets from host vars: a profile may not set them."""
         return tuple(t[2:].split("=", 1)[0] for t in self.fixed_args if t.startswith("--"))
 
+    @property
+    def per_rank_flags(self) -> tuple[str, ...]:
+        """Flags that differ between the ranks of one engine group by design, never compared across them: the
+        rank flags whose value names ``{rank}``, the followers' own (catalog ``serve.ranks``), and the fixed
+        argument that carries the host's own address (``--host={host}``, or ``--bind {host}``)."""
+        every, followers = self.rank_spec or ({}, {})
+        out = [f for f, v in every.items() if isinstance(v, str) and "{rank}" in v] + list(followers)
+        for i, token in enumerate(self.fixed_args):
+            if token.startswith("--") and "{host}" in token:
+                out.append(token[2:].split("=", 1)[0])
+            elif token == "{host}" and i > 0 and self.fixed_args[i - 1].startswith("--"):
+                out.append(self.fixed_args[i - 1][2:])
+        return tuple(dict.fromkeys(out))
+
     def rules(self, with_known: bool = True) -> dict[str, Any]:
-        """The engine part of the live-state rule (module_utils/knob_live.py)."""
+        """The engine part of the live-state rule (module_utils/knob_live.py); ``per_rank_flags`` where the engine
+        runs in groups (``serve.ranks``)."""
         out: dict[str, Any] = {
             "name": self.name,
             "env_prefixes": list(self.env_prefixes),
@@ -136,6 +151,8 @@ class Engine:
             "info_version": list(self.info_version),
             "argv": self.argv_spec,
         }
+        if self.rank_spec is not None:
+            out["per_rank_flags"] = list(self.per_rank_flags)
         if with_known:
             out["known_env"] = list(self.known_env)
         return out

@@ -36,6 +36,8 @@ class RankState:
     joined: bool | None = None  # rank 0's report that this rank joined (None: not reported)
     unreadable: tuple[str, ...] = field(default=())  # what could not be read on this rank
     reports: Mapping[int, bool] = field(default_factory=dict)  # rank 0: each follower rank, joined or not
+    # flags that differ between ranks by design (the engine's ``per_rank_flags``, from its catalog's serve.ranks)
+    per_rank: tuple[str, ...] = PER_RANK_FLAGS
 
 
 MODEL_FLAGS = ("model-path", "model")  # compared as the model path, not twice as a flag
@@ -69,13 +71,19 @@ def from_probe(doc: Mapping[str, Any], engine: Mapping[str, Any]) -> RankState:
         for r in reported or []
         if isinstance(r, Mapping) and isinstance(r.get("rank"), int)
     }
-    return RankState(env, flags, model, doc.get("engine_version"), alive, None, (), joined)
+    return RankState(env, flags, model, doc.get("engine_version"), alive, None, (), joined, _per_rank(engine))
 
 
 def from_rendered(env: Mapping[str, str], argv: list[str], engine: Mapping[str, Any], version: str | None) -> RankState:
     """What one rank would run once applied (the controller's render of the profile for that host)."""
     flags, model = _split_model(knob_argv.flags_of(argv, engine.get("argv")))
-    return RankState(dict(env), flags, model, version)
+    return RankState(dict(env), flags, model, version, per_rank=_per_rank(engine))
+
+
+def _per_rank(engine: Mapping[str, Any]) -> tuple[str, ...]:
+    """The engine's flags that differ between ranks by design; the shipped engines' where the rule names none."""
+    named = engine.get("per_rank_flags")
+    return tuple(str(f) for f in named) if named else PER_RANK_FLAGS
 
 
 def with_reports(group: EngineGroup, observed: Mapping[str, RankState]) -> dict[str, RankState]:
@@ -118,7 +126,7 @@ def _compare(
         for name in sorted(set(a.env) | set(b.env)):
             if name not in group.may_differ and a.env.get(name) != b.env.get(name):
                 finding(name, "env", a.env.get(name), b.env.get(name))
-        names = sorted((set(a.flags) | set(b.flags)) - set(PER_RANK_FLAGS))
+        names = sorted((set(a.flags) | set(b.flags)) - set(a.per_rank) - set(b.per_rank))
     else:
         names = [f for f in flags if f in a.flags or f in b.flags]
     for name in names:

@@ -24,9 +24,11 @@ What the catalog file holds, and where each part is shown to be read:
   an engine group (5);
 * without ``serve.metrics`` or ``serve.ranks``, the drain, the canary and a group are refused in one line (6).
 
-Every assertion is on an output that SGLang's names or flags (the default engine's) would change. One gap
-needs code and is marked xfail (strict): the cross-rank rule compares every flag but SGLang's and vLLM's
-per-rank ones, so a toyserve group is refused as mismatched (see that test).
+Every assertion is on an output that SGLang's names or flags (the default engine's) would change. The cross-rank
+rule skips the flags that differ by rank by design as the catalog says them (``Engine.per_rank_flags``: the
+``{rank}`` flags and followers' own of ``serve.ranks``, and the ``{host}`` flag of ``serve.fixed_args``), so a
+toyserve group is in sync and applied as one unit (the last test; it failed while the rule knew only SGLang's and
+vLLM's names).
 """
 
 from __future__ import annotations
@@ -559,12 +561,6 @@ def test_an_engine_group_of_toyserve_hosts_gets_toyserves_rank_flags(project: Pa
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs code: the cross-rank rule (live/groups.py) skips only groups.PER_RANK_FLAGS = node-rank, headless, "
-    "host (SGLang's and vLLM's), not the flags of the catalog's serve.ranks nor the {host} flag of serve.fixed_args: "
-    "toyserve's --rank, --follower and --bind differ by rank, so drift calls its group mismatched and apply refuses it",
-)
 def test_an_engine_group_of_toyserve_hosts_is_in_sync_and_applied_as_one_unit(project: Path) -> None:
     door, hvs = door_for("toy", ["toy1", "toy2"])
     verdicts = _drift(door, hvs)
