@@ -188,8 +188,10 @@ def start(argv: Sequence[str]) -> int:
     if key is None:
         return 0
     try:
-        with open(os.path.join(folder(), f"recall-{key}"), "rb") as fh:
-            rec = marshal.load(fh)
+        raw = _read_record(os.path.join(folder(), f"recall-{key}"))
+        if raw is None:
+            return 0
+        rec = marshal.loads(raw)
         if rec.get("schema") != SCHEMA:
             return 0
         pairs = [(str(h), [str(a) for a in args], bool(whole)) for h, args, whole in rec["pairs"]]
@@ -259,21 +261,51 @@ def remember(
     data = marshal.dumps(rec)
     where = folder()
     path = os.path.join(where, f"recall-{key}")
-    try:
-        with open(path, "rb") as fh:
-            if fh.read() == data:
-                return
-    except OSError:
-        pass
+    if _read_record(path) == data:
+        return
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
     try:
         os.makedirs(where, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        # a fresh name (O_EXCL): never through a symlink, a FIFO or a file planted at a guessable temp name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except OSError:
-        pass  # only costs the head start next time
+        try:  # noqa: SIM105 (contextlib costs an import here)
+            os.unlink(tmp)
+        except OSError:
+            pass  # only costs the head start next time
+
+
+MAX_RECORD = 16 * 1024 * 1024
+
+
+def _read_record(path: str) -> bytes | None:
+    """A record's bytes, or None: absent, not a regular file (a FIFO or device planted there is never waited on),
+    a symlink, or larger than ``MAX_RECORD``."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD:
+            return None
+        chunks, size = [], 0
+        while size <= MAX_RECORD:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) if size <= MAX_RECORD else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def stop() -> None:

@@ -193,6 +193,20 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
     write_bytes(path, text.encode("utf-8"), mode)
 
 
+def write_cache(path: Path, text: str) -> bool:
+    """Write a cache file as every file is written (``write_bytes``: atomic, through a random temp name, never
+    through a symlink, a FIFO or a device planted at ``path``), owner-only, in an owner-only folder; False instead of
+    an error: a cache that cannot be written only costs time."""
+    from knobfleet.errors import KnobfleetError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_bytes(path, text.encode("utf-8"), 0o600)
+    except (KnobfleetError, OSError):
+        return False
+    return True
+
+
 def _size(n: int) -> str:
     return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else f"{n // KIB} KiB"
 

@@ -204,17 +204,15 @@ def _read_cache(key: str) -> list[HostVars] | None:
     try:
         data = json.loads(safefile.read_cache(_cache_dir() / f"{key}.json") or "null")
         return [HostVars.model_validate(d) for d in data]
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: nested past the JSON parser
         return None  # missing, unreadable, not a regular file or stale: read the inventory again
 
 
 def _write_cache(key: str, hosts: list[HostVars]) -> None:
     d = _cache_dir()
+    if not safefile.write_cache(d / f"{key}.json", json.dumps([hv.model_dump(mode="json") for hv in hosts])):
+        return  # a cache that cannot be written only costs time
     try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = d / f".{key}.{os.getpid()}"
-        tmp.write_text(json.dumps([hv.model_dump(mode="json") for hv in hosts]), encoding="utf-8")
-        os.replace(tmp, d / f"{key}.json")
         for old in sorted(d.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_CACHED]:
             old.unlink(missing_ok=True)
     except OSError:

@@ -15,7 +15,6 @@ This module is standard library only; ``build`` imports the validated models on 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -201,17 +200,17 @@ def load(inventory: Path, limit: str | None) -> ReadPlan | None:
 
         text = safefile.read_cache(_cache_file(k))
         return None if text is None else from_json(text)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
 def _save(k: str, plan: ReadPlan) -> None:
+    from knobfleet import safefile
+
     path = _cache_file(k)
+    if not safefile.write_cache(path, to_json(plan)):
+        return  # only costs time next run
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(to_json(plan), encoding="utf-8")
-        os.replace(tmp, path)
         for old in sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_CACHED]:
             old.unlink(missing_ok=True)
     except OSError:

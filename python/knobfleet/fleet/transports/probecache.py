@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 from dataclasses import dataclass
 from functools import cache
@@ -131,7 +130,7 @@ class Known:
             from knobfleet import safefile
 
             got = json.loads(safefile.read_cache(self._path(key, bundle)) or "null")
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         code = got.get("code") if isinstance(got, dict) and got.get("bundle") == bundle else None
         return code if isinstance(code, str) and len(code) == 64 else None
@@ -139,14 +138,9 @@ class Known:
     def put(self, key: str, bundle: str, code: str) -> None:
         if self.get(key, bundle) == code:
             return
-        try:
-            self.where.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self._path(key, bundle)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
-            tmp.write_text(json.dumps({"bundle": bundle, "code": code}), encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError:
-            pass  # only costs the bundle's bytes next time
+        from knobfleet import safefile
+
+        safefile.write_cache(self._path(key, bundle), json.dumps({"bundle": bundle, "code": code}))
 
     def drop(self, key: str, bundle: str) -> None:
         with contextlib.suppress(OSError):

@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
-import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -183,7 +182,7 @@ def start_planned(plan_key: str, source: bytes, limit: int | None = None) -> Sta
         plan = json.loads(safefile.read_cache(_plan_file(plan_key, source, paths.control_dir())) or "null")
         pairs = [(str(p["host"]), [str(a) for a in p["argv"]], p.get("full", True) is not False) for p in plan]
         short = probecache.short_payload(source)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
     if limit is not None:
         pairs = pairs[: max(limit, 0)]
@@ -197,16 +196,11 @@ def start_planned(plan_key: str, source: bytes, limit: int | None = None) -> Sta
 
 
 def _save_plan(path: Path, argvs: dict[str, tuple[list[str], bool]]) -> None:
+    from knobfleet import safefile
+
     body = json.dumps([{"host": h, "argv": a, "full": full} for h, (a, full) in argvs.items()])
-    try:
-        if path.exists() and path.read_text(encoding="utf-8") == body:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # only costs the head start next time
+    if safefile.read_cache(path) != body:  # only costs the head start next time when it cannot be written
+        safefile.write_cache(path, body)
 
 
 @dataclasses.dataclass(frozen=True)
