@@ -419,15 +419,6 @@ def case_9_interrupted_while_waiting(proj: Path, servers: Servers) -> Case:
     return Case(["load-profile", "--prometheus", url, "--json"], 130, ["knobfleet: interrupted"], interrupt=asked)
 
 
-# The Prometheus client gives each request one 10 s deadline (the router client too), and a vault script has 20 s
-# (docs/SECURITY.md, causes 4, 7 and 9): a server that trickles its answer, or a script that never answers, holds
-# the command to that deadline, just past (or twice) this test's 10 s. Strict: a shorter deadline makes them pass,
-# and the mark must then go.
-OVER_THE_BOUND = pytest.mark.xfail(
-    strict=True,
-    reason="bounded by the command's own deadline (Prometheus 10 s a request, a vault script 20 s), which is at or "
-    "past this test's 10 s",
-)
 CASES = [
     case_1_writer_at_a_fifo,
     case_1_writer_at_a_dangling_symlink,
@@ -437,7 +428,7 @@ CASES = [
     case_3_secret_by_shape,
     case_4_prometheus_deep_answer,
     case_4_prometheus_password_typed_raw,
-    pytest.param(case_4_prometheus_trickling, marks=OVER_THE_BOUND),
+    case_4_prometheus_trickling,  # the client's 6 s deadline for the whole request
     case_5_sweep_5000_digits,
     case_5_sweep_nested_deep,
     case_5_weights_nan,
@@ -446,7 +437,7 @@ CASES = [
     case_6_state_folder_loop,
     case_7_ansible_cfg_fifo,
     case_7_vault_script_never_stops,
-    pytest.param(case_7_vault_script_never_answers, marks=OVER_THE_BOUND),
+    case_7_vault_script_never_answers,  # stopped at 6 s
     case_8_reserved_unit_instance,
     case_8_loader_variable_in_a_profile,
     case_9_router_deep_answer,
