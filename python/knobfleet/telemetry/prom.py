@@ -98,7 +98,14 @@ class Prometheus:
         self._auth = None
         if parts.username is not None:
             cred = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-            self._auth = "Basic " + base64.b64encode(cred.encode()).decode("ascii")
+            try:  # bytes a shell passed through undecoded come back as they were typed (surrogateescape)
+                raw = cred.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raise PromError(
+                    f"{self.url}: the user name or password is not text that can be sent (a lone surrogate "
+                    "character); type it again, or percent-encode it"
+                ) from None
+            self._auth = "Basic " + base64.b64encode(raw).decode("ascii")
 
     def _exchange(self, target: str, deadline: float) -> tuple[int, bytes]:
         """(status, body) of one GET, the whole of it within ``deadline`` (monotonic); raises OSError/TimeoutError."""

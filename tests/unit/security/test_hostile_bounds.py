@@ -49,6 +49,9 @@ WRAPPER = """
 import os, signal, sys
 pid = os.fork()
 if pid == 0:
+    # SIGINT as a terminal would deliver it, even when the suite runs as a background job (`make test &`), whose
+    # shell starts it ignored: an ignored disposition survives exec and Python would keep it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvp(sys.argv[2], sys.argv[2:])
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _, status, usage = os.wait4(pid, 0)

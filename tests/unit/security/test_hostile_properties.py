@@ -1116,3 +1116,21 @@ def test_a_unit_name_of_the_engines_own_is_accepted(unit: str, suffix: bool) -> 
     if not _innocent_unit(base):
         return
     assert _service(name) == f"accepted {base}"
+
+
+@pytest.mark.parametrize(
+    ("password", "sent"),
+    [("p\udcffw", b"u:p\xffw"), ("p\u00e9w", "u:p\u00e9w".encode())],  # bytes a shell passed undecoded; text
+)
+def test_a_password_goes_out_as_typed_and_a_lone_surrogate_is_refused(password: str, sent: bytes) -> None:
+    """Found by the property above on a fresh clone: a lone surrogate in the password was a UnicodeEncodeError."""
+    import base64
+
+    from knobfleet.telemetry.prom import PromError, Prometheus
+
+    assert Prometheus(f"http://u:{password}@127.0.0.1:9090")._auth == "Basic " + base64.b64encode(sent).decode()
+    with pytest.raises(
+        PromError, match=r"^http://\*\*\*@127\.0\.0\.1:9090: the user name or password is not text"
+    ) as exc:
+        Prometheus("http://u:p\ud800w@127.0.0.1:9090")
+    assert "p\ud800w" not in str(exc.value)
