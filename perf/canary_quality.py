@@ -10,15 +10,17 @@ neighbours coming and going): that part is not cancelled by anything and is in t
 
 A canary runs as `knobfleet canary` runs it: a pre-period of ``pre_windows`` windows with both subsets on the
 current profile, then both subsets restarted (the canaries on the new profile, the baseline on its current one),
-then judged windows until the verdict is final. A window's per-host throughput per running request is the mean of
-the host's factor over the window; its mean ITL is the inverse with its own small timing jitter. A throughput
-change scales tput only (the mutation-audit case: a canary slower per request-second with the same ITL); an ITL
-change scales the ITL only. The judge (python/knobfleet/experiment/canary.py) sees only those per-window values.
+then judged windows; in the crossover (the default design) after ``swap_after`` of them both subsets restart again
+with their roles swapped (the hosts themselves keep their speeds), and judged windows follow until the verdict is
+final. A window's per-host throughput per running request is the mean of the host's factor over the window; its
+mean ITL is the inverse with its own small timing jitter. A throughput change scales tput only (the mutation-audit
+case: a canary slower per request-second with the same ITL); an ITL change scales the ITL only. The judge
+(python/knobfleet/experiment/canary.py) sees only those per-window values.
 
     python perf/canary_quality.py [--runs 500] [--aa-runs 2000] [--window 60] [--hosts 1]
 
-Prints, for the judge with its pre-period (difference-in-differences) and for the cross-sectional judge of the
-previous round (no pre-period), on identical and on uneven fleets: the A/A false-rollback rate (target <= 1%), and
+Prints, for the crossover judge, the difference-in-differences judge before it and the cross-sectional judge
+before that (no pre-period), on identical and on uneven fleets: the A/A false-rollback rate (target <= 1%), and
 per true change how often the canaries are rolled back / promoted and after how many windows. Both error rates are
 given both ways: a rollback verdict, and the canaries put back (a rollback or an inconclusive verdict: for an
 identical profile an inconclusive verdict is a false rollback too, for a worse one it is a catch).
@@ -96,9 +98,20 @@ def one(
     for h in canary + baseline:
         h.restart()
     windows: list[Window] = []
-    for _ in range(s.max_windows):
+    first = s.swap_after if s.crossover else s.max_windows
+    for _ in range(first):
         windows.append(_window(canary, baseline, rng, wall_s, tput, itl))
         v = judge(windows, s, before)
+        if v.final:
+            return v.verdict, v.windows
+    if not s.crossover:
+        return "inconclusive", s.max_windows
+    for h in canary + baseline:  # the swap: the baseline runs the change, the canaries go back
+        h.restart()
+    crossed: list[Window] = []
+    for _ in range(s.second_windows):
+        crossed.append(_window(baseline, canary, rng, wall_s, tput, itl))
+        v = judge(windows, s, before, crossed)
         if v.final:
             return v.verdict, v.windows
     return "inconclusive", s.max_windows
@@ -155,15 +168,19 @@ def main() -> int:
         f"canary decision quality: {args.aa_runs} simulated A/A canaries, {args.runs} per other change, "
         f"{args.hosts} canary + {args.hosts} baseline host(s), {args.window:g} s windows at time scale {TIME_SCALE} "
         f"(noise sd {model.DEFAULT_NOISE}, drift tau {model.DRIFT_TAU_S:g} model s), pre-period {s.pre_windows}, "
-        f"windows {s.min_windows}..{s.max_windows}, alpha {s.alpha}, beta {s.beta}, last look's share "
+        f"swap after {s.swap_after}, windows {s.min_windows}..{s.max_windows}, alpha {s.alpha}, beta {s.beta}, "
+        "last look's share "
         f"{s.final_share:.0%}, regression a canary must catch {s.max_regression:.0%}; "
         f"uneven: host factors 1 +- {SPREAD:.0%}, random walk {WALK:.1%} per window"
     )
-    table("uneven fleet, pre-period + difference-in-differences (this judge):", s, args, SPREAD, True)
+    did = replace(s, design="did", pre_windows=8)  # the previous judge, with the pre-period it was tuned for
+    table("uneven fleet, crossover (this judge):", s, args, SPREAD, True)
     if not args.quick:
-        table("uneven fleet, no pre-period (the previous judge):", replace(s, pre_windows=0), args, SPREAD, False)
-        table("identical hosts, pre-period (this judge):", s, args, 0.0, True)
-        table("identical hosts, no pre-period (the previous judge, as published before):", s, args, 0.0, False)
+        table("uneven fleet, difference-in-differences against 8 pre-period windows (the previous judge):", did,
+              args, SPREAD, True)  # fmt: skip
+        table("uneven fleet, no pre-period (the judge before it):", replace(did, pre_windows=0), args, SPREAD, False)
+        table("identical hosts, crossover (this judge):", s, args, 0.0, True)
+        table("identical hosts, no pre-period (the judge before it, as first published):", did, args, 0.0, False)
     return 0
 
 

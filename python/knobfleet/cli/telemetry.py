@@ -97,13 +97,31 @@ def progress_line(name: str, k: int, max_windows: int, verdict: object, window_s
             f"~{(max_windows - k) * window_s:.0f}s")  # fmt: skip
 
 
+def _canary_settings(args: argparse.Namespace) -> Any:
+    """The judge's settings from the command line; settings that cannot work are refused in one line."""
+    from knobfleet.experiment.canary import Settings
+
+    settings = Settings(
+        max_regression=args.max_regression,
+        max_windows=args.max_windows,
+        min_windows=args.min_windows,
+        pre_windows=args.pre_windows,
+        window_s=args.window,
+        design=args.design,
+        swap_after=args.swap_after,
+    )
+    bad = settings.check()
+    if bad is not None:
+        raise UsageError(f"canary: {bad}")
+    return settings
+
+
 def cmd_canary(args: argparse.Namespace) -> int:
     import sys
     import time
 
     from knobfleet import report
     from knobfleet.experiment import records
-    from knobfleet.experiment.canary import Settings
     from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary, split
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops import profiles as app
@@ -113,23 +131,23 @@ def cmd_canary(args: argparse.Namespace) -> int:
     door = fleet.door(inventory, args.via)
     profile = app.store().resolve(args.profile)
     hosts = fleet.hosts(inventory, args.limit)
-    settings = Settings(
-        max_regression=args.max_regression,
-        max_windows=args.max_windows,
-        min_windows=args.min_windows,
-        pre_windows=args.pre_windows,
-        window_s=args.window,
-    )
+    settings = _canary_settings(args)
     opts = CanaryOptions(
         hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
     )
     prom = Prometheus(args.prometheus)  # a URL that is not http(s): one line, before the question
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
+    swap = (
+        f", then swap them after {settings.swap_after} window(s) (the baseline takes {profile.ref}, the canaries "
+        "go back)"
+        if settings.crossover
+        else ""
+    )
     common.confirm(
         "canary",
         f"Measure {settings.pre_windows} pre-period window(s), then apply {profile.ref} to {len(canaries)} canary "
-        f"host(s), restart {len(baseline)} baseline host(s), judge, and {then}?",
+        f"host(s), restart {len(baseline)} baseline host(s){swap}, judge, and {then}?",
         len(canaries) + len(baseline),
         args,
     )
@@ -179,7 +197,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-PRE_WINDOWS = 8  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
+PRE_WINDOWS = 3  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
@@ -201,7 +219,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--limit", "-l", default=None, metavar="REGEX", help="only engines whose host label matches")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_load_profile)
+    _register_canary(sub)
 
+
+def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "canary", help="apply a profile to a canary subset, judge it on live traffic, promote or roll back"
     )
@@ -220,8 +241,22 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "--pre-windows",
         type=types.POSITIVE,
         default=PRE_WINDOWS,
-        help=f"windows measured before the change, both sides on the current profile ({PRE_WINDOWS}); "
-        "the verdict is on the change against them, so uneven hosts cancel",
+        help=f"windows measured before the change, both sides on the current profile ({PRE_WINDOWS}): the "
+        "traffic check, and what the first period's looks for a rollback are judged against",
+    )
+    p.add_argument(
+        "--design",
+        choices=("crossover", "did"),
+        default="crossover",
+        help="crossover (default): the subsets swap roles after --swap-after windows, so each host's own speed "
+        "cancels; did: the change against the pre-period only",
+    )
+    p.add_argument(
+        "--swap-after",
+        type=types.POSITIVE,
+        default=6,
+        metavar="N",
+        help="crossover: judged windows before the subsets swap roles (6); the rest of --max-windows follow it",
     )
     p.add_argument(
         "--advisory",

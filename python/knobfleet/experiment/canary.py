@@ -11,29 +11,36 @@ process lifetime, so counters never reset inside a window):
 - ``ttft``: mean time to first token, the same way;
 - ``errors`` and ``requests`` from the router.
 
-Each window gives one paired observation per metric, x = ln(canary mean / baseline mean), signed so that
-positive is better. Hosts are never identical (a GPU a few percent slower, a noisy neighbour): the same ratio is
-measured first over a **pre-period**, both subsets on the current profile, and the change is judged on the
-difference-in-differences d = mean(x over judged windows) - mean(x over the pre-period), so a constant host
-effect cancels. The sd is pooled from the residuals of both periods, shrunk toward a prior, inflated for the
-correlation of consecutive windows, and the interval's half-width is z * sd * sqrt(1/n_judged + 1/n_pre): the
-pre-period's own uncertainty is in the interval. The rule is ``ab``'s sequential rule (``experiment.stats``): after
-``min_windows``, each metric's interval uses a Bonferroni z over the looks still possible and over the metrics, so
-peeking every window keeps the false-rollback rate of an identical profile at most ``alpha`` overall:
+Each window gives one paired observation per metric, x = ln(new side mean / current side mean), signed so that
+positive is better. Hosts are never identical (a GPU a few percent slower, a noisy neighbour), so the same x also
+carries the two subsets' own speed ratio. The default design cancels it with a **crossover**: after ``swap_after``
+judged windows the subsets swap roles (the canaries go back to the current profile, the baseline takes the new one,
+both restarted), and the change is judged on (mean x before the swap + mean x after it) / 2, in which the hosts'
+ratio enters once with each sign. The change is measured twice, so the noise counts a quarter; the hosts' ratio
+wandering between the periods (a random walk, read from the windows: ``walk_variance``) is carried into the
+interval. A short **pre-period** first (both subsets on the current profile) checks the traffic and anchors the
+first period's looks: before the swap the judge only looks for a rollback, on the difference-in-differences
+against the pre-period, so a clearly worse profile never reaches the baseline hosts. ``design="did"`` judges the
+difference-in-differences alone (the previous design; perf/canary_quality.py compares both).
 
-- any metric significantly worse on the canaries (its interval entirely below 0) by more than ``min_effect``
-  (its estimate below ln(1 - min_effect)), or a canary error rate significantly above the baseline's (engine
+The rule is ``ab``'s sequential rule (``experiment.stats``): after ``min_windows`` of a period, each metric's
+interval uses a Bonferroni z over the looks still possible and over the metrics, so peeking every window keeps the
+chance that an identical profile is rolled back as worse at most ``alpha`` overall:
+
+- any metric significantly worse on the new profile (its interval entirely below 0) by more than ``min_effect``
+  (its estimate below ln(1 - min_effect)), or a new-side error rate significantly above the current side's (engine
   side), or the router's error rate significantly above its pre-period rate → **rollback** at once: a profile that
   is measurably worse on live traffic does not spread;
-- every metric's interval above ln(1 - max_regression): the canary is shown to be no worse than the margin on
-  anything (non-inferiority) → **promote**;
-- otherwise another window, up to ``max_windows``; then **inconclusive** (the canaries are rolled back: an
+- after the swap, every metric's interval (at the promotion side's z, ``beta``) above ln(1 - max_regression): the
+  canary is shown to be no worse than the margin on anything (non-inferiority) → **promote**;
+- otherwise another window, up to ``max_windows`` in all; then **inconclusive** (the new profile is taken back: an
   unproven profile does not spread).
 
-Without a pre-period (``pre=()``) the judge compares the subsets directly, which is only right on identical hosts.
-Too little traffic in a window (fewer than ``min_requests`` per side) makes the window not count, and the answer
-says how many requests there were and how many are needed. perf/canary_quality.py measures the false-rollback
-rate of A/A canaries and the power against real changes at the lab's noise.
+Without a pre-period in the DiD design (``pre=()``) the judge compares the subsets directly, which is only right
+on identical hosts. Too little traffic in a window (fewer than ``min_requests`` per side) makes the window not
+count, and the answer says how many requests there were and how many are needed. perf/canary_quality.py measures
+the false-rollback rate of A/A canaries and the power against real changes at the lab's noise, on identical and on
+uneven fleets.
 """
 
 from __future__ import annotations
@@ -59,14 +66,19 @@ class Settings:
     # The two error budgets, each over all looks: alpha, the chance that an identical profile is rolled back as
     # significantly worse (over the metrics too: any one metric can roll back); beta, the chance that a profile
     # max_regression worse on a metric is promoted (per metric: every metric must pass to promote).
-    alpha: float = 0.007
-    beta: float = 0.10
+    alpha: float = 0.005
+    beta: float = 0.15
     # The share of each budget kept for the last look; the rest is split evenly over the looks before it, so an early
     # verdict needs a clear answer and the last look can decide with nearly the whole budget (O'Brien-Fleming's idea,
     # in its simplest form).
     final_share: float = 0.8
     min_requests: int = 20  # finished requests per side in a window for it to count
-    pre_windows: int = 8  # windows of the pre-period (both subsets on the current profile)
+    # The design: "crossover" (the subsets swap roles after ``swap_after`` judged windows, so each host runs both
+    # profiles and its own speed cancels within the run) or "did" (difference-in-differences against the pre-period
+    # only). docs/TESTING.md has both designs' figures on uneven fleets.
+    design: str = "crossover"
+    swap_after: int = 6  # crossover: judged windows in the first period; the second has up to max_windows - this
+    pre_windows: int = 3  # windows of the pre-period (both subsets on the current profile)
     # pseudo-windows of stats.PRIOR_SIGMA in the pooled sd of a difference-in-differences
     sigma_prior_weight: float = 4.0
     metrics: tuple[str, ...] = ("tput", "itl")  # ttft is queueing-dominated: report it, judge on it only if asked
@@ -85,11 +97,26 @@ class Settings:
     def prior_rho(self) -> float:
         return min(0.8, max(0.3, math.exp(-self.window_s / self.drift_tau_s)))
 
-    def _looks(self) -> int:
-        return max(1, self.max_windows - self.min_windows + 1)
+    @property
+    def crossover(self) -> bool:
+        return self.design == "crossover"
 
-    def _spent(self, budget: float, final: bool) -> float:
-        looks = self._looks()
+    @property
+    def second_windows(self) -> int:
+        """The most judged windows of the crossover's second period."""
+        return self.max_windows - self.swap_after
+
+    def _looks(self, rollback: bool = True) -> int:
+        """Looks at the data over a whole canary: in a crossover the first period looks for a rollback only (against
+        the pre-period), and the second for either verdict."""
+        if not self.crossover:
+            return max(1, self.max_windows - self.min_windows + 1)
+        second = max(1, self.second_windows - self.min_windows + 1)
+        first = max(0, self.swap_after - self.min_windows + 1) if rollback and self.pre_windows else 0
+        return first + second
+
+    def _spent(self, budget: float, final: bool, rollback: bool = True) -> float:
+        looks = self._looks(rollback)
         if looks == 1:
             return budget
         return budget * self.final_share if final else budget * (1 - self.final_share) / (looks - 1)
@@ -100,7 +127,18 @@ class Settings:
 
     def z_promote(self, final: bool = False) -> float:
         """The promotion side's z at a look: beta, per metric."""
-        return stats.normal_quantile(1 - self._spent(self.beta, final))
+        return stats.normal_quantile(1 - self._spent(self.beta, final, rollback=False))
+
+    def check(self) -> str | None:
+        """None, or the one line saying which setting cannot work and what would."""
+        if self.design not in ("crossover", "did"):
+            return f"design {self.design!r}: use crossover or did"
+        if self.crossover and self.second_windows < self.min_windows:
+            return (
+                f"max_windows {self.max_windows} leaves {self.second_windows} window(s) after the swap at "
+                f"{self.swap_after}; the second period needs at least {self.min_windows} (raise --max-windows)"
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -125,6 +163,7 @@ class Verdict:
     skipped: int = 0
     intervals: dict[str, stats.Interval] = field(default_factory=dict)
     pre: int = 0  # pre-period windows the estimate is differenced against
+    crossed: int = 0  # of ``windows``, those after the crossover's swap
 
     @property
     def final(self) -> bool:
@@ -214,29 +253,48 @@ def walk_variance(groups: Sequence[Sequence[float]], s: Settings) -> float:
     return (q * n + s.walk_prior**2 * w) / (n + w)
 
 
-def did_interval(post: Sequence[float], pre: Sequence[float], z: float, s: Settings) -> stats.Interval:
-    """The difference-in-differences mean(post) - mean(pre), with an interval that carries both periods' noise.
-
-    The sd is pooled from the residuals of both periods (a host effect moves a period's mean, not its spread),
-    shrunk toward ``stats.PRIOR_SIGMA`` (``sigma_prior_weight`` pseudo-windows) and floored as
-    ``stats.shrunk_sigma`` does, then inflated for lag-1 autocorrelation (pooled within each period, shrunk
-    toward ``prior_rho`` as in ``interval``). The hosts' speed ratio also wanders between the periods: a random
-    walk of variance q per window (``walk_variance``) adds q * (n_pre + n_post) / 3 to the variance of the
-    difference of the two means."""
-    if not post or not pre:
-        raise ValueError("a difference-in-differences needs judged and pre-period windows")
-    ss, r, df = _pooled([post, pre])
+def _pooled_sigma(groups: Sequence[Sequence[float]], s: Settings) -> float:
+    """The sd of one window's observation, pooled from the residuals of each period (a host effect moves a period's
+    mean, not its spread), shrunk toward ``stats.PRIOR_SIGMA`` (``sigma_prior_weight`` pseudo-windows) and floored
+    as ``stats.shrunk_sigma`` does, then inflated for lag-1 autocorrelation (pooled within each period, shrunk
+    toward ``prior_rho`` as in ``interval``)."""
+    ss, r, df = _pooled(groups)
     w = s.sigma_prior_weight
     sigma = math.sqrt((w * stats.PRIOR_SIGMA**2 + ss) / (w + df))
     sigma = max(sigma, stats.FLOOR_SIGMA)
-    pairs = max(0, len(post) - 1) + max(0, len(pre) - 1) if r is not None else 0
+    pairs = sum(max(0, len(xs) - 1) for xs in groups) if r is not None else 0
     rho = ((r or 0.0) * pairs + s.prior_rho * s.prior_weight) / (pairs + s.prior_weight)
     rho = min(0.8, max(0.0, rho))
-    sigma *= math.sqrt((1 + rho) / (1 - rho))
+    return sigma * math.sqrt((1 + rho) / (1 - rho))
+
+
+def did_interval(post: Sequence[float], pre: Sequence[float], z: float, s: Settings) -> stats.Interval:
+    """The difference-in-differences mean(post) - mean(pre), with an interval that carries both periods' noise
+    (``_pooled_sigma``). The hosts' speed ratio also wanders between the periods: a random walk of variance q per
+    window (``walk_variance``) adds q * (n_pre + n_post) / 3 to the variance of the difference of the two means."""
+    if not post or not pre:
+        raise ValueError("a difference-in-differences needs judged and pre-period windows")
+    sigma = _pooled_sigma([post, pre], s)
     est = sum(post) / len(post) - sum(pre) / len(pre)
     var = sigma**2 * (1 / len(post) + 1 / len(pre)) + walk_variance([post, pre], s) * (len(pre) + len(post)) / 3
     half = z * math.sqrt(var)
     return stats.Interval(est, est - half, est + half, len(post), sigma)
+
+
+def crossover_interval(first: Sequence[float], second: Sequence[float], z: float, s: Settings) -> stats.Interval:
+    """The crossover's estimate: each period's observations are ln(new side / current side), with the subsets'
+    roles swapped between the periods, so the hosts' own speed ratio enters the two means with opposite signs and
+    their average (mean(first) + mean(second)) / 2 is the change alone. The change is measured twice, so the noise
+    of the two means counts a quarter: sigma^2 (1/n1 + 1/n2) / 4, plus the walk of the hosts' ratio between the
+    periods, q (n1 + n2) / 12 (``walk_variance``; the DiD's term, halved twice)."""
+    if not first or not second:
+        raise ValueError("a crossover needs windows from both periods")
+    sigma = _pooled_sigma([first, second], s)
+    est = (sum(first) / len(first) + sum(second) / len(second)) / 2
+    n1, n2 = len(first), len(second)
+    var = sigma**2 * (1 / n1 + 1 / n2) / 4 + walk_variance([first, second], s) * (n1 + n2) / 12
+    half = z * math.sqrt(var)
+    return stats.Interval(est, est - half, est + half, n1 + n2, sigma)
 
 
 def counted(windows: Sequence[Window], s: Settings) -> list[Window]:
@@ -299,49 +357,75 @@ def _at(se: stats.Interval, z: float) -> stats.Interval:
     return stats.Interval(se.estimate, se.estimate - half, se.estimate + half, se.n, se.sigma)
 
 
-def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = ()) -> Verdict:
+def judge(
+    windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = (), crossed: Sequence[Window] = ()
+) -> Verdict:
     """The verdict after ``windows`` (oldest first), differenced against the pre-period ``pre`` when given.
+
+    In a crossover (``s.crossover``) ``windows`` are the first period's and ``crossed`` the second's, each window's
+    canary side being the hosts on the new profile: before the swap the judge only looks for a rollback (against
+    the pre-period); from the swap on it judges the crossover's estimate either way.
 
     ``intervals`` holds each metric's interval at the rollback side's z of this look (what a rollback is decided on
     and what reports show); promotion is decided on the same estimate and standard error at the promotion side's z.
     """
-    judged = counted(windows, s)
-    base = counted(pre, s)
-    skipped = len(windows) - len(judged)
-    final = len(judged) >= s.max_windows
-    z, zp = s.z(final), s.z_promote(final)
-    excess = _error_excess(windows, z) or _router_excess(pre, windows, z)
-    if excess:
-        return Verdict("rollback", excess, len(judged), skipped, pre=len(base))
-    if not judged:
-        last = windows[-1] if windows else None
-        have = min(last.canary_requests, last.baseline_requests) if last else 0
-        reason = f"too little traffic for a verdict: {have} requests in window, need {s.min_requests}"
-        verdict = "inconclusive" if len(windows) >= s.max_windows else "continue"
-        return Verdict(verdict, reason, 0, skipped, pre=len(base))
-    if base:
-        se = {
-            m: did_interval([observation(w, m) for w in judged], [observation(w, m) for w in base], 1.0, s)
-            for m in s.metrics
-        }
+    judged, second, base = counted(windows, s), counted(crossed, s), counted(pre, s)
+    every = [*windows, *crossed]
+    skipped = len(every) - len(judged) - len(second)
+    first_period = s.crossover and not crossed
+    if s.crossover:
+        final = len(second) >= s.second_windows
+        looked = len(second) if crossed else len(judged)
     else:
-        se = {m: interval([observation(w, m) for w in judged], 1.0, s) for m in s.metrics}
-    intervals = {m: _at(iv, z) for m, iv in se.items()}
-    v = Verdict("continue", "", len(judged), skipped, intervals, pre=len(base))
-    limit = math.log1p(-s.max_regression)
-    if len(judged) < s.min_windows:
-        v.reason = f"{len(judged)} of at least {s.min_windows} windows"
+        final = len(judged) >= s.max_windows
+        looked = len(judged)
+    z, zp = s.z(final), s.z_promote(final)
+    v = Verdict("continue", "", len(judged) + len(second), skipped, pre=len(base), crossed=len(second))
+    excess = _error_excess(every, z) or _router_excess(pre, every, z)
+    if excess:
+        v.verdict, v.reason = "rollback", excess
         return v
+    if not judged or (crossed and not second):
+        last = every[-1] if every else None
+        have = min(last.canary_requests, last.baseline_requests) if last else 0
+        v.reason = f"too little traffic for a verdict: {have} requests in window, need {s.min_requests}"
+        ended = len(crossed) >= s.second_windows if s.crossover else len(windows) >= s.max_windows
+        v.verdict = "inconclusive" if ended else "continue"
+        return v
+    obs = {m: ([observation(w, m) for w in judged], [observation(w, m) for w in second or base]) for m in s.metrics}
+    if s.crossover and not first_period:
+        se = {m: crossover_interval(a, b, 1.0, s) for m, (a, b) in obs.items()}
+    elif base:
+        se = {m: did_interval(a, b, 1.0, s) for m, (a, b) in obs.items()}
+    else:  # no pre-period: the subsets compared directly (right on identical hosts only; in a crossover's first
+        # period, a look for a clear rollback before the profile reaches the baseline)
+        se = {m: interval(a, 1.0, s) for m, (a, _) in obs.items()}
+    v.intervals = {m: _at(iv, z) for m, iv in se.items()}
+    if looked < s.min_windows:
+        v.reason = f"{looked} of at least {s.min_windows} windows" + (" after the swap" if crossed else "")
+        return v
+    return _decide(v, se, zp, final, first_period, s)
+
+
+def _decide(
+    v: Verdict, se: Mapping[str, stats.Interval], zp: float, final: bool, first_period: bool, s: Settings
+) -> Verdict:
+    """The look's rule on the intervals (``v.intervals`` at the rollback side's z, ``se`` at z = 1)."""
     floor = math.log1p(-s.min_effect)
-    worse = [m for m, iv in intervals.items() if iv.high < 0 and iv.estimate < floor]
+    worse = [m for m, iv in v.intervals.items() if iv.high < 0 and iv.estimate < floor]
     if worse:
         m = worse[0]
-        iv = intervals[m]
+        iv = v.intervals[m]
         v.verdict = "rollback"
         v.reason = (
             f"{m} is {_pct(iv.estimate)} on the canaries ({_pct(iv.low)} to {_pct(iv.high)}): significantly worse"
         )
         return v
+    spread = ", ".join(f"{m} {_pct(iv.estimate)} ({_pct(iv.low)} to {_pct(iv.high)})" for m, iv in v.intervals.items())
+    if first_period:  # no promotion before the swap: the hosts' own speeds are not cancelled yet
+        v.reason = f"first period: {spread}"
+        return v
+    limit = math.log1p(-s.max_regression)
     shown = {m: _at(iv, zp) for m, iv in se.items()}
     if all(iv.low > limit for iv in shown.values()):
         primary = shown[s.metrics[0]]
@@ -349,14 +433,14 @@ def judge(windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Win
         v.reason = (
             f"{s.metrics[0]} {_pct(primary.estimate)} (at least {_pct(primary.low)}) and every metric shown better "
             "than "
-            f"the {s.max_regression:.0%} regression a canary must catch, after {len(judged)} windows"
+            f"the {s.max_regression:.0%} regression a canary must catch, after {v.windows} windows"
         )
         return v
     if final:
         v.verdict = "inconclusive"
         v.reason = "after {} windows: {}; not certain either way, so the canaries go back".format(
-            len(judged), ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in intervals.items())
+            v.windows, ", ".join(f"{m} {_pct(iv.estimate)}" for m, iv in v.intervals.items())
         )
         return v
-    v.reason = ", ".join(f"{m} {_pct(iv.estimate)} ({_pct(iv.low)} to {_pct(iv.high)})" for m, iv in intervals.items())
+    v.reason = spread
     return v

@@ -1,21 +1,26 @@
 """``knobfleet canary PROFILE``: a profile judged on live traffic through the router, then promoted or rolled back.
 
 1. Every host must be behind a router and Prometheus must answer, before anything changes.
-2. The pre-period: ``pre_windows`` windows with both subsets on the current profile measure how the hosts
-   themselves differ (a slower GPU, a noisy neighbour). Too little traffic there ends the canary before anything
-   changes, with one line giving the counts.
-3. The canary subset gets the profile (through the drain path, one host at a time); an equal baseline subset is
-   restarted on its current generation the same way, so both sides are equally fresh (Kayenta's practice).
-4. Window by window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
+2. The pre-period: ``pre_windows`` windows with both subsets on the current profile: the traffic check (too little
+   traffic ends the canary before anything changes, with one line giving the counts), the router's error rate
+   before the change, and what the first period's looks for a rollback are judged against.
+3. The first period: the canary subset gets the profile (through the drain path, one host at a time); an equal
+   baseline subset is restarted on its current generation the same way, so both sides are equally fresh
+   (Kayenta's practice). The judge looks only for a rollback here.
+4. The swap (the crossover, the default design): after ``swap_after`` counted windows the canaries go back to their
+   previous generation and the baseline takes the profile, both through the drain path. The second period's
+   windows are judged on the crossover's estimate (``experiment.canary``), in which each host's own speed cancels.
+   ``design="did"`` skips the swap and judges every window against the pre-period.
+5. Each window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
    time requests spent in flight, ``rate(e2e_sum)``: Little's law, exact over the window, where a sampled running
    gauge aliases with regular traffic) and mean inter-token latency (``rate(_sum)/rate(_count)``: exact means), and
-   requests served, and the router's requests and errors; ``experiment.canary.judge`` decides on the change
-   against the pre-period (difference-in-differences). A window
-   in which a host of either side restarted (its finished-requests counter reset: ``resets()``, which every engine
-   has; real SGLang exports no ``process_start_time_seconds``) does not count.
-5. Promote: the rest of the fleet gets the profile. Roll back (or inconclusive): the canaries go back to their
-   previous generation. ``advisory``: neither; the canaries stay on the profile and the report names the exact
-   command for either decision. An interrupt (SIGINT, SIGTERM) after the canary apply rolls the canaries back.
+   requests served, and the router's requests and errors. A window in which a host of either side restarted (its
+   finished-requests counter reset: ``resets()``, which every engine has; real SGLang exports no
+   ``process_start_time_seconds``) does not count.
+6. Promote: every host not yet on the profile gets it. Roll back (or inconclusive): the hosts on the profile (the
+   canaries, or after the swap the baseline) go back to their previous generation. ``advisory``: neither; the hosts
+   on the profile stay there and the report names the exact command for either decision. An interrupt (SIGINT,
+   SIGTERM) after the canary apply takes the profile back from whichever hosts run it.
 
 Every canary is kept as a record (``records.py``: windows, pre-period, estimate, interval, decision) under the
 state folder, rewritten after each window, so ``history --canaries`` and ``report`` can read it later.
@@ -106,7 +111,8 @@ class CanaryReport:
                 k: getattr(self.settings, k)
                 for k in ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests")
             }
-            | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)},
+            | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)}
+            | {"design": self.settings.design, "swap_after": self.settings.swap_after, "beta": self.settings.beta},
             "record": self.record,
             # the content the canaries ran (the report's "What ran"); none when the canary apply never happened
             "profile_hashes": (
@@ -150,6 +156,20 @@ class RecordKeeper:
         records.write(self.path, "canary", r.as_json())
 
 
+@dataclass
+class _OnProfile:
+    """Which hosts the canary has put on the profile and not yet taken back (host -> the generation it got), so an
+    interrupt anywhere, and any verdict but promote, takes exactly those back to ``before``."""
+
+    before: dict[str, int | None]
+    hosts: dict[str, int] = field(default_factory=dict)
+
+    def took(self, applied: ApplyReport) -> None:
+        for o in applied.hosts:
+            if o.generation is not None and o.generation != self.before.get(o.host):
+                self.hosts[o.host] = o.generation
+
+
 def canary(
     profile: Profile,
     hosts: list[HostVars],
@@ -167,6 +187,8 @@ def canary(
     from knobfleet.ops.history import history
 
     s = replace(opts.settings, window_s=opts.window_s)  # the correlation prior follows the window length
+    if s.check() is not None:
+        raise UsageError(f"canary: {s.check()}")
     opts = replace(opts, settings=s)
     canaries, baseline, rest = split(hosts, opts)
     if not prom.ready():
@@ -189,10 +211,11 @@ def canary(
     pre = _pre_period(profile, canaries, baseline, prom, opts, report, sleep, clock, save)
     from knobfleet.ops import interrupts
 
-    applied = None
-    try:  # from the apply on, a signal anywhere puts the canaries back (between two lines here too)
+    on = _OnProfile(before)
+    try:  # from the apply on, a signal anywhere takes the profile back (between two lines here too)
         with interrupts.deferred(keep=True):  # the apply and knowing it happened are one step: a signal waits for it
             applied = apply(profile, canaries, door, Options(serial=opts.serial))
+            on.took(applied)
             report.canary_apply = applied
             if applied.exit_code != 0:
                 report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
@@ -201,19 +224,22 @@ def canary(
         if applied.exit_code != 0:
             return report
         interrupts.checkpoint()  # a signal during the apply: the canaries go back now
-        verdict = _judged_windows(profile, canaries, baseline, current, door, prom, opts, report, pre, on_window,
-                                  sleep, clock, save)  # fmt: skip
+        run = _Judging(profile, door, prom, opts, report, pre, on_window, sleep, clock, save)
+        verdict = run.first_period(canaries, baseline, current)
+        if s.crossover and not verdict.final:
+            verdict = run.second_period(canaries, baseline, on)
     except KeyboardInterrupt:
-        if applied is None or applied.exit_code != 0:  # nothing applied, or the apply restored its hosts itself
+        if not on.hosts:  # nothing on the profile (the apply restored its hosts itself, or never ran)
             raise
-        back = _roll_back(profile, canaries, before, applied, door, "interrupted")
+        who = "canaries" if all(h in {c.host for c in canaries} for h in on.hosts) else "hosts on the profile"
+        back = _roll_back(profile, canaries + baseline, on, door, "interrupted", who)
         report.verdict = Verdict("inconclusive", "interrupted", report.verdict.windows, pre=len(pre))
         report.followup = back
         report.exit_code = 130
         save(report)
         raise interrupts.Interrupted(f"knobfleet: canary {profile.name} interrupted: {back}", report) from None
     with interrupts.deferred():  # the verdict's action runs to its end (the promotion's apply has its own steps)
-        _act(profile, verdict, (canaries, baseline, rest), before, applied, door, opts, report, save)
+        _act(profile, verdict, (canaries, baseline, rest), on, door, opts, report, save)
         return report
 
 
@@ -259,117 +285,177 @@ def _act(
     profile: Profile,
     verdict: Verdict,
     sides: tuple[list[HostVars], list[HostVars], list[HostVars]],
-    before: dict[str, int | None],
-    applied: Any,
+    on: _OnProfile,
     door: Hosts,
     opts: CanaryOptions,
     report: CanaryReport,
     save: Callable[[CanaryReport], None],
 ) -> None:
-    """The verdict's action (advice only, with --advisory): promote rolls the profile out to the baseline and the
-    rest; anything else puts the canaries back. Run inside a deferred section: it runs to its end."""
+    """The verdict's action (advice only, with --advisory): promote rolls the profile out to every host not yet on
+    it; anything else takes it back from the hosts that run it. Run inside a deferred section: it runs to its end."""
     from knobfleet.ops import interrupts
 
     canaries, baseline, rest = sides
     report.verdict = verdict
+    running = [h for h in canaries + baseline if h.host in on.hosts]  # after a crossover's swap: the baseline
+    others = [h for h in canaries + baseline + rest if h.host not in on.hosts]
+    who = "canaries" if all(h in canaries for h in running) else "baseline (on the profile since the swap)"
     if opts.advisory:
-        report.followup = _advice(profile, verdict, canaries, baseline + rest)
+        report.followup = _advice(profile, verdict, running, others, f"the {who.split(' (')[0]}")
         report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
     elif verdict.verdict == "promote":
         report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
         try:
-            done = apply(profile, baseline + rest, door, Options(serial=opts.serial)) if baseline + rest else None
+            done = apply(profile, others, door, Options(serial=opts.serial)) if others else None
         except interrupts.Interrupted as exc:  # the rollout to the rest says what it did; the canaries keep it
-            canaries_on = ", ".join(h.host for h in canaries)
-            report.followup = (f"promoted: {canaries_on} run {profile.name}; the rollout to the rest was "
+            names = ", ".join(h.host for h in running)
+            report.followup = (f"promoted: {names} run {profile.name}; the rollout to the rest was "
                                f"interrupted ({exc}); `knobfleet history` shows each host")  # fmt: skip
             report.exit_code = 130
             save(report)
             raise interrupts.Interrupted(f"knobfleet: canary {profile.name} {report.followup}", report) from None
         report.exit_code = done.exit_code if done else 0
     else:
-        report.followup = _roll_back(profile, canaries, before, applied, door, verdict.verdict)
+        report.followup = _roll_back(profile, canaries + baseline, on, door, verdict.verdict, who)
         report.exit_code = 1 if verdict.verdict == "rollback" else 2  # a rejected profile; undecided, as ab
     save(report)
 
 
-def _judged_windows(
-    profile: Profile,
-    canaries: list[HostVars],
-    baseline: list[HostVars],
-    current: dict[str, int | None],
-    door: Hosts,
-    prom: Prometheus,
-    opts: CanaryOptions,
-    report: CanaryReport,
-    pre: list[Window],
-    on_window: Callable[[int, Verdict, dict[str, Any]], None] | None,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
-    save: Callable[[CanaryReport], None],
-) -> Verdict:
-    from knobfleet.ops.history import _restore_routed
-    from knobfleet.ops.transaction import RestoreTarget
+class _Judging:
+    """The judged windows of one canary: the first period (or the whole of a ``did`` canary), then, in a
+    crossover, the swap and the second period."""
 
-    reason = f"canary {profile.name}: baseline restarted on its current generation, as fresh as the canaries"
-    targets = {h: RestoreTarget(gen, reason, leave="", event="rollback") for h, gen in current.items()}
-    from knobfleet.ops import interrupts
+    def __init__(
+        self,
+        profile: Profile,
+        door: Hosts,
+        prom: Prometheus,
+        opts: CanaryOptions,
+        report: CanaryReport,
+        pre: list[Window],
+        on_window: Callable[[int, Verdict, dict[str, Any]], None] | None,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+        save: Callable[[CanaryReport], None],
+    ) -> None:
+        self.profile, self.door, self.prom, self.opts, self.report = profile, door, prom, opts, report
+        self.pre, self.on_window, self.sleep, self.clock, self.save = pre, on_window, sleep, clock, save
+        self.first: list[Window] = []
+        self.k = 0  # windows measured, both periods (the report's numbering)
 
-    with interrupts.deferred(keep=True):  # never between a baseline host's drain and its re-add: after the restart
-        restarted = _restore_routed(baseline, door, targets, False, None)
-    interrupts.checkpoint()
-    if not all(o.ok for o in restarted):
-        bad = next(o for o in restarted if not o.ok)
-        report.notes.append(f"baseline {bad.host} did not restart: {bad.message}")
-    fresh_since = clock()
-    windows: list[Window] = []
-    verdict = report.verdict
-    for k in range(1, opts.settings.max_windows + 1):
-        sleep(opts.window_s)
-        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, fresh_since)
-        report.windows.append(row)
-        if window is None:
-            report.notes.append(f"window {k}: {row['skipped']}; not counted")
-            save(report)
-            continue
-        windows.append(window)
-        verdict = judge(windows, opts.settings, pre)
-        row["interval"] = {  # the sequential estimate after this window (the report plots it against the bars)
-            m: {"estimate": math.expm1(iv.estimate), "low": math.expm1(iv.low), "high": math.expm1(iv.high)}
-            for m, iv in verdict.intervals.items()
-        }
-        report.verdict = verdict
-        save(report)
-        if on_window is not None:
-            on_window(k, verdict, row)
-        if verdict.final:
-            break
-    if not verdict.final:
-        verdict = Verdict("inconclusive", verdict.reason or "no window could be judged", verdict.windows, pre=len(pre))
-    return verdict
+    def first_period(
+        self, canaries: list[HostVars], baseline: list[HostVars], current: dict[str, int | None]
+    ) -> Verdict:
+        """The baseline restarted on its current generation, as fresh as the canaries, then windows until a verdict,
+        the swap (a crossover's ``swap_after`` counted windows) or ``max_windows``."""
+        from knobfleet.ops import interrupts
+        from knobfleet.ops.history import _restore_routed
+        from knobfleet.ops.transaction import RestoreTarget
+
+        reason = f"canary {self.profile.name}: baseline restarted on its current generation, as fresh as the canaries"
+        targets = {h: RestoreTarget(gen, reason, leave="", event="rollback") for h, gen in current.items()}
+        with interrupts.deferred(keep=True):  # never between a baseline host's drain and its re-add
+            restarted = _restore_routed(baseline, self.door, targets, False, None)
+        interrupts.checkpoint()
+        if not all(o.ok for o in restarted):
+            bad = next(o for o in restarted if not o.ok)
+            self.report.notes.append(f"baseline {bad.host} did not restart: {bad.message}")
+        s = self.opts.settings
+        enough = s.swap_after if s.crossover else s.max_windows
+        verdict = self._windows(canaries, baseline, s.max_windows, lambda: len(self.first) >= enough, self.first)
+        if not verdict.final and not s.crossover:
+            verdict = self._unfinished(verdict)
+        return verdict
+
+    def second_period(self, canaries: list[HostVars], baseline: list[HostVars], on: _OnProfile) -> Verdict:
+        """The swap (the canaries back to their previous generation, the baseline onto the profile, each through
+        the drain path), then windows judged on the crossover's estimate, the baseline now the new side."""
+        from knobfleet.ops import interrupts
+
+        s = self.opts.settings
+        if len(self.first) < s.swap_after:
+            return self._unfinished(self.report.verdict, f"{len(self.first)} of {s.swap_after} windows counted "
+                                    "before the swap")  # fmt: skip
+        with interrupts.deferred(keep=True):
+            back = _roll_back(self.profile, canaries, on, self.door, "the crossover's swap")
+            self.report.notes.append(f"swap after {len(self.first)} windows: {back}")
+            swapped = apply(self.profile, baseline, self.door, Options(serial=self.opts.serial))
+            on.took(swapped)
+            self.save(self.report)
+        interrupts.checkpoint()
+        if swapped.exit_code != 0:
+            bad = [o.host for o in swapped.hosts if o.status not in ("applied", "unchanged", "in-sync")]
+            failed = ", ".join(bad) or "the baseline"
+            return self._unfinished(self.report.verdict, f"the swap's apply to {failed} failed (restored)")
+        second: list[Window] = []
+        verdict = self._windows(baseline, canaries, s.max_windows, lambda: len(second) >= s.second_windows, second,
+                                crossover=True)  # fmt: skip
+        return verdict if verdict.final else self._unfinished(verdict)
+
+    def _unfinished(self, last: Verdict, why: str = "") -> Verdict:
+        return Verdict("inconclusive", why or last.reason or "no window could be judged", last.windows,
+                       last.skipped, last.intervals, pre=len(self.pre), crossed=last.crossed)  # fmt: skip
+
+    def _windows(
+        self,
+        new: list[HostVars],
+        old: list[HostVars],
+        attempts: int,
+        done: Callable[[], bool],
+        into: list[Window],
+        crossover: bool = False,
+    ) -> Verdict:
+        """Windows with ``new`` on the profile and ``old`` on the current one, judged after each, until a final
+        verdict, ``done()`` or ``attempts`` windows (``crossover``: the second period, judged with the first)."""
+        s, report = self.opts.settings, self.report
+        fresh_since = self.clock()
+        verdict = report.verdict
+        for _ in range(attempts):
+            self.sleep(self.opts.window_s)
+            self.k += 1
+            row, window = _measure(self.prom, new, old, self.k, self.clock(), self.opts.window_s, fresh_since)
+            row["crossed"] = crossover
+            report.windows.append(row)
+            if window is None:
+                report.notes.append(f"window {self.k}: {row['skipped']}; not counted")
+                self.save(report)
+                continue
+            into.append(window)
+            verdict = judge(self.first, s, self.pre, into) if crossover else judge(into, s, self.pre)
+            row["interval"] = {  # the sequential estimate after this window (the report plots it against the bars)
+                m: {"estimate": math.expm1(iv.estimate), "low": math.expm1(iv.low), "high": math.expm1(iv.high)}
+                for m, iv in verdict.intervals.items()
+            }
+            report.verdict = verdict
+            self.save(report)
+            if self.on_window is not None:
+                self.on_window(self.k, verdict, row)
+            if verdict.final or done():
+                break
+        return verdict
 
 
 def _roll_back(
-    profile: Profile,
-    canaries: list[HostVars],
-    before: dict[str, int | None],
-    applied: ApplyReport,
-    door: Hosts,
-    why: str,
+    profile: Profile, hosts: list[HostVars], on: _OnProfile, door: Hosts, why: str, who: str = "canaries"
 ) -> str:
-    """The canaries back to the generation each ran before (a canary the apply found in sync changed nothing)."""
+    """The hosts of ``hosts`` that run the profile back to the generation each ran before (a host the apply found in
+    sync changed nothing), each through the drain path; the text says which went back to what."""
     from knobfleet.ops import interrupts
     from knobfleet.ops.history import _restore_routed
     from knobfleet.ops.transaction import RestoreTarget
 
-    changed = [o.host for o in applied.hosts if o.generation is not None and o.generation != before.get(o.host)]
     targets = {
-        h: RestoreTarget(before[h], f"canary {profile.name}: {why}") for h in changed if before.get(h) is not None
+        hv.host: RestoreTarget(on.before[hv.host], f"canary {profile.name}: {why}")
+        for hv in hosts
+        if hv.host in on.hosts and on.before.get(hv.host) is not None
     }
-    with interrupts.shielded(raise_at_end=False):  # a second Ctrl-C does not leave a canary half restored
-        back = _restore_routed([h for h in canaries if h.host in targets], door, targets, False, None)
+    with interrupts.shielded(raise_at_end=False):  # a second Ctrl-C does not leave a host half restored
+        back = _restore_routed([h for h in hosts if h.host in targets], door, targets, False, None)
+    for o in back:
+        if o.ok:
+            on.hosts.pop(o.host, None)
     failed = [o.host for o in back if not o.ok]
-    text = "canaries rolled back to their previous generation: " + (
+    text = f"{who} rolled back to their previous generation: " + (
         ", ".join(f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back)
         or "none had changed"
     )
@@ -380,10 +466,11 @@ def _roll_back(
     return text
 
 
-def _advice(profile: Profile, verdict: Verdict, canaries: list[HostVars], others: list[HostVars]) -> str:
-    """Advisory mode: what the judge would do, and the exact command that does it."""
-    names = ",".join(h.host for h in canaries)
-    stay = f"advisory: the canaries ({names}) stay on {profile.ref}"
+def _advice(profile: Profile, verdict: Verdict, running: list[HostVars], others: list[HostVars], who: str) -> str:
+    """Advisory mode: what the judge would do, and the exact command that does it (``running``: the hosts on the
+    profile now: the canaries, or after a crossover's swap the baseline)."""
+    names = ",".join(h.host for h in running)
+    stay = f"advisory: {who} ({names}) left on {profile.ref}"
     if verdict.verdict == "promote":
         rest = ",".join(h.host for h in others)
         cmd = f"apply-profile {profile.name} --yes" + (f" --limit {rest}" if rest else "")

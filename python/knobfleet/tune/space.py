@@ -12,7 +12,7 @@
       model: {gpu: rtx-pro-6000, keep: 4, margin: 0.05}
       kernel: {host: gpu1}            # or {sweep: FILE} (a stored kernel sweep) or {skip: "why"}
       engine: {host: lab1, keep: 2, max_rounds: 8, round: 60s}
-      live: {hosts: 1, window: 30s, pre_windows: 4, max_windows: 6, advisory: false}   # or {skip: "why"}
+      live: {hosts: 1, window: 30s, pre_windows: 3, swap_after: 3, max_windows: 6, advisory: false}  # or {skip: "why"}
     result: ctas-tuned                # the winner's profile name (default: NAME-best)
 
 Values are checked against the base profile's catalog (names, types, choices, bounds) by ``check_against``;
@@ -42,7 +42,7 @@ STAGE_KEYS = {
     "model": {"gpu", "keep", "margin", "heads", "context"},
     "kernel": {"host", "sweep", "skip", "keep", "budget"},
     "engine": {"host", "keep", "max_rounds", "round", "conc", "n_mult", "max_tokens", "min_effect", "max_regression"},
-    "live": {"hosts", "window", "pre_windows", "max_windows", "advisory", "skip", "prometheus"},
+    "live": {"hosts", "window", "pre_windows", "swap_after", "max_windows", "advisory", "skip", "prometheus"},
 }
 KERNEL_KNOBS = tuple(waves.DEFAULTS)
 
@@ -98,7 +98,8 @@ class LiveStage:
     skip: str | None = None
     hosts: int = 1
     window_s: float = 30.0
-    pre_windows: int = 4
+    pre_windows: int = 3
+    swap_after: int = 3  # the canary's crossover: windows before the subsets swap; max_windows - this after it
     max_windows: int = 6
     advisory: bool = False
     prometheus: str | None = None
@@ -188,8 +189,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
 
 
 def _head(doc: dict[Any, Any], bad: Any) -> tuple[object, object]:
-    """Unknown top-level keys, the schema version, and the space's name and base profile (a placeholder each
-    when refused, so the checks that follow still run)."""
+    """Unknown top-level keys, schema version, name and base (a placeholder each when refused: later checks run)."""
     for key in sorted(set(map(str, doc)) - TOP_KEYS):
         bad(key, f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
     if doc.get("schema_version") != SCHEMA_VERSION:
@@ -462,7 +462,8 @@ def _live(sec: dict[str, Any], bad: Any) -> LiveStage:
         hosts=_int(sec, "hosts", LiveStage.hosts, 1, w, bad),
         window_s=window or LiveStage.window_s,
         pre_windows=_int(sec, "pre_windows", LiveStage.pre_windows, 2, w, bad),
-        max_windows=_int(sec, "max_windows", LiveStage.max_windows, 2, w, bad),
+        swap_after=(swap := _int(sec, "swap_after", LiveStage.swap_after, 1, w, bad)),
+        max_windows=_int(sec, "max_windows", LiveStage.max_windows, swap + 3, w, bad),
         advisory=advisory,
         prometheus=prom,
     )

@@ -115,7 +115,7 @@ class HostStages:
         from knobfleet.telemetry.prom import Prometheus
 
         live = self.space.live
-        settings = Settings(max_windows=live.max_windows, pre_windows=live.pre_windows)
+        settings = Settings(max_windows=live.max_windows, pre_windows=live.pre_windows, swap_after=live.swap_after)
         opts = CanaryOptions(hosts=live.hosts, window_s=live.window_s, settings=settings, advisory=live.advisory)
         door = fleet.door(self.inventory)
         hosts = fleet.hosts(self.inventory, None)

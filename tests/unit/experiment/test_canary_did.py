@@ -36,7 +36,7 @@ def _w(ratio: float, k: int, host: float = 1.0, requests: int = 200, router: tup
 
 
 def test_a_host_effect_cancels_on_either_side() -> None:
-    s = Settings(max_regression=0.05)
+    s = Settings(max_regression=0.05, design="did")
     for host in (0.92, 1 / 0.92):
         pre = [_w(1.0, k, host) for k in range(4)]
         same = judge([_w(1.0, k + 4, host) for k in range(12)], s, pre)

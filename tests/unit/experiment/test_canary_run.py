@@ -48,8 +48,9 @@ class Door(FakeHosts):
 
 @dataclass
 class FakeProm:
-    """tput per host: the canary (h1) at ``ratio`` of the baseline (h2) once ``changed()`` says the canary runs
-    the profile, and at ``host`` (its own hardware) throughout; ITL the inverse (or scaled by ``itl``)."""
+    """tput per host: a host at ``ratio`` of the others while ``on_new(host)`` says it runs the profile (the canary
+    h1, and after a crossover's swap the baseline h2), h1 at ``host`` (its own hardware) throughout; ITL the
+    inverse (or scaled by ``itl``)."""
 
     ratio: float
     restarts: dict[str, float] = field(default_factory=dict)  # counter resets per window (an engine restart)
@@ -60,7 +61,7 @@ class FakeProm:
     requests: float = 300.0
     router: tuple[float, float] = (0.0, 0.0)  # (requests, errors) per window before the change
     router_after: tuple[float, float] | None = None
-    changed: Any = lambda: True
+    on_new: Any = lambda host: host == "h1"
 
     def ready(self) -> bool:
         return True
@@ -71,20 +72,21 @@ class FakeProm:
         for i, h in enumerate(("h1", "h2", "h3", "h4"), start=1):
             if h in self.missing:
                 continue
-            now = self.changed()
-            effect = self.ratio if h == "h1" and now else 1.0
+            now = self.on_new(h)
+            effect = self.ratio if now else 1.0
             base = 100.0 * (self.host if h == "h1" else 1.0) * (1 + 0.003 * ((len(self.queries) + i) % 3))
             tput = base * effect
             if expr.startswith("max by (host) (resets("):
                 out.append(Sample({"host": h}, self.restarts.get(h, 0.0)))
                 continue
             if expr.startswith("sum(increase(smg_"):
-                total, errors = self.router_after if now and self.router_after else self.router
+                changed = any(self.on_new(x) for x in ("h1", "h2", "h3", "h4"))
+                total, errors = self.router_after if changed and self.router_after else self.router
                 return [Sample({}, errors if "status_code" in expr else total)]
             if "generation_tokens_total" in expr:
                 v = tput
             elif "inter_token_latency" in expr:
-                v = 1 / tput if self.itl is None or not (h == "h1" and now) else self.itl / base
+                v = 1 / tput if self.itl is None or not now else self.itl / base
             elif "num_requests_total" in expr:
                 v = self.requests
             else:
@@ -101,6 +103,13 @@ def router(monkeypatch: pytest.MonkeyPatch) -> MemRouter:
     return mem
 
 
+def runs_profile(door: Door, host: str) -> bool:
+    """Whether ``host``'s last play was an apply (it runs the profile) rather than a restore."""
+    plays = [line.split() for line in door.log if line.startswith("play ")]
+    mine = [p[1] for p in plays if host in p[2].split(",")]
+    return bool(mine) and mine[-1] == "apply.yml"
+
+
 def run(
     profile: Any,
     prom: FakeProm,
@@ -109,10 +118,11 @@ def run(
     kept: list[dict[str, Any]] | None = None,
     sleep: Any = lambda s: None,
     settings: Settings | None = None,
+    fail: dict[str, str] | None = None,
 ) -> tuple[Any, Door]:
     hv = hosts(n)
-    door = Door({h.host: Host() for h in hv})
-    prom.changed = lambda: any(line.startswith("play apply.yml") for line in door.log)
+    door = Door({h.host: Host(fail_at=(fail or {}).get(h.host)) for h in hv})
+    prom.on_new = lambda h: runs_profile(door, h)
     clock = iter(float(t) for t in range(1000, 100000, 60))
     report = canary(
         profile, hv, door, prom,  # type: ignore[arg-type]
@@ -140,11 +150,11 @@ def test_a_clearly_better_canary_is_promoted_to_the_rest(profile: Any, router: M
 
 def test_windows_with_a_restarted_host_or_a_missing_metric_do_not_count(profile: Any, router: MemRouter) -> None:
     prom = FakeProm(0.55, restarts={"h2": 1})  # h2's engine keeps "restarting": every window spans it
-    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 8 windows measured \(h2 restarted during"):
+    with pytest.raises(PrePeriodTooQuiet, match=r"pre-period: 0 of 3 windows measured \(h2 restarted during"):
         run(profile, prom)
     with pytest.raises(
         PrePeriodTooQuiet,
-        match=r"pre-period: 0 of 8 windows measured \(metric missing on h2 \(tput, itl\): an engine without",
+        match=r"pre-period: 0 of 3 windows measured \(metric missing on h2 \(tput, itl\): an engine without",
     ):
         run(profile, FakeProm(0.55, missing={"h2"}))
 
@@ -174,8 +184,8 @@ def test_a_quiet_pre_period_applies_nothing_and_says_the_counts(profile: Any, ro
     with pytest.raises(PrePeriodTooQuiet) as exc:
         run(profile, FakeProm(1.0, requests=7))
     assert str(exc.value) == (
-        "canary ctas512: pre-period: too little traffic to measure the hosts: the canaries finished 7/7/7/7/7/7/7/7 "
-        "and the baseline 7/7/7/7/7/7/7/7 requests in 8 window(s); each side needs 20 per window in at least 2 "
+        "canary ctas512: pre-period: too little traffic to measure the hosts: the canaries finished 7/7/7 "
+        "and the baseline 7/7/7 requests in 3 window(s); each side needs 20 per window in at least 2 "
         "windows (a longer --window, or more traffic); nothing was applied"
     )
 
@@ -184,7 +194,7 @@ def test_the_router_error_rate_is_a_guardrail(profile: Any, router: MemRouter) -
     report, _ = run(profile, FakeProm(1.0, router=(800, 1), router_after=(800, 40)))
     assert report.verdict.verdict == "rollback"
     assert report.verdict.reason == (
-        "the router failed 40 of 800 requests (5.00%) while the canaries served, against 8 of 6400 (0.12%) before "
+        "the router failed 40 of 800 requests (5.00%) while the canaries served, against 3 of 2400 (0.12%) before "
         "the change"
     )
 
@@ -195,17 +205,23 @@ def test_advisory_judges_and_changes_nothing_after_the_canary_apply(profile: Any
     assert report.verdict.verdict == "rollback" and report.exit_code == 1
     assert not any(line.startswith("play restore.yml h1") for line in door.log)  # h1 stays on the profile
     assert report.followup == (
-        "advisory: the canaries (h1) stay on ctas512@2; the judge would roll back (rollback): "
+        "advisory: the canaries (h1) left on ctas512@2; the judge would roll back (rollback): "
         "`knobfleet rollback --limit h1 --yes`; to promote instead: `apply-profile ctas512 --yes`"
     )
     report, door = run(profile, FakeProm(1.2), advisory=True)
-    assert report.verdict.verdict == "promote"
-    assert not any(line.startswith("play apply.yml") and "h3" in line for line in door.log)
-    assert "`apply-profile ctas512 --yes --limit h2,h3,h4`" in report.followup
+    assert report.verdict.verdict == "promote" and report.verdict.crossed >= 3
+    # the canary apply, the baseline's fresh restart, the crossover's swap; nothing after the verdict
+    assert [line for line in door.log if line.startswith("play ")] == [
+        "play apply.yml h1", "play restore.yml h2", "play restore.yml h1", "play apply.yml h2",
+    ]  # fmt: skip
+    assert report.followup == (
+        "advisory: the baseline (h2) left on ctas512@2; the judge would promote: `apply-profile ctas512 --yes "
+        "--limit h1,h3,h4`; to roll back instead: `knobfleet rollback --limit h2 --yes`"
+    )
     # the record: rewritten after each window, the last one final and complete
-    assert [len(k["pre_period"]) for k in kept[:4]] == [1, 2, 3, 4]
+    assert [len(k["pre_period"]) for k in kept[:3]] == [1, 2, 3]
     last = kept[-1]
-    assert last["verdict"] == "rollback" and last["advisory"] and last["windows_pre"] == 8
+    assert last["verdict"] == "rollback" and last["advisory"] and last["windows_pre"] == 3
     assert last["intervals"]["tput"]["high"] < 0 and len(last["windows"]) == last["windows_counted"]
 
 
@@ -272,7 +288,7 @@ def test_a_signal_anywhere_in_a_canary_ends_in_the_state_it_reports(
         hv = hosts(4)
         door = Door({h.host: Host() for h in hv})
         prom = FakeProm(ratio)
-        prom.changed = lambda: any(line.startswith("play apply.yml") for line in door.log)
+        prom.on_new = lambda h: runs_profile(door, h)
         clock = iter(float(t) for t in range(1000, 100000, 60))
         how = "done"
         report: Any = None
@@ -297,7 +313,7 @@ def test_a_signal_anywhere_in_a_canary_ends_in_the_state_it_reports(
             problems.append(f"{where}: a host is locked")
         if len(router.workers) != 4:
             problems.append(f"{where}: workers {sorted(router.workers)}")
-        on_profile = door.hosts["h1"].current == 4  # the fake's apply takes a host from 3 to 4; a restore away
+        on_profile = runs_profile(door, "h1") or runs_profile(door, "h2")  # the canary, or the swapped baseline
         if how == "raw" and on_profile:
             problems.append(f"{where}: a raw interrupt left the canary on the profile: {door.log}")
         if how == "interrupted" and on_profile and "promoted" not in str(getattr(report, "followup", "")):
@@ -305,3 +321,64 @@ def test_a_signal_anywhere_in_a_canary_ends_in_the_state_it_reports(
                 f"{where}: interrupted, the canary is on the profile: {getattr(report, 'followup', report)}"
             )
     assert problems == [], "\n".join(problems[:8])
+
+
+def test_the_crossover_swaps_the_subsets_then_promotes_to_the_hosts_not_yet_on_the_profile(
+    profile: Any, router: MemRouter
+) -> None:
+    """An identical profile with the canary host 8% slower: the first period cannot promote (the hosts' speeds are
+    not cancelled yet), the swap puts h1 back and h2 on the profile, and the promotion skips h2."""
+    report, door = run(profile, FakeProm(1.0, host=0.92))
+    assert report.verdict.verdict == "promote" and report.verdict.crossed >= 3, report.verdict.reason
+    assert abs(report.verdict.intervals["tput"].estimate) < 0.01
+    plays = [line for line in door.log if line.startswith("play ")]
+    assert plays[:4] == ["play apply.yml h1", "play restore.yml h2", "play restore.yml h1", "play apply.yml h2"]
+    assert plays[4:] == ["play apply.yml h1", "play apply.yml h3", "play apply.yml h4"]  # one at a time, never h2
+    rows = report.as_json()["windows"]
+    assert [r["crossed"] for r in rows] == [False] * 6 + [True] * (len(rows) - 6)
+    assert any(n.startswith("swap after 6 windows: canaries rolled back to their previous generation: h1=")
+               for n in report.notes)  # fmt: skip
+
+
+def test_a_change_shown_worse_after_the_swap_is_taken_back_from_the_baseline(profile: Any, router: MemRouter) -> None:
+    report, door = run(profile, FakeProm(0.96, host=1 / 0.92))  # 4% worse, next to a slow baseline host
+    assert report.verdict.verdict == "rollback" and report.verdict.crossed >= 1, report.verdict.reason
+    assert report.followup.startswith("baseline (on the profile since the swap) rolled back to their previous")
+    assert not runs_profile(door, "h1") and not runs_profile(door, "h2")
+    assert not any("h3" in line for line in door.log)
+
+
+def test_an_interrupt_after_the_swap_takes_the_profile_back_from_the_baseline(profile: Any, router: MemRouter) -> None:
+    from knobfleet.ops.interrupts import Interrupted
+
+    calls = {"n": 0}
+
+    def sleep(_s: float) -> None:
+        calls["n"] += 1
+        if calls["n"] == Settings().pre_windows + Settings().swap_after + 2:  # the second window after the swap
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as exc:
+        run(profile, FakeProm(1.0), sleep=sleep)
+    assert str(exc.value).startswith("knobfleet: canary ctas512 interrupted: hosts on the profile rolled back to")
+    assert "h2=" in str(exc.value) and exc.value.report.exit_code == 130
+
+
+def test_settings_that_leave_no_second_period_are_refused_before_anything_changes(
+    profile: Any, router: MemRouter
+) -> None:
+    with pytest.raises(
+        UsageError, match=r"^canary: max_windows 6 leaves 0 window\(s\) after the swap at 6; the second"
+    ):
+        run(profile, FakeProm(1.0), settings=Settings(max_windows=6))
+    assert router.calls == []
+
+
+def test_a_swap_whose_apply_fails_ends_inconclusive_with_nothing_on_the_profile(
+    profile: Any, router: MemRouter
+) -> None:
+    report, door = run(profile, FakeProm(1.0), fail={"h2": "restart"})  # h2's engine does not start on the profile
+    assert report.verdict.verdict == "inconclusive" and report.exit_code == 2
+    assert report.verdict.reason == "the swap's apply to h2 failed (restored)"
+    assert not runs_profile(door, "h1") and not runs_profile(door, "h2")
+    assert len(router.workers) == 4  # every worker back in its router

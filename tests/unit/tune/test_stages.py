@@ -58,7 +58,7 @@ def test_the_canary_gets_the_spaces_live_settings(tmp_path: Path, monkeypatch: p
 
     text = SEED_SPACE.replace(
         "live: {hosts: 1}",
-        "live: {hosts: 2, window: 20s, pre_windows: 3, max_windows: 5, advisory: true, prometheus: 'http://127.0.0.1:9'}",
+        "live: {hosts: 2, window: 20s, pre_windows: 3, swap_after: 2, max_windows: 5, advisory: true, prometheus: 'http://127.0.0.1:9'}",
     )
     sp = space_with(tmp_path, text)
     seen: dict[str, Any] = {}
@@ -78,5 +78,5 @@ def test_the_canary_gets_the_spaces_live_settings(tmp_path: Path, monkeypatch: p
     assert out == {"verdict": "promote", "reason": "faked"}
     o = seen["opts"]
     assert (o.hosts, o.window_s, o.advisory) == (2, 20.0, True)
-    assert (o.settings.pre_windows, o.settings.max_windows) == (3, 5)
+    assert (o.settings.pre_windows, o.settings.swap_after, o.settings.max_windows) == (3, 2, 5)
     assert seen["url"].startswith("http://127.0.0.1:9") and callable(seen["keep"])
