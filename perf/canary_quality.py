@@ -23,7 +23,8 @@ Prints, for the crossover judge, the difference-in-differences judge before it a
 before that (no pre-period), on identical and on uneven fleets: the A/A false-rollback rate (target <= 1%), and
 per true change how often the canaries are rolled back / promoted and after how many windows. Both error rates are
 given both ways: a rollback verdict, and the canaries put back (a rollback or an inconclusive verdict: for an
-identical profile an inconclusive verdict is a false rollback too, for a worse one it is a catch).
+identical profile an inconclusive verdict is a false rollback too, for a worse one it is a catch), and how often
+the crossover swapped (the baseline hosts ran the change for a while: the crossover's exposure cost).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def _window(canary: list[Host], baseline: list[Host], rng: random.Random, wall_s
 
 def one(
     tput: float, itl: float, s: Settings, rng: random.Random, hosts: int, wall_s: float, spread: float, pre: bool
-) -> tuple[str, int]:
+) -> tuple[str, int, bool]:
+    """(verdict, windows counted, whether the baseline hosts ever ran the change: the crossover's swap happened)."""
     canary = [Host(rng, spread) for _ in range(hosts)]
     baseline = [Host(rng, spread) for _ in range(hosts)]
     before = [_window(canary, baseline, rng, wall_s, 0.0, 0.0) for _ in range(s.pre_windows)] if pre else []
@@ -103,9 +105,9 @@ def one(
         windows.append(_window(canary, baseline, rng, wall_s, tput, itl))
         v = judge(windows, s, before)
         if v.final:
-            return v.verdict, v.windows
+            return v.verdict, v.windows, False
     if not s.crossover:
-        return "inconclusive", s.max_windows
+        return "inconclusive", s.max_windows, False
     for h in canary + baseline:  # the swap: the baseline runs the change, the canaries go back
         h.restart()
     crossed: list[Window] = []
@@ -113,8 +115,8 @@ def one(
         crossed.append(_window(baseline, canary, rng, wall_s, tput, itl))
         v = judge(windows, s, before, crossed)
         if v.final:
-            return v.verdict, v.windows
-    return "inconclusive", s.max_windows
+            return v.verdict, v.windows, True
+    return "inconclusive", s.max_windows, True
 
 
 CHANGES = [("A/A", 0.0, 0.0)] + [(f"tput {e:+.0%}", e, 0.0) for e in (-0.03, -0.04, -0.05, -0.08, -0.45, +0.05)]
@@ -126,6 +128,7 @@ def table(label: str, s: Settings, args: argparse.Namespace, spread: float, pre:
     print(f"\n{label}")
     print(
         f"{'true change':>11}  {'rollback':>8}  {'promote':>7}  {'inconcl.':>8}  {'canaries back':>13}  {'windows':>7}"
+        f"  {'swapped':>7}"
     )
     out: dict[str, dict[str, float]] = {}
     for name, tput, itl in CHANGES:
@@ -133,12 +136,13 @@ def table(label: str, s: Settings, args: argparse.Namespace, spread: float, pre:
         outcomes = [one(tput, itl, s, rng, args.hosts, args.window, spread, pre) for _ in range(runs)]
         rate = {k: sum(o[0] == k for o in outcomes) / runs for k in ("rollback", "promote", "inconclusive")}
         rate["back"] = rate["rollback"] + rate["inconclusive"]
+        rate["swapped"] = sum(o[2] for o in outcomes) / runs  # the baseline hosts ran the change for a while
         rate["runs"] = runs
         out[name] = rate
         med = statistics.median(o[1] for o in outcomes)
         print(
             f"{name:>11}  {rate['rollback']:>8.1%}  {rate['promote']:>7.1%}  {rate['inconclusive']:>8.1%}  "
-            f"{rate['back']:>13.1%}  {med:>7g}"
+            f"{rate['back']:>13.1%}  {med:>7g}  {rate['swapped']:>7.1%}"
         )
     aa = out["A/A"]["rollback"]
     half = 1.96 * math.sqrt(max(aa * (1 - aa), 1e-9) / args.aa_runs)
@@ -161,8 +165,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--quick", action="store_true", help="only the uneven fleet with the pre-period")
     ap.add_argument("--walk", type=float, default=WALK, help=f"sd per window of a host's speed walk ({WALK})")
+    ap.add_argument("--pre-windows", type=int, default=Settings.pre_windows)
+    ap.add_argument("--swap-after", type=int, default=Settings.swap_after)
+    ap.add_argument("--max-windows", type=int, default=Settings.max_windows)
     args = ap.parse_args()
-    s = Settings(window_s=args.window)
+    s = Settings(window_s=args.window, pre_windows=args.pre_windows, swap_after=args.swap_after,
+                 max_windows=args.max_windows)  # fmt: skip
     globals()["WALK"] = args.walk  # Host reads it
     print(
         f"canary decision quality: {args.aa_runs} simulated A/A canaries, {args.runs} per other change, "

@@ -14,9 +14,13 @@ ended) and a summary per case: how often an A/A was rolled back (the bar: never)
 profile came back off the canary (rollback or inconclusive, both restore the canary; promote is the failure).
 Failed requests through all of it are counted (the bar: 0). Raw results: perf/results/lab_canary_uneven.json.
 
-Usage: python perf/lab_canary_uneven.py [--repeats 2] [--window 30s] [--pre-windows 4] [--max-windows 6]
-(about (pre + max windows) x window per canary: 5 min each at the defaults here; `canary`'s own defaults are
-60 s windows and 12 at most).
+Each canary is the crossover at lab size: the pre-period, ``--swap-after`` windows with lab1 on the profile, then
+lab2 on it and lab1 back, up to ``--max-windows`` in all.
+
+Usage: python perf/lab_canary_uneven.py [--repeats 2] [--window 30s] [--pre-windows 2] [--swap-after 3]
+[--max-windows 6] [--design crossover|did]
+(about (pre + max windows) x window per canary plus the restarts: 5 min each at the defaults here; `canary`'s own
+defaults are 60 s windows, 3 + 6 + at most 10).
 """
 
 from __future__ import annotations
@@ -58,14 +62,14 @@ def current_profile(host: str) -> str:
     return str(next(g["profile"] for g in h["generations"] if g["number"] == h["current"]))
 
 
-def one_canary(lab: Lab, case: str, window: str, pre: int, most: int) -> dict[str, Any]:
+def one_canary(lab: Lab, case: str, window: str, pre: int, most: int, swap: int, design: str) -> dict[str, Any]:
     profile, slow_host = CASES[case]
     for name in ("lab1", "lab2"):
         lab.set_host_speed(name, SLOW if name == slow_host else 1.0)
     started = time.monotonic()
     proc = knobfleet(
         "canary", profile, "--hosts", "1", "--window", window, "--pre-windows", str(pre),
-        "--max-windows", str(most), "--yes", "--json",
+        "--swap-after", str(swap), "--max-windows", str(most), "--design", design, "--yes", "--json",
     )  # fmt: skip
     took = time.monotonic() - started
     try:
@@ -74,7 +78,8 @@ def one_canary(lab: Lab, case: str, window: str, pre: int, most: int) -> dict[st
         said = f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         raise SystemExit(f"canary {profile} exited {proc.returncode}:\n{said}") from None
     ended = current_profile("lab1")
-    if ended != "default":  # a promoted slower5 (the failure this measures) went to every host: back to default
+    ended2 = current_profile("lab2")
+    if "default" not in (ended, ended2) or ended != ended2:  # a promoted slower5 (the failure this measures)
         knobfleet("apply", "default", "--yes")
     tput = doc.get("intervals", {}).get("tput", {})
     return {
@@ -86,8 +91,10 @@ def one_canary(lab: Lab, case: str, window: str, pre: int, most: int) -> dict[st
         "reason": doc.get("reason"),
         "windows_pre": doc.get("windows_pre"),
         "windows": doc.get("windows_counted"),
+        "crossed": sum(1 for w in doc.get("windows", []) if w.get("crossed") and "skipped" not in w),
         "tput": tput,
         "lab1_ended_on": ended,
+        "lab2_ended_on": ended2,
         "seconds": round(took, 1),
     }
 
@@ -96,8 +103,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--window", default="30s")
-    ap.add_argument("--pre-windows", type=int, default=4)
+    ap.add_argument("--pre-windows", type=int, default=2)
+    ap.add_argument("--swap-after", type=int, default=3)
     ap.add_argument("--max-windows", type=int, default=6)
+    ap.add_argument("--design", default="crossover", choices=("crossover", "did"))
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--rate", type=float, default=8.0)
     a = ap.parse_args()
@@ -106,7 +115,7 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
     secs = float(a.window.rstrip("s"))
-    budget = len(cases) * a.repeats * (a.pre_windows + a.max_windows + 2) * secs + 600
+    budget = len(cases) * a.repeats * (a.pre_windows + a.max_windows + 4) * secs + 600
 
     lab = Lab()
     lab.down()
@@ -137,7 +146,7 @@ def main() -> int:
         time.sleep(8)  # a few scrapes of every engine before the first canary
         for r in range(a.repeats):
             for case in cases[r % len(cases) :] + cases[: r % len(cases)]:
-                row = one_canary(lab, case, a.window, a.pre_windows, a.max_windows)
+                row = one_canary(lab, case, a.window, a.pre_windows, a.max_windows, a.swap_after, a.design)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -152,13 +161,13 @@ def main() -> int:
     print()
     print(
         table(
-            ["case", "verdict", "pre", "windows", "tput est", "interval", "lab1 on", "s"],
+            ["case", "verdict", "pre", "windows", "after swap", "tput est", "interval", "lab1 on", "lab2 on", "s"],
             [
                 [
-                    r["case"], r["verdict"], r["windows_pre"], r["windows"],
+                    r["case"], r["verdict"], r["windows_pre"], r["windows"], r["crossed"],
                     f"{r['tput'].get('estimate', float('nan')):+.1%}",
                     f"{r['tput'].get('low', float('nan')):+.1%} .. {r['tput'].get('high', float('nan')):+.1%}",
-                    r["lab1_ended_on"], r["seconds"],
+                    r["lab1_ended_on"], r["lab2_ended_on"], r["seconds"],
                 ]
                 for r in rows
             ],
@@ -169,14 +178,16 @@ def main() -> int:
         mine = [r for r in rows if r["case"] == case]
         verdicts = {v: sum(1 for r in mine if r["verdict"] == v) for v in ("promote", "inconclusive", "rollback")}
         bar = (
-            f"rolled back {verdicts['rollback']} of {len(mine)} (bar: 0)"
+            f"rolled back {verdicts['rollback']} of {len(mine)} (bar: 0), taken back as inconclusive "
+            f"{verdicts['inconclusive']}"
             if CASES[case][0] == "default"
-            else f"canary restored {verdicts['rollback'] + verdicts['inconclusive']} of {len(mine)} (bar: all)"
+            else f"taken back {verdicts['rollback'] + verdicts['inconclusive']} of {len(mine)} (bar: all)"
         )
         print(f"{case}: {verdicts}; {bar}")
     print(f"requests: {summary['sent']} sent, {failed} not ok (bar: 0)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"window": a.window, "pre_windows": a.pre_windows, "max_windows": a.max_windows, "slow": SLOW}
+    settings = {"window": a.window, "pre_windows": a.pre_windows, "swap_after": a.swap_after,
+                "max_windows": a.max_windows, "design": a.design, "slow": SLOW}  # fmt: skip
     doc = {"settings": settings, "rows": rows, "requests": summary, "failed": failed}
     RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"raw: {RESULTS.relative_to(REPO)}")

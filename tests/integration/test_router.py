@@ -236,9 +236,10 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
     )
     load.start()
-    # 30 s windows: at 15 s the stand-in's drift (30 s time constant, redrawn at each restart) leaves a 4-window
-    # pre-period too short to pin the host difference (2.2% simulated false rollbacks, docs/TESTING.md)
-    common = ["--hosts", "1", "--window", "30s", "--pre-windows", "4", "--max-windows", "6", "--yes", "--json"]
+    # the crossover at lab size: 2 pre-period windows, 3 before the swap, at most 3 after it, of 30 s each (at
+    # 15 s the stand-in's drift, 30 s time constant and redrawn at each restart, makes a window mostly noise)
+    common = ["--hosts", "1", "--window", "30s", "--pre-windows", "2", "--swap-after", "3", "--max-windows", "6",
+              "--yes", "--json"]  # fmt: skip
     verdicts: dict[str, dict[str, object]] = {}
     try:
         assert started.wait(10)
@@ -251,18 +252,14 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         for case, slow_host in (("slow canary", "lab1"), ("slow baseline", "lab2")):
             for name in ("lab1", "lab2"):
                 rfleet.lab.set_host_speed(name, 0.92 if name == slow_host else 1.0)
-            # an A/A needs no more than 4 judged windows to show it is not rolled back (fewer looks, fewer chances
-            # of a false rollback; 2 minutes of CI's 90 saved)
-            same = rfleet.knobfleet("canary", "default", *common[:-4], "--max-windows", "4", "--yes", "--json",
-                                    timeout=600)  # fmt: skip
+            same = rfleet.knobfleet("canary", "default", *common, timeout=600)
             doc = json.loads(same.stdout)
             if doc["verdict"] == "rollback":
-                # an A/A is falsely rolled back ~0.8% of the time at 30 s windows (simulated, docs/TESTING.md), more
+                # an A/A is falsely rolled back rarely at 30 s windows (simulated, docs/TESTING.md), more often
                 # with a loaded machine's stalls: a second, independent A/A must not be, which a judge that reads
                 # the slow host as the change would fail every time (both roll back: ~0.01% by chance)
                 print(f"{case}: A/A rolled back once: {doc['reason']}; judging a second A/A")
-                same = rfleet.knobfleet("canary", "default", *common[:-4], "--max-windows", "4", "--yes", "--json",
-                                        timeout=600)  # fmt: skip
+                same = rfleet.knobfleet("canary", "default", *common, timeout=600)
                 doc = json.loads(same.stdout)
             verdicts[case] = doc
             assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
@@ -276,7 +273,10 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         assert advisory.returncode == 1 and doc["verdict"] == "rollback", advisory.stdout + advisory.stderr
         assert doc["advisory"] and doc["intervals"]["tput"]["high"] < 0
         canary_board_has_data(doc)
+        # far slower: rolled back in the first period, before the swap, so the canary is the one left on it
+        assert doc["followup"].startswith("advisory: the canaries (lab1) left on nosplit"), doc["followup"]
         assert "`knobfleet rollback --limit lab1 --yes`" in doc["followup"]
+        assert not any(w.get("crossed") for w in doc["windows"]), doc["windows"]
         hist = json.loads(rfleet.knobfleet("history", "--json").stdout)["hosts"]
         on = {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
         assert on == {"lab1": "nosplit", "lab2": "default", "lab3": "default"}, hist
@@ -369,7 +369,7 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
         "apply": ["apply", "ctas512", "--serial", "1"],
         "rollback": ["rollback"],
         "canary": ["canary", "ctas512", "--hosts", "1", "--window", "10s", "--pre-windows", "2", "--min-windows",
-                   "2", "--max-windows", "3"],
+                   "2", "--swap-after", "2", "--max-windows", "4"],
     }[command]  # fmt: skip
     try:
         rc, out, err, sent = signal_after([*args, "--yes", "--json"], delay, getattr(signal, signame))

@@ -44,8 +44,9 @@ def _side_mean(values: dict[str, Any], metric: str, hosts: list[str]) -> float |
 
 def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """Per measured window (pre-period first), each metric as the judge sees it (``canary.METRICS``): positive is
-    the canary better. Throughput: canary / baseline − 1; a lower-is-better metric (ITL) inverted, baseline /
-    canary − 1, the same sign as the verdict's intervals. None where a side has no value."""
+    the new profile better. Throughput: new side / current side − 1 (the canaries / the baseline, and after a
+    crossover's swap the baseline / the canaries); a lower-is-better metric (ITL) inverted, the same sign as the
+    verdict's intervals. None where a side has no value."""
     from knobfleet.experiment.canary import METRICS
 
     out = []
@@ -53,23 +54,27 @@ def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
         for row in rows:
             vals = row.get("values") or {}
             diff: dict[str, float | None] = {}
+            crossed = bool(row.get("crossed"))
+            new, old = rec.get("canaries") or [], rec.get("baseline") or []
+            if crossed:
+                new, old = old, new
             for m in ("tput", "itl"):
-                c = _side_mean(vals, m, rec.get("canaries") or [])
-                b = _side_mean(vals, m, rec.get("baseline") or [])
+                c = _side_mean(vals, m, new)
+                b = _side_mean(vals, m, old)
                 if c is None or b is None or c <= 0 or b <= 0:
                     diff[m] = None
                 else:
                     diff[m] = c / b - 1 if METRICS.get(m, True) else b / c - 1
             iv = row.get("interval") if isinstance(row.get("interval"), dict) else {}
-            out.append({"pre": pre, "window": row.get("window"), "skipped": row.get("skipped"), "interval": iv,
-                        **diff})  # fmt: skip
+            out.append({"pre": pre, "crossed": crossed, "window": row.get("window"), "skipped": row.get("skipped"),
+                        "interval": iv, **diff})  # fmt: skip
     return out
 
 
 def canary_sentence(rec: dict[str, Any]) -> str:
     verdict = str(rec.get("verdict"))
     what = {"promote": "promoted", "rollback": "rolled back", "inconclusive": "inconclusive"}.get(verdict, verdict)
-    mode = " (advisory: nothing was done after the canary apply)" if rec.get("advisory") else ""
+    mode = " (advisory: the verdict was not acted on)" if rec.get("advisory") else ""
     return (f"Canary of {rec.get('profile')} on {', '.join(rec.get('canaries') or [])} against "
             f"{', '.join(rec.get('baseline') or [])}: {what}{mode}, because {rec.get('reason')}.")  # fmt: skip
 
@@ -100,14 +105,18 @@ def canary_page(rec: dict[str, Any]) -> str:
         pre = sum(1 for d in diffs if d["pre"])
         if pre:
             ax.axvspan(0.5, pre + 0.5, color="#999", alpha=0.12, label="pre-period (both on the current profile)")
+        swap = next((x for x, d in zip(xs, diffs, strict=True) if d.get("crossed")), None)
+        if swap is not None:
+            ax.axvspan(swap - 0.5, len(diffs) + 0.5, color="#c90", alpha=0.08,
+                       label="after the swap (the baseline on the new profile)")  # fmt: skip
         ax.axhline(bars[0] * 100, color="#2a7", ls="--", lw=1, label=f"promotion bar {pct(bars[0])}")
         ax.axhline(bars[1] * 100, color="#c33", ls="--", lw=1, label=f"regression bar {pct(bars[1])}")
         ax.set_xlabel("window (pre-period, then judged)")
-        ax.set_ylabel("canary vs baseline, % (+: canary better)")
+        ax.set_ylabel("new profile vs current, % (+: new better)")
         ax.legend(fontsize=8, loc="best")
 
-    rows = [["pre" if d["pre"] else "judged", d["window"], pct(d["tput"]), pct(d["itl"]), d["skipped"] or ""]
-            for d in diffs]  # fmt: skip
+    rows = [["pre" if d["pre"] else "after swap" if d.get("crossed") else "judged", d["window"], pct(d["tput"]),
+             pct(d["itl"]), d["skipped"] or ""] for d in diffs]  # fmt: skip
     iv_rows = [[m, pct(iv.get("estimate")), pct(iv.get("low")), pct(iv.get("high"))]
                for m, iv in sorted(intervals.items()) if isinstance(iv, dict)]  # fmt: skip
     settings_rows: list[list[Any]] = [
@@ -117,10 +126,10 @@ def canary_page(rec: dict[str, Any]) -> str:
         *[[k, v] for k, v in sorted(s.items())],
     ]
     sections = [
-        "<h2>Each window's difference, canary vs baseline</h2>",
+        "<h2>Each window's difference, new profile vs current</h2>",
         svg(draw),
         "<h2>The estimate</h2>",
-        "<p>Positive is the canary better: throughput higher, inter-token latency lower.</p>",
+        "<p>Positive is the new profile better: throughput higher, inter-token latency lower.</p>",
         table(["metric", "estimate", "low", "high"], iv_rows) if iv_rows else "<p>no window was judged</p>",
         f"<p>Windows judged: {esc(rec.get('windows_counted'))}; pre-period windows: {esc(rec.get('windows_pre'))}."
         f" Follow-up: {esc(rec.get('followup') or '-')}</p>",

@@ -60,6 +60,20 @@ def test_a_canary_page_says_the_decision_and_plots_every_window(
     assert page.count("<tr>") >= len(diffs) + 1  # the raw table has every window
 
 
+def test_a_crossover_page_shows_the_new_profile_against_the_current_on_both_sides_of_the_swap(
+    profile: Any, router: Any
+) -> None:
+    """After the swap the baseline runs the new profile: each window's difference is still new vs current, so a
+    profile 10% faster reads +10% before and after the swap, and the page marks the second period."""
+    rec = canary_record(profile, 1.1)
+    assert rec["verdict"] == "promote"
+    judged = [d for d in html.window_differences(rec) if not d["pre"]]
+    assert [d["crossed"] for d in judged] == [False] * 6 + [True] * (len(judged) - 6)
+    assert all(abs(d["tput"] - 0.10) < 0.02 for d in judged)
+    page = html.render(rec)
+    assert page.count("<td class=l>after swap</td>") == len(judged) - 6  # the raw table names the period
+
+
 def ab_doc() -> dict[str, Any]:
     runs = {48: ([100.0, 101.0, 99.0, 100.5], [104.0, 105.0, 103.5, 104.5]), 64: ([120.0, 119.0, 121.0, 120.5],
             [125.0, 124.0, 126.5, 125.5])}  # fmt: skip
