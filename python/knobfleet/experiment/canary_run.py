@@ -163,11 +163,20 @@ class _OnProfile:
 
     before: dict[str, int | None]
     hosts: dict[str, int] = field(default_factory=dict)
+    fresh: set[str] = field(default_factory=set)  # restarted by the last apply that reached them
+    moved: set[str] = field(default_factory=set)  # restarted by a restore back to ``before`` (``_roll_back``)
 
     def took(self, applied: ApplyReport) -> None:
         for o in applied.hosts:
             if o.generation is not None and o.generation != self.before.get(o.host):
                 self.hosts[o.host] = o.generation
+            if o.restarted:
+                self.fresh.add(o.host)
+            else:
+                self.fresh.discard(o.host)
+
+    def restarted(self, host: str) -> bool:
+        return host in self.fresh
 
 
 def canary(
@@ -225,7 +234,7 @@ def canary(
             return report
         interrupts.checkpoint()  # a signal during the apply: the canaries go back now
         run = _Judging(profile, door, prom, opts, report, pre, on_window, sleep, clock, save)
-        verdict = run.first_period(canaries, baseline, current)
+        verdict = run.first_period(canaries, baseline, on)
         if s.crossover and not verdict.final:
             verdict = run.second_period(canaries, baseline, on)
     except KeyboardInterrupt:
@@ -343,23 +352,12 @@ class _Judging:
         self.first: list[Window] = []
         self.k = 0  # windows measured, both periods (the report's numbering)
 
-    def first_period(
-        self, canaries: list[HostVars], baseline: list[HostVars], current: dict[str, int | None]
-    ) -> Verdict:
-        """The baseline restarted on its current generation, as fresh as the canaries, then windows until a verdict,
-        the swap (a crossover's ``swap_after`` counted windows) or ``max_windows``."""
-        from knobfleet.ops import interrupts
-        from knobfleet.ops.history import _restore_routed
-        from knobfleet.ops.transaction import RestoreTarget
-
-        reason = f"canary {self.profile.name}: baseline restarted on its current generation, as fresh as the canaries"
-        targets = {h: RestoreTarget(gen, reason, leave="", event="rollback") for h, gen in current.items()}
-        with interrupts.deferred(keep=True):  # never between a baseline host's drain and its re-add
-            restarted = _restore_routed(baseline, self.door, targets, False, None)
-        interrupts.checkpoint()
-        if not all(o.ok for o in restarted):
-            bad = next(o for o in restarted if not o.ok)
-            self.report.notes.append(f"baseline {bad.host} did not restart: {bad.message}")
+    def first_period(self, canaries: list[HostVars], baseline: list[HostVars], on: _OnProfile) -> Verdict:
+        """The baseline restarted on its current generation, as fresh as the canaries (and a canary the apply left
+        running, already in sync, restarted too), then windows until a verdict, the swap (a crossover's
+        ``swap_after`` counted windows) or ``max_windows``."""
+        fresh = [h for h in canaries if not on.restarted(h.host)] + baseline
+        self._restart(fresh, on, "restarted on its current generation, as fresh as the other side")
         s = self.opts.settings
         enough = s.swap_after if s.crossover else s.max_windows
         verdict = self._windows(canaries, baseline, s.max_windows, lambda: len(self.first) >= enough, self.first)
@@ -367,9 +365,29 @@ class _Judging:
             verdict = self._unfinished(verdict)
         return verdict
 
+    def _restart(self, hosts: list[HostVars], on: _OnProfile, why: str) -> None:
+        """``hosts`` restarted on the generation each ran before the canary, through the drain path; a host that
+        does not restart is a note (its windows then say whether they count)."""
+        from knobfleet.ops import interrupts
+        from knobfleet.ops.history import _restore_routed
+        from knobfleet.ops.transaction import RestoreTarget
+
+        reason = f"canary {self.profile.name}: {why}"
+        targets = {h.host: RestoreTarget(on.before[h.host], reason, leave="", event="rollback") for h in hosts
+                   if on.before.get(h.host) is not None}  # fmt: skip
+        if not targets:
+            return
+        with interrupts.deferred(keep=True):  # never between a host's drain and its re-add
+            restarted = _restore_routed([h for h in hosts if h.host in targets], self.door, targets, False, None)
+        interrupts.checkpoint()
+        for o in restarted:
+            if not o.ok:
+                self.report.notes.append(f"{o.host} did not restart: {o.message}")
+
     def second_period(self, canaries: list[HostVars], baseline: list[HostVars], on: _OnProfile) -> Verdict:
         """The swap (the canaries back to their previous generation, the baseline onto the profile, each through
-        the drain path), then windows judged on the crossover's estimate, the baseline now the new side."""
+        the drain path; a host the swap did not restart, being already there, restarted as fresh), then windows
+        judged on the crossover's estimate, the baseline now the new side."""
         from knobfleet.ops import interrupts
 
         s = self.opts.settings
@@ -387,6 +405,8 @@ class _Judging:
             bad = [o.host for o in swapped.hosts if o.status not in ("applied", "unchanged", "in-sync")]
             failed = ", ".join(bad) or "the baseline"
             return self._unfinished(self.report.verdict, f"the swap's apply to {failed} failed (restored)")
+        stale = [h for h in canaries if h.host not in on.moved] + [h for h in baseline if not on.restarted(h.host)]
+        self._restart(stale, on, "restarted at the crossover's swap, as fresh as the other side")
         second: list[Window] = []
         verdict = self._windows(baseline, canaries, s.max_windows, lambda: len(second) >= s.second_windows, second,
                                 crossover=True)  # fmt: skip
@@ -454,6 +474,7 @@ def _roll_back(
     for o in back:
         if o.ok:
             on.hosts.pop(o.host, None)
+            on.moved.add(o.host)
     failed = [o.host for o in back if not o.ok]
     text = f"{who} rolled back to their previous generation: " + (
         ", ".join(f"{o.host}={o.generation:04d}" if o.generation is not None else f"{o.host}=?" for o in back)

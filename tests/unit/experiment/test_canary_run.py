@@ -119,9 +119,13 @@ def run(
     sleep: Any = lambda s: None,
     settings: Settings | None = None,
     fail: dict[str, str] | None = None,
+    in_sync: bool = False,
 ) -> tuple[Any, Door]:
     hv = hosts(n)
-    door = Door({h.host: Host(fail_at=(fail or {}).get(h.host)) for h in hv})
+    door = Door({
+        h.host: Host(1, status={1: "good"}, in_sync=True) if in_sync else Host(fail_at=(fail or {}).get(h.host))
+        for h in hv
+    })  # an in-sync host runs the probe document's generation (1)
     prom.on_new = lambda h: runs_profile(door, h)
     clock = iter(float(t) for t in range(1000, 100000, 60))
     report = canary(
@@ -382,3 +386,19 @@ def test_a_swap_whose_apply_fails_ends_inconclusive_with_nothing_on_the_profile(
     assert report.verdict.reason == "the swap's apply to h2 failed (restored)"
     assert not runs_profile(door, "h1") and not runs_profile(door, "h2")
     assert len(router.workers) == 4  # every worker back in its router
+
+
+def test_an_a_a_canary_already_in_sync_restarts_every_host_so_both_sides_stay_equally_fresh(
+    profile: Any, router: MemRouter
+) -> None:
+    """`canary default` on hosts already running default: the applies change nothing, so the canary restarts the
+    canary with the baseline at the start and both at the swap; otherwise the crossover would compare two hosts
+    that never restarted with their own labels swapped, and cancel by construction."""
+    report, door = run(profile, FakeProm(1.0, host=0.92, on_new=lambda h: False), in_sync=True)
+    assert report.verdict.verdict == "promote", report.verdict.reason
+    plays = [line for line in door.log if line.startswith("play ")]
+    assert plays[:6] == [
+        "play apply.yml h1", "play restore.yml h1", "play restore.yml h2",  # the canary apply, both fresh
+        "play apply.yml h2", "play restore.yml h1", "play restore.yml h2",  # the swap's apply, both fresh again
+    ]  # fmt: skip
+    assert "swap after 6 windows: canaries rolled back to their previous generation: none had changed" in report.notes

@@ -24,6 +24,7 @@ class Host:
     status: dict[int, str] = field(default_factory=lambda: {3: "good"})
     fail_at: str | None = None  # install, restart, ready, finish: that step fails on the host; begin: refused
     bad_probe: bool = False  # the ready engine's probe does not match the profile (the verify step fails)
+    in_sync: bool = False  # the host already runs what is applied: nothing changes, nothing restarts
 
 
 @dataclass
@@ -69,6 +70,12 @@ class FakeHosts:
         new = host.current + 1
         previous = host.current
         try:
+            if host.in_sync:
+                hr.results["begin"] = {"generation": previous}
+                hr.results["commit"] = {"changed": False, "generation": previous, "previous": previous, "actions": []}
+                hr.results["ready"] = {"main_pid": 42, "ready_s": 0.0, "done": [], "probe": None}
+                hr.results["finish"] = {"changed": False}
+                return hr
             if host.fail_at == "begin":  # a foreign drop-in: refused before anything changes
                 hr.results["begin"] = {"failed": True, "refused": True, "msg": "foreign drop-in", "generation": 3}
                 hr.failures.append(("install", "foreign drop-in"))
