@@ -122,10 +122,12 @@ def run(
     in_sync: bool = False,
 ) -> tuple[Any, Door]:
     hv = hosts(n)
-    door = Door({
-        h.host: Host(1, status={1: "good"}, in_sync=True) if in_sync else Host(fail_at=(fail or {}).get(h.host))
-        for h in hv
-    })  # an in-sync host runs the probe document's generation (1)
+    door = Door(
+        {
+            h.host: Host(1, status={1: "good"}, in_sync=True) if in_sync else Host(fail_at=(fail or {}).get(h.host))
+            for h in hv
+        }
+    )  # an in-sync host runs the probe document's generation (1)
     prom.on_new = lambda h: runs_profile(door, h)
     clock = iter(float(t) for t in range(1000, 100000, 60))
     report = canary(
