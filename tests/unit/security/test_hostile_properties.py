@@ -451,6 +451,9 @@ def test_only_http_and_https_urls_are_opened(scheme: str, sep: str, rest: str) -
 
 MARK_USER, MARK_PASS = "UsErMaRk", "PaSsMaRk"
 USERINFO_TEXT = st.text(st.characters(exclude_characters="\x00"), max_size=12)
+# What can be percent-encoded: text without lone surrogates (UTF-8 has no bytes for them; `quote` raises, and the
+# client refuses one typed raw: test_a_password_goes_out_as_typed_and_a_lone_surrogate_is_refused)
+ENCODABLE_TEXT = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=12)
 
 
 @examples(300)
@@ -517,7 +520,7 @@ def answers() -> Iterator[Answers]:
 
 
 @examples(60)
-@given(user=USERINFO_TEXT, pw1=USERINFO_TEXT, pw2=USERINFO_TEXT, status=st.sampled_from([200, 401, 500]))
+@given(user=ENCODABLE_TEXT, pw1=ENCODABLE_TEXT, pw2=ENCODABLE_TEXT, status=st.sampled_from([200, 401, 500]))
 def test_credentials_are_sent_as_basic_auth_and_never_shown(
     answers: Answers, user: str, pw1: str, pw2: str, status: int
 ) -> None:
