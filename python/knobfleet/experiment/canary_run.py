@@ -141,8 +141,7 @@ def split(hosts: Sequence[HostVars], opts: CanaryOptions) -> tuple[list[HostVars
 
 
 class RecordKeeper:
-    """``keep`` for ``canary``: the record's path is chosen on the first call (from the profile and the start) and
-    told to the report, then the record is rewritten at every call. ``path`` is None until then."""
+    """``keep`` for ``canary``: the record's path, chosen on the first call and told to the report; rewritten after."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
@@ -263,8 +262,7 @@ def _pre_period(
     clock: Callable[[], float],
     save: Callable[[CanaryReport], None],
 ) -> list[Window]:
-    """The pre-period's windows that count, both sides on the current profile; ``PrePeriodTooQuiet`` (nothing
-    applied) when too few do, with the counts or why a window could not be measured."""
+    """The pre-period's counted windows; ``PrePeriodTooQuiet`` (nothing applied) when too few count, saying why."""
     s = opts.settings
     pre: list[Window] = []
     measured_since = clock()
@@ -331,8 +329,7 @@ def _act(
 
 
 class _Judging:
-    """The judged windows of one canary: the first period (or the whole of a ``did`` canary), then, in a
-    crossover, the swap and the second period."""
+    """The judged windows: the first period (or the whole of a ``did`` canary), then a crossover's swap and second."""
 
     def __init__(
         self,
@@ -425,8 +422,8 @@ class _Judging:
         into: list[Window],
         crossover: bool = False,
     ) -> Verdict:
-        """Windows with ``new`` on the profile and ``old`` on the current one, judged after each, until a final
-        verdict, ``done()`` or ``attempts`` windows (``crossover``: the second period, judged with the first)."""
+        """Windows, ``new`` on the profile and ``old`` not, judged after each, to a verdict, ``done()`` or ``attempts``
+        (``crossover``: the second period, judged with the first)."""
         s, report = self.opts.settings, self.report
         fresh_since = self.clock()
         verdict = report.verdict
