@@ -11,51 +11,28 @@ import hashlib
 import os
 import subprocess
 
+from .knob_fs import Install, UnsafePath, private_dir, read_stat, same_content
+from .knob_guards import check_unit_name, foreign_dropins
+from .knob_live import actions, evaluate, expected_from_files
+from .knob_observe import observe
+from .knob_redact import redact_script, redact_unit, shown_digest
+from .knob_store import (
+    SCRIPT_MODE,
+    UNIT_MODE,
+    live_name,
+    now,
+    read,
+    remove_generation,
+    store_generation,
+    write_atomic,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable, Sequence
     from typing import Any
 
     from knobfleet.module_utils.knob_store import Module, Store
-
-if __name__.startswith("knobfleet."):  # on the controller (tests)
-    from knobfleet.module_utils.knob_fs import Install, UnsafePath, private_dir, read_stat, same_content
-    from knobfleet.module_utils.knob_guards import check_unit_name, foreign_dropins
-    from knobfleet.module_utils.knob_live import actions, evaluate, expected_from_files
-    from knobfleet.module_utils.knob_observe import observe
-    from knobfleet.module_utils.knob_redact import redact_script, redact_unit, shown_digest
-    from knobfleet.module_utils.knob_store import (
-        SCRIPT_MODE,
-        UNIT_MODE,
-        live_name,
-        now,
-        read,
-        remove_generation,
-        store_generation,
-        write_atomic,
-    )
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
-        Install,
-        UnsafePath,
-        private_dir,
-        read_stat,
-        same_content,
-    )
-    from ansible.module_utils.knob_guards import check_unit_name, foreign_dropins  # type: ignore[no-redef]
-    from ansible.module_utils.knob_live import actions, evaluate, expected_from_files  # type: ignore[no-redef]
-    from ansible.module_utils.knob_observe import observe  # type: ignore[no-redef]
-    from ansible.module_utils.knob_redact import redact_script, redact_unit, shown_digest  # type: ignore[no-redef]
-    from ansible.module_utils.knob_store import (  # type: ignore[no-redef]
-        SCRIPT_MODE,
-        UNIT_MODE,
-        live_name,
-        now,
-        read,
-        remove_generation,
-        store_generation,
-        write_atomic,
-    )
 
 
 # --- stage ---------------------------------------------------------------------------------------------------

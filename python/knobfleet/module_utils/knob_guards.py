@@ -11,25 +11,15 @@ import hashlib
 import os
 import stat
 
+from .knob_fs import UnsafePath, kind_of, read_stat, writable_by_others
+from .knob_observe import dropins
+from .knob_rules import refusal
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any
 
     from knobfleet.module_utils.knob_store import Module, Store
-
-if __name__.startswith("knobfleet."):  # on the controller (tests)
-    from knobfleet.module_utils.knob_fs import UnsafePath, kind_of, read_stat, writable_by_others
-    from knobfleet.module_utils.knob_observe import dropins
-    from knobfleet.module_utils.knob_rules import refusal
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
-        UnsafePath,
-        kind_of,
-        read_stat,
-        writable_by_others,
-    )
-    from ansible.module_utils.knob_observe import dropins  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import refusal  # type: ignore[no-redef]
 
 RESERVED_NAMES = ("meta.json", "dropins")  # names a generation dir uses for itself
 # Where the OS's packages install their units (systemd's search path below /etc and /run). A unit of the serve

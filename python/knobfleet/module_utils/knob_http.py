@@ -11,14 +11,11 @@ import os
 import sys
 import time
 
+from .knob_lean import connect, dumps, loads
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
     from typing import Any
-
-if __name__.startswith("knobfleet."):  # on the controller
-    from knobfleet.module_utils.knob_lean import connect, dumps, loads
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_lean import connect, dumps, loads  # type: ignore[no-redef]
 
 MAX_BODY = 1 << 20
 REDIRECTS = (301, 302, 303, 307, 308)

@@ -20,96 +20,50 @@ from __future__ import annotations
 from typing import Any
 
 # Re-exported (``x as x``): the rule's table and apply's decisions (knob_rules), the public names of knob_running.
-if __name__.startswith("knobfleet."):  # on the controller (whose read path never imports ansible)
-    from knobfleet.module_utils.knob_redact import (  # the lexer and the secrets: one file the probe can load alone
-        MARKER_PREFIX,
-        SECRET_PARTS,
-        SECRET_WORDS,
-        UNIT_VALUE_KEYS,
-        is_marker,
-        is_secret,
-        is_secret_flag,
-        redact_argv,
-        redact_env,
-        redact_script,
-        redact_text,
-        redact_tree,
-        redact_unit,
-        redact_value,
-        script_env_argv,
-        secret_name,
-        secret_values,
-        shell_spans,
-        shell_statements,
-        shown_digest,
-    )
-    from knobfleet.module_utils.knob_rules import DROPIN_POLICIES as DROPIN_POLICIES
-    from knobfleet.module_utils.knob_rules import ORDER as ORDER
-    from knobfleet.module_utils.knob_rules import RULES as RULES
-    from knobfleet.module_utils.knob_rules import STOPPED_STATES as STOPPED_STATES
-    from knobfleet.module_utils.knob_rules import Action as Action
-    from knobfleet.module_utils.knob_rules import Kind as Kind
-    from knobfleet.module_utils.knob_rules import Rule as Rule
-    from knobfleet.module_utils.knob_rules import actions as actions
-    from knobfleet.module_utils.knob_rules import finding as finding
-    from knobfleet.module_utils.knob_rules import refusal as refusal
-    from knobfleet.module_utils.knob_rules import restore_ok as restore_ok
-    from knobfleet.module_utils.knob_running import STALE_TOLERANCE_S as STALE_TOLERANCE_S
-    from knobfleet.module_utils.knob_running import (
-        check_engine_args,
-        check_engine_env,
-        check_env,
-        check_service,
-        check_stale,
-    )
-    from knobfleet.module_utils.knob_running import flags_of as flags_of
-    from knobfleet.module_utils.knob_running import main_pid as main_pid
-    from knobfleet.module_utils.knob_running import same_command as same_command
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_redact import (  # type: ignore[no-redef]
-        MARKER_PREFIX,
-        SECRET_PARTS,
-        SECRET_WORDS,
-        UNIT_VALUE_KEYS,
-        is_marker,
-        is_secret,
-        is_secret_flag,
-        redact_argv,
-        redact_env,
-        redact_script,
-        redact_text,
-        redact_tree,
-        redact_unit,
-        redact_value,
-        script_env_argv,
-        secret_name,
-        secret_values,
-        shell_spans,
-        shell_statements,
-        shown_digest,
-    )
-    from ansible.module_utils.knob_rules import DROPIN_POLICIES as DROPIN_POLICIES  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import ORDER as ORDER  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import RULES as RULES  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import STOPPED_STATES as STOPPED_STATES  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import Action as Action  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import Kind as Kind  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import Rule as Rule  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import actions as actions  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import finding as finding  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import refusal as refusal  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import restore_ok as restore_ok  # type: ignore[no-redef]
-    from ansible.module_utils.knob_running import STALE_TOLERANCE_S as STALE_TOLERANCE_S  # type: ignore[no-redef]
-    from ansible.module_utils.knob_running import (  # type: ignore[no-redef]
-        check_engine_args,
-        check_engine_env,
-        check_env,
-        check_service,
-        check_stale,
-    )
-    from ansible.module_utils.knob_running import flags_of as flags_of  # type: ignore[no-redef]
-    from ansible.module_utils.knob_running import main_pid as main_pid  # type: ignore[no-redef]
-    from ansible.module_utils.knob_running import same_command as same_command  # type: ignore[no-redef]
+from .knob_redact import (  # the lexer and the secrets: one file the probe can load alone
+    MARKER_PREFIX,
+    SECRET_PARTS,
+    SECRET_WORDS,
+    UNIT_VALUE_KEYS,
+    is_marker,
+    is_secret,
+    is_secret_flag,
+    redact_argv,
+    redact_env,
+    redact_script,
+    redact_text,
+    redact_tree,
+    redact_unit,
+    redact_value,
+    script_env_argv,
+    secret_name,
+    secret_values,
+    shell_spans,
+    shell_statements,
+    shown_digest,
+)
+from .knob_rules import DROPIN_POLICIES as DROPIN_POLICIES
+from .knob_rules import ORDER as ORDER
+from .knob_rules import RULES as RULES
+from .knob_rules import STOPPED_STATES as STOPPED_STATES
+from .knob_rules import Action as Action
+from .knob_rules import Kind as Kind
+from .knob_rules import Rule as Rule
+from .knob_rules import actions as actions
+from .knob_rules import finding as finding
+from .knob_rules import refusal as refusal
+from .knob_rules import restore_ok as restore_ok
+from .knob_running import STALE_TOLERANCE_S as STALE_TOLERANCE_S
+from .knob_running import (
+    check_engine_args,
+    check_engine_env,
+    check_env,
+    check_service,
+    check_stale,
+)
+from .knob_running import flags_of as flags_of
+from .knob_running import main_pid as main_pid
+from .knob_running import same_command as same_command
 
 # --- expected state ----------------------------------------------------------------------------------------
 

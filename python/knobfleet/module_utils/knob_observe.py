@@ -13,6 +13,41 @@ import select
 import stat
 import time
 
+from .knob_fs import (
+    DIR_FLAGS,
+    MAX_READ,
+    entries,
+    kind_of,
+    open_dir,
+    read_bounded,
+    read_bounded_at,
+    split,
+)
+from .knob_http import MAX_BODY as MAX_BODY
+from .knob_http import REDIRECTS as REDIRECTS
+from .knob_http import http_get as http_get
+from .knob_http import liveness as liveness
+from .knob_http import loopback_get as loopback_get
+from .knob_http import loopback_target as loopback_target
+from .knob_http import urllib_get as urllib_get
+from .knob_lean import loads, sha256
+from .knob_pkgmeta import engine_package
+from .knob_procfs import MAX_PROC as MAX_PROC
+from .knob_procfs import boot_time as boot_time
+from .knob_procfs import cgroup_pids as cgroup_pids
+from .knob_procfs import parse_environ as parse_environ
+from .knob_procfs import process as process
+from .knob_procfs import unit_processes as unit_processes
+from .knob_redact import (
+    redact_argv,
+    redact_env,
+    redact_script,
+    redact_tree,
+    redact_unit,
+    shown_digest,
+)
+from .knob_sdbus import PRIVATE, unit_properties
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
     from typing import Any
@@ -21,76 +56,6 @@ if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
 # the probe imports this file on every host for every drift, and those imports were a third of its host CPU. The
 # engine's HTTP endpoints (knob_http) and the unit's processes in /proc (knob_procfs) are files of their own; every
 # name of theirs is re-exported here (``x as x``), so callers import them from knob_observe as before.
-if __name__.startswith("knobfleet."):  # on the controller
-    from knobfleet.module_utils.knob_fs import (
-        DIR_FLAGS,
-        MAX_READ,
-        entries,
-        kind_of,
-        open_dir,
-        read_bounded,
-        read_bounded_at,
-        split,
-    )
-    from knobfleet.module_utils.knob_http import MAX_BODY as MAX_BODY
-    from knobfleet.module_utils.knob_http import REDIRECTS as REDIRECTS
-    from knobfleet.module_utils.knob_http import http_get as http_get
-    from knobfleet.module_utils.knob_http import liveness as liveness
-    from knobfleet.module_utils.knob_http import loopback_get as loopback_get
-    from knobfleet.module_utils.knob_http import loopback_target as loopback_target
-    from knobfleet.module_utils.knob_http import urllib_get as urllib_get
-    from knobfleet.module_utils.knob_lean import loads, sha256
-    from knobfleet.module_utils.knob_pkgmeta import engine_package
-    from knobfleet.module_utils.knob_procfs import MAX_PROC as MAX_PROC
-    from knobfleet.module_utils.knob_procfs import boot_time as boot_time
-    from knobfleet.module_utils.knob_procfs import cgroup_pids as cgroup_pids
-    from knobfleet.module_utils.knob_procfs import parse_environ as parse_environ
-    from knobfleet.module_utils.knob_procfs import process as process
-    from knobfleet.module_utils.knob_procfs import unit_processes as unit_processes
-    from knobfleet.module_utils.knob_redact import (
-        redact_argv,
-        redact_env,
-        redact_script,
-        redact_tree,
-        redact_unit,
-        shown_digest,
-    )
-    from knobfleet.module_utils.knob_sdbus import PRIVATE, unit_properties
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
-        DIR_FLAGS,
-        MAX_READ,
-        entries,
-        kind_of,
-        open_dir,
-        read_bounded,
-        read_bounded_at,
-        split,
-    )
-    from ansible.module_utils.knob_http import MAX_BODY as MAX_BODY  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import REDIRECTS as REDIRECTS  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import http_get as http_get  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import liveness as liveness  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import loopback_get as loopback_get  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import loopback_target as loopback_target  # type: ignore[no-redef]
-    from ansible.module_utils.knob_http import urllib_get as urllib_get  # type: ignore[no-redef]
-    from ansible.module_utils.knob_lean import loads, sha256  # type: ignore[no-redef]
-    from ansible.module_utils.knob_pkgmeta import engine_package  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import MAX_PROC as MAX_PROC  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import boot_time as boot_time  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import cgroup_pids as cgroup_pids  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import parse_environ as parse_environ  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import process as process  # type: ignore[no-redef]
-    from ansible.module_utils.knob_procfs import unit_processes as unit_processes  # type: ignore[no-redef]
-    from ansible.module_utils.knob_redact import (  # type: ignore[no-redef]
-        redact_argv,
-        redact_env,
-        redact_script,
-        redact_tree,
-        redact_unit,
-        shown_digest,
-    )
-    from ansible.module_utils.knob_sdbus import PRIVATE, unit_properties  # type: ignore[no-redef]
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)

@@ -9,22 +9,12 @@ from __future__ import annotations
 import os
 import stat
 
+from .knob_fs import DIR_FLAGS, entries, open_dir, read_bounded, read_bounded_at
+from .knob_shell import script_env_argv, shell_statements
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
     from typing import Any
-
-if __name__.startswith("knobfleet."):  # on the controller
-    from knobfleet.module_utils.knob_fs import DIR_FLAGS, entries, open_dir, read_bounded, read_bounded_at
-    from knobfleet.module_utils.knob_shell import script_env_argv, shell_statements
-else:  # on a host: shipped next to the probe by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
-        DIR_FLAGS,
-        entries,
-        open_dir,
-        read_bounded,
-        read_bounded_at,
-    )
-    from ansible.module_utils.knob_shell import script_env_argv, shell_statements  # type: ignore[no-redef]
 
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a system unit's PATH when none set
 MAX_METADATA = 16 * 1024  # METADATA's headers (Name, Version) come first: its long description is never read

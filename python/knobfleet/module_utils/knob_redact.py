@@ -13,21 +13,16 @@ docs/PERFORMANCE.md). Standard library only; what the controller alone needs (``
 
 from __future__ import annotations
 
+from .knob_lean import hmac_sha256
+from .knob_shell import script_env_argv as script_env_argv
+from .knob_shell import shell_spans as shell_spans
+from .knob_shell import shell_statements as shell_statements
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (never evaluated here: ``from __future__ import annotations``)
     from typing import Any
 
 # The lexer's names are re-exported (``x as x``): its callers import them from here as well as from knob_shell.
-if __name__.startswith("knobfleet."):  # on the controller
-    from knobfleet.module_utils.knob_lean import hmac_sha256
-    from knobfleet.module_utils.knob_shell import script_env_argv as script_env_argv
-    from knobfleet.module_utils.knob_shell import shell_spans as shell_spans
-    from knobfleet.module_utils.knob_shell import shell_statements as shell_statements
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_lean import hmac_sha256  # type: ignore[no-redef]
-    from ansible.module_utils.knob_shell import script_env_argv as script_env_argv  # type: ignore[no-redef]
-    from ansible.module_utils.knob_shell import shell_spans as shell_spans  # type: ignore[no-redef]
-    from ansible.module_utils.knob_shell import shell_statements as shell_statements  # type: ignore[no-redef]
 
 
 # --- secrets --------------------------------------------------------------------------------------------------

@@ -10,6 +10,19 @@ from __future__ import annotations
 import hashlib
 import os
 
+from .knob_fs import Install
+from .knob_fs import exists as fs_exists
+from .knob_fs import unlink as fs_unlink
+from .knob_store import (
+    SCRIPT_MODE,
+    UNIT_MODE,
+    live_name,
+    now,
+    previous_good,
+    read,
+    write_atomic,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any
@@ -17,33 +30,6 @@ if TYPE_CHECKING:  # annotations only
     from knobfleet.module_utils.knob_store import Module, Store
 
     Plan = list[tuple[str, bytes, int, int, int]]  # what a restore installs: (path, data, mode, uid, gid) of each file
-
-if __name__.startswith("knobfleet."):  # on the controller (tests)
-    from knobfleet.module_utils.knob_fs import Install
-    from knobfleet.module_utils.knob_fs import exists as fs_exists
-    from knobfleet.module_utils.knob_fs import unlink as fs_unlink
-    from knobfleet.module_utils.knob_store import (
-        SCRIPT_MODE,
-        UNIT_MODE,
-        live_name,
-        now,
-        previous_good,
-        read,
-        write_atomic,
-    )
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import Install  # type: ignore[no-redef]
-    from ansible.module_utils.knob_fs import exists as fs_exists  # type: ignore[no-redef]
-    from ansible.module_utils.knob_fs import unlink as fs_unlink  # type: ignore[no-redef]
-    from ansible.module_utils.knob_store import (  # type: ignore[no-redef]
-        SCRIPT_MODE,
-        UNIT_MODE,
-        live_name,
-        now,
-        previous_good,
-        read,
-        write_atomic,
-    )
 
 
 def restore(module: Module, store: Store, p: dict[str, Any]) -> dict[str, Any]:

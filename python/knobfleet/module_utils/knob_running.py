@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-if __name__.startswith("knobfleet."):  # on the controller (whose read path never imports ansible)
-    from knobfleet.module_utils.knob_argv import read as read_argv
-    from knobfleet.module_utils.knob_redact import is_marker
-    from knobfleet.module_utils.knob_rules import STOPPED_STATES, Kind, finding
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_argv import read as read_argv  # type: ignore[no-redef]
-    from ansible.module_utils.knob_redact import is_marker  # type: ignore[no-redef]
-    from ansible.module_utils.knob_rules import STOPPED_STATES, Kind, finding  # type: ignore[no-redef]
+from .knob_argv import read as read_argv
+from .knob_redact import is_marker
+from .knob_rules import STOPPED_STATES, Kind, finding
 
 STALE_TOLERANCE_S = 1.0
 

@@ -18,6 +18,20 @@ import os
 import re
 import secrets
 
+from .knob_fs import (
+    DIR_FLAGS,
+    UnsafePath,
+    append_line,
+    entries,
+    open_dir,
+    private_dir,
+    remove_tree_at,
+    write_at,
+)
+from .knob_fs import read as fs_read
+from .knob_fs import sha256 as fs_sha256
+from .knob_fs import write as fs_write
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
@@ -36,35 +50,6 @@ if TYPE_CHECKING:  # annotations only
 
         def run_command(self, args: list[str]) -> tuple[int, str, str]: ...
 
-
-if __name__.startswith("knobfleet."):  # on the controller (tests)
-    from knobfleet.module_utils.knob_fs import (
-        DIR_FLAGS,
-        UnsafePath,
-        append_line,
-        entries,
-        open_dir,
-        private_dir,
-        remove_tree_at,
-        write_at,
-    )
-    from knobfleet.module_utils.knob_fs import read as fs_read
-    from knobfleet.module_utils.knob_fs import sha256 as fs_sha256
-    from knobfleet.module_utils.knob_fs import write as fs_write
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_fs import (  # type: ignore[no-redef]
-        DIR_FLAGS,
-        UnsafePath,
-        append_line,
-        entries,
-        open_dir,
-        private_dir,
-        remove_tree_at,
-        write_at,
-    )
-    from ansible.module_utils.knob_fs import read as fs_read  # type: ignore[no-redef]
-    from ansible.module_utils.knob_fs import sha256 as fs_sha256  # type: ignore[no-redef]
-    from ansible.module_utils.knob_fs import write as fs_write  # type: ignore[no-redef]
 
 SCRIPT_MODE = 0o755
 UNIT_MODE = 0o644

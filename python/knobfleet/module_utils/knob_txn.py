@@ -13,6 +13,30 @@ this file as ``ansible.module_utils.knob_txn``, the controller's tests as ``knob
 
 from __future__ import annotations
 
+from .knob_commit import commit, observed, stage
+from .knob_guards import (
+    adopt_files,
+    check_dropins,
+    check_ledger,
+    check_paths,
+    check_script_dir,
+    check_unit_name,
+)
+from .knob_live import evaluate, expected_from_generation, restore_ok
+from .knob_restore import restore
+from .knob_store import (
+    Store,
+    break_lock,
+    lock_holder,
+    lock_refusal,
+    now,
+    prune,
+    release,
+    remove_generation,
+    store_generation,
+    take_lock,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
@@ -21,59 +45,6 @@ if TYPE_CHECKING:  # annotations only
     from knobfleet.module_utils.knob_store import Module
 
     Handler = Callable[[Module, "Store", dict[str, Any]], dict[str, Any]]
-
-if __name__.startswith("knobfleet."):  # on the controller (tests)
-    from knobfleet.module_utils.knob_commit import commit, observed, stage
-    from knobfleet.module_utils.knob_guards import (
-        adopt_files,
-        check_dropins,
-        check_ledger,
-        check_paths,
-        check_script_dir,
-        check_unit_name,
-    )
-    from knobfleet.module_utils.knob_live import evaluate, expected_from_generation, restore_ok
-    from knobfleet.module_utils.knob_restore import restore
-    from knobfleet.module_utils.knob_store import (
-        Store,
-        break_lock,
-        lock_holder,
-        lock_refusal,
-        now,
-        prune,
-        release,
-        remove_generation,
-        store_generation,
-        take_lock,
-    )
-else:  # on a host: shipped next to this file by Ansible (or the SSH fast path)
-    from ansible.module_utils.knob_commit import commit, observed, stage  # type: ignore[no-redef]
-    from ansible.module_utils.knob_guards import (  # type: ignore[no-redef]
-        adopt_files,
-        check_dropins,
-        check_ledger,
-        check_paths,
-        check_script_dir,
-        check_unit_name,
-    )
-    from ansible.module_utils.knob_live import (  # type: ignore[no-redef]
-        evaluate,
-        expected_from_generation,
-        restore_ok,
-    )
-    from ansible.module_utils.knob_restore import restore  # type: ignore[no-redef]
-    from ansible.module_utils.knob_store import (  # type: ignore[no-redef]
-        Store,
-        break_lock,
-        lock_holder,
-        lock_refusal,
-        now,
-        prune,
-        release,
-        remove_generation,
-        store_generation,
-        take_lock,
-    )
 
 
 # --- begin ---------------------------------------------------------------------------------------------------

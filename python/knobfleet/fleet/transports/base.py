@@ -220,14 +220,15 @@ BOOT = (
     "import json,sys,types\n"
     "b=json.loads(sys.stdin.buffer.read())\n"
     "for n,s in b['utils']:\n"
-    " u=types.ModuleType('ansible.module_utils.'+n);sys.modules[u.__name__]=u\n"
+    " u=types.ModuleType('ansible.module_utils.'+n);u.__package__='ansible.module_utils';sys.modules[u.__name__]=u\n"
     " exec(compile(s,n,'exec'),u.__dict__)\n"
     "m=types.ModuleType({name!r})\n"
     "exec(compile(b['module'],{name!r},'exec'),m.__dict__)\n"
     "a=json.loads({args!r});a.update(b.get('args') or {{}})\n"
     "sys.stdout.write(json.dumps(m.{func}(a)))\n"
 )
-UTIL_IMPORT = re.compile(rb"ansible\.module_utils\.(knob_[a-z_]+)")
+# a module imports its utils by name (``ansible.module_utils.knob_x``), the utils each other relatively (``.knob_x``)
+UTIL_IMPORT = re.compile(rb"(?:ansible\.module_utils\.|from \.)(knob_[a-z_]+)")
 # The collection's copies import their utils by FQCN; BOOT registers them under ansible.module_utils.
 COLLECTION_UTILS = b"ansible_collections.knobfleet.serving.plugins.module_utils."
 

@@ -229,6 +229,7 @@ def function(code: Any, name: str, func: str) -> Any:
     utils, module_code = code
     for n, c in utils:
         u = type(sys)("ansible.module_utils." + n)
+        u.__package__ = "ansible.module_utils"  # their imports of each other are relative (``from .knob_x``)
         sys.modules[u.__name__] = u
         exec(c, u.__dict__)
     m = type(sys)(name)
