@@ -61,10 +61,8 @@ class Hosts:
             chosen = transports.quick(hosts, self.via)
             if chosen is None:
                 return {}
-            got = {
-                o.host: o
-                for o in transports.stream_with(chosen, hosts, probe.call(hosts), self.inventory, on_event, self.forks)
-            }
+            job = transports.Job(hosts, probe.call(hosts), self.inventory, on_event, self.forks)
+            got = {o.host: o for o in transports.stream_with(chosen, job)}
             return {hv.host: got[hv.host] for hv in hosts}
         return probe.probe(hosts, self.inventory, self.via, on_event)
 

@@ -43,7 +43,7 @@ def connection_vars() -> frozenset[str]:
     copied (only whether one is set). Kept so a transport connects exactly as Ansible would."""
     from knobfleet.fleet.transports import REGISTRY
 
-    wanted: set[str] = set().union(*(make().reads for make in REGISTRY.values()))
+    wanted: set[str] = set().union(*(t.reads for t in REGISTRY.values()))
     return frozenset(k for k in wanted if k not in SECRET_VARS and "pass" not in k)
 
 

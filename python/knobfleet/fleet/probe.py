@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from knobfleet.fleet import transports
-from knobfleet.fleet.transports import ModuleCall, Outcome, Target
+from knobfleet.fleet.transports import Job, ModuleCall, Outcome, Target
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
@@ -89,7 +89,7 @@ def stream(
     if not hosts:
         return iter(())
     probe_call = call(args={h.host: h.probe for h in hosts}, persist=persist)
-    return transports.stream(hosts, probe_call, inventory, via, on_event, forks)
+    return transports.stream(Job(hosts, probe_call, inventory, on_event, forks), via)
 
 
 def probe(
@@ -101,4 +101,4 @@ def probe(
     """Each host's probe document (``Outcome.doc``) or why there is none (``Outcome.error``)."""
     if not hosts:
         return {}
-    return transports.run(hosts, call(hosts), inventory, via, on_event)
+    return transports.run(Job(hosts, call(hosts), inventory, on_event), via)

@@ -82,7 +82,9 @@ def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
     )
     call = probe.call([hv])
     payload = transport.bundle(call.source(), paths.module_utils_dir())
-    out = transport.run_function([hv], tmp_path / "cp", payload, "knob_probe", "probe", call.args)["h1"]
+    out = transport.run_function(
+        [hv], transport.FunctionRun(tmp_path / "cp", payload, "knob_probe", "probe", call.args)
+    )["h1"]
     assert out.error is None
     doc = out.doc
     assert doc["files"]["script"]["exists"] and doc["files"]["script"]["mode"] == "0644"

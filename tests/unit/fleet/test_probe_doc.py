@@ -15,6 +15,7 @@ import pytest
 
 from knobfleet.fleet import probe
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports.base import Job
 from knobfleet.fleet.transports.local import LocalTransport
 from knobfleet.module_utils.knob_doc import ProbeDoc
 
@@ -79,7 +80,7 @@ def test_a_fresh_probe_has_the_declared_shape(tmp_path: Path, monkeypatch: pytes
         port=9,
         connection={"ansible_connection": "local", "ansible_python_interpreter": os.path.realpath(sys.executable)},
     )
-    (out,) = LocalTransport().run([hv], probe.call([hv]), tmp_path / "none").values()
+    (out,) = LocalTransport().run(Job([hv], probe.call([hv]), tmp_path / "none")).values()
     assert out.error is None
     assert problems(out.doc, ProbeDoc) == []
 

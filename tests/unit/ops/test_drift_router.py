@@ -60,7 +60,7 @@ def hostvars(url: str) -> list[HostVars]:
 
 
 def stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: list[HostVars], **probes: str) -> Any:
-    monkeypatch.setitem(transports.REGISTRY, "scripted", ScriptedTransport)
+    monkeypatch.setitem(transports.REGISTRY, "scripted", ScriptedTransport())
     monkeypatch.setattr(transports, "VIA", (*transports.VIA, "scripted"))
     monkeypatch.setattr(ScriptedTransport, "script", {h: outcome(h, probes.get(h, "clean")) for h in HOSTS})
     problems: dict[str, str] = {}

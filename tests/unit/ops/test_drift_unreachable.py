@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import shlex
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -162,11 +161,9 @@ class ScriptedTransport:
     def warm_up(self, key: str, source: bytes) -> None:
         return None
 
-    def run(
-        self, hosts: Sequence[Any], call: Any, inventory: Path, on_event: Any = None, forks: int | None = None
-    ) -> dict[str, Outcome]:
-        assert call.module == "knob_probe" and call.function == "probe"
-        return {hv.host: self.script[hv.host] for hv in hosts}
+    def run(self, job: Any) -> dict[str, Outcome]:
+        assert job.call.module == "knob_probe" and job.call.function == "probe"
+        return {hv.host: self.script[hv.host] for hv in job.hosts}
 
 
 def outcome(host: str, what: str) -> Outcome:
@@ -181,7 +178,7 @@ def outcome(host: str, what: str) -> Outcome:
 def test_the_drift_use_case_keeps_every_outcome_a_transport_hands_over(
     isolated: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, str], code: int
 ) -> None:
-    monkeypatch.setitem(transports.REGISTRY, "scripted", ScriptedTransport)
+    monkeypatch.setitem(transports.REGISTRY, "scripted", ScriptedTransport())
     monkeypatch.setattr(transports, "VIA", (*transports.VIA, "scripted"))
     monkeypatch.setattr(ScriptedTransport, "script", {h: outcome(h, w) for h, w in behaviour.items()})
     plan = plan_from_hostvars([HostVars(host=h, address=a) for h, a in HOSTS.items()])

@@ -11,8 +11,8 @@ shape, plus its line in ``REGISTRY`` below (``local.py`` is the example).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import UsageError
@@ -20,6 +20,7 @@ from knobfleet.fleet.transports.ansible import AnsibleTransport
 from knobfleet.fleet.transports.base import (
     Capabilities,
     HostFailure,
+    Job,
     ModuleCall,
     Outcome,
     Streaming,
@@ -37,6 +38,7 @@ __all__ = [
     "VIA",
     "Capabilities",
     "HostFailure",
+    "Job",
     "ModuleCall",
     "Outcome",
     "Target",
@@ -50,23 +52,22 @@ __all__ = [
 ]
 
 
-# In the order ``--via auto`` tries them.
-REGISTRY: dict[str, Callable[[], Transport]] = {
-    "ssh": SshTransport,
-    "ansible": AnsibleTransport,
-    "local": LocalTransport,
+# In the order ``--via auto`` tries them: one instance of each for the process, holding its own state.
+REGISTRY: dict[str, Transport] = {
+    "ssh": SshTransport(),
+    "ansible": AnsibleTransport(),
+    "local": LocalTransport(),
 }
 VIA = ("auto", *REGISTRY)
 
 
 def _fallback() -> Transport:
     """The transport that reaches every host Ansible reaches."""
-    return next(t for t in (make() for make in REGISTRY.values()) if t.caps.fallback)
+    return next(t for t in REGISTRY.values() if t.caps.fallback)
 
 
 def _auto(hosts: Sequence[Target]) -> Transport:
-    for make in REGISTRY.values():
-        t = make()
+    for t in REGISTRY.values():
         if t.caps.auto and not t.caps.fallback and not any(t.ineligible(hv) for hv in hosts):
             return t
     return _fallback()
@@ -80,7 +81,7 @@ def choose(hosts: Sequence[Target], via: str) -> Transport:
         raise UsageError(f"--via {via!r}: expected one of {', '.join(VIA)}")
     if via == "auto":
         return _auto(hosts)
-    chosen = REGISTRY[via]()
+    chosen = REGISTRY[via]
     reasons = [r for r in (chosen.ineligible(hv) for hv in hosts) if r]
     if reasons:
         more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
@@ -100,7 +101,7 @@ def quick(hosts: Sequence[Target], via: str) -> Transport | None:
     if via == "auto":
         chosen = _auto(hosts)
     else:
-        chosen = REGISTRY[via]()
+        chosen = REGISTRY[via]
         if any(chosen.ineligible(hv) for hv in hosts):
             chosen = _auto(hosts) if chosen.caps.auto else chosen
             if any(chosen.ineligible(hv) for hv in hosts):
@@ -110,7 +111,7 @@ def quick(hosts: Sequence[Target], via: str) -> Transport | None:
 
 def play_vars(via: str) -> dict[str, Any]:
     """The extra vars a playbook run needs to reach hosts the way ``via`` names (none for auto)."""
-    return dict(REGISTRY[via]().caps.play_vars) if via in REGISTRY else {}
+    return dict(REGISTRY[via].caps.play_vars) if via in REGISTRY else {}
 
 
 def warm_up(call: ModuleCall, key: Callable[[], str | None], via: str, forks: int | None = None) -> None:
@@ -119,8 +120,8 @@ def warm_up(call: ModuleCall, key: Callable[[], str | None], via: str, forks: in
     fingerprint for that limit (asked only when a transport warms up; None: not cached)."""
     if via not in VIA:
         return
-    makers = [REGISTRY[via]] if via in REGISTRY else list(REGISTRY.values())
-    warm = [t for t in (make() for make in makers) if t.caps.warms_up and (via in REGISTRY or t.caps.auto)]
+    named = [REGISTRY[via]] if via in REGISTRY else list(REGISTRY.values())
+    warm = [t for t in named if t.caps.warms_up and (via in REGISTRY or t.caps.auto)]
     if not warm:
         return
     fingerprint = key()
@@ -134,51 +135,32 @@ def warm_up(call: ModuleCall, key: Callable[[], str | None], via: str, forks: in
 
 def _stop_warm(chosen: Transport) -> None:
     """Stop what transports other than ``chosen`` started ahead (nobody will collect it)."""
-    for make in REGISTRY.values():
-        t = make()
-        if t.caps.warms_up and type(t) is not type(chosen):
+    for t in REGISTRY.values():
+        if t.caps.warms_up and t is not chosen:
             t.stop_warm()
 
 
-def stream(
-    hosts: Sequence[Target],
-    call: ModuleCall,
-    inventory: Path,
-    via: str = "auto",
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    forks: int | None = None,
-) -> Iterator[Outcome]:
-    """``call`` on ``hosts`` through the chosen transport, at most ``forks`` hosts at once (default:
-    ``default_forks()``), each host's outcome as it arrives. A host whose python the fast path did not find is
-    retried through Ansible (its interpreter discovery finds one) once the others are done."""
-    yield from stream_with(choose(hosts, via), hosts, call, inventory, on_event, forks)
+def stream(job: Job, via: str = "auto") -> Iterator[Outcome]:
+    """``job`` through the transport ``via`` chooses, at most ``job.limit()`` hosts at once, each host's outcome
+    as it arrives. A host whose python the fast path did not find is retried through Ansible (its interpreter
+    discovery finds one) once the others are done."""
+    yield from stream_with(choose(job.hosts, via), job)
 
 
-def stream_with(
-    chosen: Transport,
-    hosts: Sequence[Target],
-    call: ModuleCall,
-    inventory: Path,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    forks: int | None = None,
-) -> Iterator[Outcome]:
+def stream_with(chosen: Transport, job: Job) -> Iterator[Outcome]:
     """``stream`` through a transport already chosen."""
     _stop_warm(chosen)
-    forks = forks if forks is not None else default_forks()
+    job = dataclasses.replace(job, forks=job.limit())
     retry: list[Target] = []
-    by_name = {hv.host: hv for hv in hosts}
-    outcomes: Iterable[Outcome] = (
-        _streaming(chosen).stream(hosts, call, inventory, on_event, forks)
-        if chosen.caps.streams
-        else chosen.run(hosts, call, inventory, on_event, forks).values()
-    )
+    by_name = {hv.host: hv for hv in job.hosts}
+    outcomes: Iterable[Outcome] = _streaming(chosen).stream(job) if chosen.caps.streams else chosen.run(job).values()
     for o in outcomes:
         if o.missing_python and not chosen.caps.fallback:
             retry.append(by_name[o.host])
         else:
             yield o
     if retry:
-        yield from _fallback().run(retry, call, inventory, on_event, forks).values()
+        yield from _fallback().run(dataclasses.replace(job, hosts=retry)).values()
 
 
 def _streaming(t: Transport) -> Streaming:
@@ -186,13 +168,6 @@ def _streaming(t: Transport) -> Streaming:
     return t  # type: ignore[return-value]
 
 
-def run(
-    hosts: Sequence[Target],
-    call: ModuleCall,
-    inventory: Path,
-    via: str = "auto",
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    forks: int | None = None,
-) -> dict[str, Outcome]:
-    """``stream``, collected: every host's outcome, in the order of ``hosts``."""
-    return collected(stream(hosts, call, inventory, via, on_event, forks), hosts)
+def run(job: Job, via: str = "auto") -> dict[str, Outcome]:
+    """``stream``, collected: every host's outcome, in the order of ``job.hosts``."""
+    return collected(stream(job, via), job.hosts)

@@ -4,19 +4,9 @@ reaches (any connection plugin, passwords, become, bastions), at the cost of sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from knobfleet.fleet.transports.base import (
-    Capabilities,
-    HostFailure,
-    ModuleCall,
-    NoWarmUp,
-    Outcome,
-    Target,
-    default_forks,
-)
+from knobfleet.fleet.transports.base import Capabilities, HostFailure, Job, NoWarmUp, Outcome
 
 
 class AnsibleTransport(NoWarmUp):
@@ -24,24 +14,18 @@ class AnsibleTransport(NoWarmUp):
     reads: ClassVar[frozenset[str]] = frozenset()  # none itself: Ansible reads every connection variable
     caps: ClassVar[Capabilities] = Capabilities(auto=True, fallback=True)
 
-    def run(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
+    def run(self, job: Job) -> dict[str, Outcome]:
         from knobfleet.fleet.runner import RunRequest, run_playbook
 
+        hosts, call = job.hosts, job.call
         result = run_playbook(
             RunRequest(
                 playbook=call.playbook,
-                inventory=inventory,
+                inventory=job.inventory,
                 limit=",".join(hv.host for hv in hosts),
                 unsafe_vars={f"{call.module}_args": {hv.host: call.args[hv.host] for hv in hosts}},
-                forks=min(max(len(hosts), 1), forks if forks is not None else default_forks()),
-                on_event=on_event,
+                forks=min(max(len(hosts), 1), job.limit()),
+                on_event=job.on_event,
             )
         )
         out: dict[str, Outcome] = {}

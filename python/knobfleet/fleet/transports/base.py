@@ -4,8 +4,10 @@ imports to start probes early).
 A transport runs one of the roles' own module functions on many hosts and hands back one ``Outcome`` per host.
 It declares what it is, never by its name:
 
-* ``reads``: the connection variables (``ansible_*``) it reads from a host's vars; a host that sets one it
-  cannot honour is ``ineligible`` for it;
+* ``reads``: the connection variables (``ansible_*``) it reads from a host's vars, the field names of its typed
+  record of them (``keys``; ``host_view`` reads a host's into it, defaults included); the host view
+  (``fleet.hostvars``) keeps the union of every transport's; a host that sets one it cannot honour is
+  ``ineligible`` for it;
 * ``caps``: its ``Capabilities`` (does it answer without starting ansible-playbook, does it stream, can
   ``--via auto`` choose it, is it the fallback that reaches every host Ansible reaches, and the extra vars a
   playbook run through it needs).
@@ -14,8 +16,11 @@ Signature of a transport (``Transport`` below), the one way it appears in the co
 
     ineligible(hv: Target) -> str | None
     warm_up(key: str, source: bytes, forks: int | None = None) -> None;  stop_warm() -> None
-    run(hosts, call: ModuleCall, inventory: Path, on_event=None, forks=None) -> {host: Outcome}
-    stream(hosts, call, inventory, on_event=None, forks=None) -> Iterator[Outcome]      (when caps.streams)
+    run(job: Job) -> {host: Outcome}
+    stream(job: Job) -> Iterator[Outcome]      (when caps.streams)
+
+The registry holds one instance of each transport for the process; what a transport keeps between calls (the
+ssh transport's processes started ahead) is that instance's state.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
+R = TypeVar("R")
 DEFAULT_FORKS = 32  # hosts at once when neither --forks, KNOBFLEET_FORKS nor ansible.cfg's forks says
 
 
@@ -68,6 +74,23 @@ class ModuleCall:
         from knobfleet import paths
 
         return paths.module_source(self.role, self.module).read_bytes()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One module call on some hosts, as a transport takes it: ``call`` on every one of ``hosts`` of
+    ``inventory``, at most ``forks`` at once (None: ``default_forks()``); ``on_event``: the Ansible run's events,
+    for a transport that runs one."""
+
+    hosts: Sequence[Target]
+    call: ModuleCall
+    inventory: Path
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    forks: int | None = None
+
+    def limit(self) -> int:
+        """How many hosts at once."""
+        return self.forks if self.forks is not None else default_forks()
 
 
 @dataclass(frozen=True)
@@ -119,16 +142,9 @@ class Transport(Protocol):
     def stop_warm(self) -> None:
         """Stop what ``warm_up`` started and nobody collected (may do nothing)."""
 
-    def run(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
-        """``call`` on every host, at most ``forks`` at once, each bounded by ``call.timeout_s``; an outcome per
-        host, never an exception for one host's failure."""
+    def run(self, job: Job) -> dict[str, Outcome]:
+        """``job.call`` on every host, at most ``job.limit()`` at once, each bounded by ``call.timeout_s``; an
+        outcome per host, never an exception for one host's failure."""
 
 
 class NoWarmUp:
@@ -147,14 +163,7 @@ class NoWarmUp:
 
 
 class Streaming(Transport, Protocol):
-    def stream(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> Iterator[Outcome]: ...
+    def stream(self, job: Job) -> Iterator[Outcome]: ...
 
 
 def collected(outcomes: Iterable[Outcome], hosts: Sequence[Target]) -> dict[str, Outcome]:
@@ -166,15 +175,8 @@ def collected(outcomes: Iterable[Outcome], hosts: Sequence[Target]) -> dict[str,
 class RunsItsStream:
     """What a streaming transport inherits: its ``run`` is its ``stream``, collected in the order of ``hosts``."""
 
-    def run(
-        self: Streaming,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
-        return collected(self.stream(hosts, call, inventory, on_event, forks), hosts)
+    def run(self: Streaming, job: Job) -> dict[str, Outcome]:
+        return collected(self.stream(job), job.hosts)
 
 
 def default_forks() -> int:
@@ -212,6 +214,18 @@ def check_forks(value: str | int, where: str = "--forks") -> int:
 def merged(hv: Target, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
     """A host's connection vars over ansible.cfg's defaults (host vars win)."""
     return {**(defaults or {}), **hv.connection}
+
+
+def keys(record: type) -> frozenset[str]:
+    """The host keys a transport's record of what it reads declares: its field names (the transport's ``reads``)."""
+    return frozenset(f.name for f in fields(record))
+
+
+def host_view(record: type[R], hv: Target, defaults: Mapping[str, str] | None = None) -> R:
+    """``record`` read from ``hv``'s connection vars over ``defaults`` (ansible.cfg's): each key it declares that
+    is set, the record's default for the others."""
+    c = merged(hv, defaults)
+    return record(**{k: c[k] for k in keys(record) if k in c})
 
 
 # --- running a module function under the host's python3 -I, whatever carries the bytes there -------------

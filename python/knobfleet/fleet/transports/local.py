@@ -13,20 +13,21 @@ apply).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from knobfleet.fleet.transports.base import (
     BOOT,
     Capabilities,
     HostFailure,
-    ModuleCall,
+    Job,
     NoWarmUp,
     Outcome,
     Target,
     bundle,
+    host_view,
     interpret,
+    keys,
 )
 
 DEFAULT_PYTHON = "/usr/bin/python3"
@@ -39,8 +40,7 @@ def is_local_address(address: str) -> bool:
 
 
 def python_of(hv: Target) -> str:
-    interp = hv.connection.get("ansible_python_interpreter", "")
-    return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+    return host_view(LocalVars, hv).python
 
 
 def argv(hv: Target, module_name: str, func: str, args: dict[str, Any]) -> list[str]:
@@ -50,42 +50,52 @@ def argv(hv: Target, module_name: str, func: str, args: dict[str, Any]) -> list[
     return [python_of(hv), "-I", "-c", BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))]
 
 
+@dataclass(frozen=True)
+class LocalVars:
+    """The host keys the local transport reads, with the defaults it takes for them."""
+
+    ansible_connection: str = ""
+    ansible_become: str = ""
+    ansible_host: str = ""
+    ansible_ssh_host: str = ""
+    ansible_port: str = ""
+    ansible_ssh_port: str = ""
+    ansible_python_interpreter: str = ""
+
+    @property
+    def python(self) -> str:
+        interp = self.ansible_python_interpreter
+        return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+
+
 class LocalTransport(NoWarmUp):
     name: ClassVar[str] = "local"
-    reads: ClassVar[frozenset[str]] = frozenset(
-        {"ansible_connection", "ansible_host", "ansible_python_interpreter", "ansible_become"}
-    )
+    reads: ClassVar[frozenset[str]] = keys(LocalVars)
     caps: ClassVar[Capabilities] = Capabilities(quick=True, play_vars={"ansible_connection": "local"})
 
     def ineligible(self, hv: Target) -> str | None:
-        c = hv.connection
-        conn = c.get("ansible_connection", "")
+        v = host_view(LocalVars, hv)
+        conn = v.ansible_connection
         if conn and conn not in ("local", "ansible.builtin.local", "ssh", "smart", "ansible.builtin.ssh"):
             return f"{hv.host}: ansible_connection={conn}"
-        if c.get("ansible_become", "").lower() in ("true", "yes", "1"):
+        if v.ansible_become.lower() in ("true", "yes", "1"):
             return f"{hv.host}: ansible_become"
         if conn in ("local", "ansible.builtin.local"):
             return None
-        where = c.get("ansible_host") or c.get("ansible_ssh_host") or hv.address or hv.host
+        where = v.ansible_host or v.ansible_ssh_host or hv.address or hv.host
         if not is_local_address(where):
             return f"{hv.host}: not this machine ({where})"
-        if c.get("ansible_port") or c.get("ansible_ssh_port"):  # a forwarded port may lead anywhere
+        if v.ansible_port or v.ansible_ssh_port:  # a forwarded port may lead anywhere
             return f"{hv.host}: ansible_port (set ansible_connection: local for this machine)"
         return None
 
-    def run(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> dict[str, Outcome]:
+    def run(self, job: Job) -> dict[str, Outcome]:
         from knobfleet import paths
 
+        call = job.call
         payload = bundle(call.source(), paths.module_utils_dir(), call.private)
         out: dict[str, Outcome] = {}
-        for hv in hosts:  # one machine: its hosts (services) one after the other, each bounded
+        for hv in job.hosts:  # one machine: its hosts (services) one after the other, each bounded
             cmd = argv(hv, call.module, call.function, call.args[hv.host])
             try:
                 proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=call.timeout_s, check=False)

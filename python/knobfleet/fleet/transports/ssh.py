@@ -39,7 +39,7 @@ import dataclasses
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -50,19 +50,21 @@ from knobfleet.fleet.transports.base import (
     DEFAULT_FORKS,
     Capabilities,
     HostFailure,
-    ModuleCall,
+    Job,
     Outcome,
     RunsItsStream,
     Target,
     bundle,
     check_forks,
     default_forks,
+    host_view,
     interpret,
+    keys,
 )
 from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 if TYPE_CHECKING:
-    from knobfleet.fleet.transports.sshcalls import CONNECT_TIMEOUT_S, DEFAULT_PYTHON, Calls, remote_command, ssh_argv
+    from knobfleet.fleet.transports.sshcalls import CONNECT_TIMEOUT_S, Calls, remote_command, ssh_argv
     from knobfleet.fleet.transports.sshsession import Session
 
 __all__ = [
@@ -92,7 +94,7 @@ if not TYPE_CHECKING:  # at run time only: for the type checker these names are 
     def __getattr__(name: str) -> object:
         """The names that moved to sshcalls.py and sshsession.py, importable from here as before but loaded on
         first use: importing the transports loads neither, and only ``--watch`` keeps sessions."""
-        if name in ("CONNECT_TIMEOUT_S", "DEFAULT_PYTHON", "remote_command", "ssh_argv"):
+        if name in ("CONNECT_TIMEOUT_S", "remote_command", "ssh_argv"):
             from knobfleet.fleet.transports import sshcalls
 
             return getattr(sshcalls, name)
@@ -103,29 +105,62 @@ if not TYPE_CHECKING:  # at run time only: for the type checker these names are 
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The connection variables the fast path reads (ssh_argv, _python, ineligible); a password var is only looked at.
-READS = frozenset(
-    {
-        "ansible_connection",
-        "ansible_become",
-        "ansible_host",
-        "ansible_ssh_host",
-        "ansible_port",
-        "ansible_ssh_port",
-        "ansible_user",
-        "ansible_ssh_user",
-        "ansible_ssh_private_key_file",
-        "ansible_private_key_file",
-        "ansible_ssh_executable",
-        "ansible_ssh_args",
-        "ansible_ssh_common_args",
-        "ansible_ssh_extra_args",
-        "ansible_python_interpreter",
-        "ansible_password",
-        "ansible_ssh_pass",
-        "ansible_become_password",
-    }
-)
+DEFAULT_PYTHON = "/usr/bin/python3"
+
+
+@dataclasses.dataclass(frozen=True)
+class SshVars:
+    """The host keys the fast path reads (``ssh_argv``, the interpreter, ``ineligible``), with the defaults
+    Ansible's ssh plugin takes for them. A password is only seen as set (``<set>``): the fast path never sends
+    one, so a host with one is ineligible."""
+
+    ansible_connection: str = "ssh"
+    ansible_become: str = ""
+    ansible_host: str = ""
+    ansible_ssh_host: str = ""
+    ansible_port: str = ""
+    ansible_ssh_port: str = ""
+    ansible_user: str = ""
+    ansible_ssh_user: str = ""
+    ansible_ssh_private_key_file: str = ""
+    ansible_private_key_file: str = ""
+    ansible_ssh_executable: str = "ssh"
+    ansible_ssh_args: str | None = None  # None: knobfleet's own (ansible_cfg.SSH_ARGS), as Ansible is given
+    ansible_ssh_common_args: str = ""
+    ansible_ssh_extra_args: str = ""
+    ansible_python_interpreter: str = ""
+    ansible_password: str = ""
+    ansible_ssh_pass: str = ""
+    ansible_ssh_password: str = ""
+    ansible_become_password: str = ""
+
+    @property
+    def port(self) -> str:
+        return self.ansible_port or self.ansible_ssh_port
+
+    @property
+    def user(self) -> str:
+        return self.ansible_user or self.ansible_ssh_user
+
+    @property
+    def key_file(self) -> str:
+        return self.ansible_ssh_private_key_file or self.ansible_private_key_file
+
+    @property
+    def python(self) -> str:
+        interp = self.ansible_python_interpreter
+        return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+
+    def address(self, hv: Target) -> str:
+        return self.ansible_host or self.ansible_ssh_host or hv.address or hv.host
+
+    @property
+    def password(self) -> bool:
+        return "<set>" in (self.ansible_password, self.ansible_ssh_pass, self.ansible_ssh_password,
+                           self.ansible_become_password)  # fmt: skip
+
+
+READS = keys(SshVars)
 
 
 def config_defaults() -> dict[str, str]:
@@ -138,13 +173,12 @@ def config_defaults() -> dict[str, str]:
 
 def ineligible(hv: Target, defaults: Mapping[str, str] | None = None) -> str | None:
     """Why ``hv`` cannot be reached over plain SSH exactly as Ansible would, or None."""
-    c = {**(defaults or {}), **hv.connection}
-    conn = c.get("ansible_connection", "ssh")
-    if conn not in ("ssh", "smart", "ansible.builtin.ssh"):
-        return f"{hv.host}: ansible_connection={conn}"
-    if any(v == "<set>" for k, v in c.items() if "pass" in k):
+    v = host_view(SshVars, hv, defaults)
+    if v.ansible_connection not in ("ssh", "smart", "ansible.builtin.ssh"):
+        return f"{hv.host}: ansible_connection={v.ansible_connection}"
+    if v.password:
         return f"{hv.host}: password authentication"
-    if c.get("ansible_become", "").lower() in ("true", "yes", "1"):
+    if v.ansible_become.lower() in ("true", "yes", "1"):
         return f"{hv.host}: ansible_become"
     return None
 
@@ -310,88 +344,60 @@ def _fan_out(calls: Calls, hosts: Sequence[Target], limit: int) -> Iterator[Outc
             t.join()
 
 
-def run_function(
-    hosts: Sequence[Target],
-    control_dir: Path,
-    source: bytes,
-    module_name: str,
-    func: str,
-    args: Mapping[str, dict[str, Any]],
-    timeout_s: float = 60.0,
-    plan_key: str | None = None,
-    started: Started | None = None,
-    defaults: Mapping[str, str] | None = None,
-    forks: int | None = None,
-    cache_roots: Mapping[str, str] | None = None,
-    known: probecache.Known | None = None,
-    persist: bool = False,
-) -> dict[str, Outcome]:
+def run_function(hosts: Sequence[Target], run: FunctionRun) -> dict[str, Outcome]:
     """``iter_function``, collected: every host's outcome, in the order of ``hosts``."""
-    run = FunctionRun(
-        control_dir, source, module_name, func, args, timeout_s, plan_key, started, defaults, forks, cache_roots,
-        known, persist,
-    )  # fmt: skip
     got = {o.host: o for o in iter_function(hosts, run)}
     return {hv.host: got[hv.host] for hv in hosts}
 
 
 # --- the transport ---------------------------------------------------------------------------------------
 
-_EARLY: Started = {}
-_EARLY_KEY: list[str | None] = [None]
-
-
-def stop_unused() -> None:
-    """Stop speculative processes nobody collected (an error came first, or another transport was chosen)."""
-    for _argv, proc in _EARLY.values():
-        if proc.returncode is None and proc.poll() is None:
-            proc.kill()
-        if proc.stdout is not None and not proc.stdout.closed:
-            proc.communicate()
-    _EARLY.clear()
-
-
-atexit.register(stop_unused)
-
 
 class SshTransport(RunsItsStream):
-    """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring."""
+    """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring. Its state: the processes
+    ``warm_up`` started ahead (by the saved plan, or taken over from the console script's entry) and the plan's
+    key, until ``stream`` takes them or ``stop_warm`` (also at exit) stops them."""
 
     name: ClassVar[str] = "ssh"
     reads: ClassVar[frozenset[str]] = READS
     caps: ClassVar[Capabilities] = Capabilities(quick=True, streams=True, warms_up=True, auto=True)
 
+    def __init__(self) -> None:
+        self._early: Started = {}
+        self._plan_key: str | None = None
+        atexit.register(self.stop_warm)
+
     def ineligible(self, hv: Target) -> str | None:
         return ineligible(hv, config_defaults())
 
     def stop_warm(self) -> None:
-        stop_unused()
+        """Stop speculative processes nobody collected (an error came first, or another transport was chosen)."""
+        for _argv, proc in self._early.values():
+            if proc.returncode is None and proc.poll() is None:
+                proc.kill()
+            if proc.stdout is not None and not proc.stdout.closed:
+                proc.communicate()
+        self._early.clear()
 
     def warm_up(self, key: str, source: bytes, forks: int | None = None) -> None:
         from knobfleet import headstart
 
-        stop_unused()
-        _EARLY_KEY[0] = key
+        self.stop_warm()
+        self._plan_key = key
         # started by the console script's entry, before the imports, for this very command line (Spawned: the part
         # of Popen the transport uses)
         early = cast(Started, headstart.take(key))
-        _EARLY.update(early or start_planned(key, source, forks if forks is not None else default_forks()))
+        self._early.update(early or start_planned(key, source, forks if forks is not None else default_forks()))
 
-    def stream(
-        self,
-        hosts: Sequence[Target],
-        call: ModuleCall,
-        inventory: Path,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        forks: int | None = None,
-    ) -> Iterator[Outcome]:
+    def stream(self, job: Job) -> Iterator[Outcome]:
         from knobfleet import paths
 
-        started = dict(_EARLY)
-        _EARLY.clear()
+        call = job.call
+        started = dict(self._early)
+        self._early.clear()
         roots = {h: r for h, a in call.args.items() if (r := probecache.root_of(a)) is not None}
         return iter_function(
-            hosts,
+            job.hosts,
             FunctionRun(
                 paths.control_dir(),
                 bundle(call.source(), paths.module_utils_dir(), call.private),
@@ -399,10 +405,10 @@ class SshTransport(RunsItsStream):
                 call.function,
                 call.args,
                 timeout_s=call.timeout_s,
-                plan_key=_EARLY_KEY[0],
+                plan_key=self._plan_key,
                 started=started,
                 defaults=config_defaults(),
-                forks=forks,
+                forks=job.forks,
                 cache_roots=roots,
                 known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
                 persist=call.persist,

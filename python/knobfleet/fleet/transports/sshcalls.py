@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
-from knobfleet.fleet.transports.base import BOOT, HostFailure, Outcome, Target, interpret
+from knobfleet.fleet.transports.base import BOOT, HostFailure, Outcome, Target, host_view, interpret
+from knobfleet.fleet.transports.ssh import DEFAULT_PYTHON as DEFAULT_PYTHON  # where it was before
+from knobfleet.fleet.transports.ssh import SshVars
 
 if TYPE_CHECKING:
     from knobfleet.fleet.transports.ssh import FunctionRun, Started
@@ -30,21 +32,18 @@ if TYPE_CHECKING:
 Popen = subprocess.Popen[bytes]
 
 CONNECT_TIMEOUT_S = 15
-DEFAULT_PYTHON = "/usr/bin/python3"
 
 
 def _python(hv: Target, defaults: Mapping[str, str] | None = None) -> str:
-    c = {**(defaults or {}), **hv.connection}
-    interp = c.get("ansible_python_interpreter", "")
-    return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+    return host_view(SshVars, hv, defaults).python
 
 
 def ssh_argv(hv: Target, control_dir: Path, defaults: Mapping[str, str] | None = None) -> list[str]:
     """The ssh command line Ansible's ssh plugin would use for ``hv`` (without the remote command).
     ``defaults``: ansible.cfg's connection settings as inventory vars (``config_defaults``); host vars win."""
-    c = {**(defaults or {}), **hv.connection}
-    argv = [c.get("ansible_ssh_executable", "ssh")]
-    argv += shlex.split(c["ansible_ssh_args"]) if "ansible_ssh_args" in c else list(SSH_ARGS)
+    v = host_view(SshVars, hv, defaults)
+    argv = [v.ansible_ssh_executable]
+    argv += shlex.split(v.ansible_ssh_args) if v.ansible_ssh_args is not None else list(SSH_ARGS)
     argv += [
         "-o",
         "StrictHostKeyChecking=yes",
@@ -55,19 +54,15 @@ def ssh_argv(hv: Target, control_dir: Path, defaults: Mapping[str, str] | None =
         "-o",
         "PasswordAuthentication=no",
     ]
-    port = c.get("ansible_port") or c.get("ansible_ssh_port")
-    if port:
-        argv += ["-o", f"Port={port}"]
-    key = c.get("ansible_ssh_private_key_file") or c.get("ansible_private_key_file")
-    if key:
-        argv += ["-o", f'IdentityFile="{os.path.expanduser(key)}"']
-    user = c.get("ansible_user") or c.get("ansible_ssh_user")
-    if user:
-        argv += ["-o", f"User={user}"]
+    if v.port:
+        argv += ["-o", f"Port={v.port}"]
+    if v.key_file:
+        argv += ["-o", f'IdentityFile="{os.path.expanduser(v.key_file)}"']
+    if v.user:
+        argv += ["-o", f"User={v.user}"]
     argv += ["-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", f"ControlPath={control_dir}/%C"]
-    for key_ in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        argv += shlex.split(c.get(key_, ""))
-    argv.append(c.get("ansible_host") or c.get("ansible_ssh_host") or hv.address or hv.host)
+    argv += shlex.split(v.ansible_ssh_common_args) + shlex.split(v.ansible_ssh_extra_args)
+    argv.append(v.address(hv))
     return argv
 
 

@@ -13,7 +13,7 @@ import pytest
 from knobfleet.fleet import runner, transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import HostResult, RunRequest, RunResult
-from knobfleet.fleet.transports import HostFailure, ModuleCall, Outcome
+from knobfleet.fleet.transports import HostFailure, Job, ModuleCall, Outcome
 
 HOSTS = [HostVars(host=h, address=f"127.0.1.{i}") for i, h in enumerate(("ok", "down", "failed", "nodoc", "odd"), 1)]
 CALL = ModuleCall(
@@ -51,7 +51,7 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
 
 
 def test_each_host_gets_the_outcome_its_run_reported(requests: list[RunRequest], tmp_path: Path) -> None:
-    got = transports.run(HOSTS, CALL, tmp_path / "inv", via="ansible", forks=3)
+    got = transports.run(Job(HOSTS, CALL, tmp_path / "inv", forks=3), via="ansible")
     assert list(got) == [hv.host for hv in HOSTS]
     assert got["ok"] == Outcome("ok", doc={"schema_version": 1})
     assert got["down"] == Outcome("down", error=HostFailure("unreachable", "ssh: connect to host: No route to host"))
@@ -62,7 +62,7 @@ def test_each_host_gets_the_outcome_its_run_reported(requests: list[RunRequest],
 
 
 def test_the_run_is_asked_for_every_host_with_its_own_arguments(requests: list[RunRequest], tmp_path: Path) -> None:
-    transports.run(HOSTS, CALL, tmp_path / "inv", via="ansible", forks=3)
+    transports.run(Job(HOSTS, CALL, tmp_path / "inv", forks=3), via="ansible")
     (req,) = requests
     assert (req.playbook, req.inventory, req.limit) == ("probe.yml", tmp_path / "inv", "ok,down,failed,nodoc,odd")
     assert req.unsafe_vars == {"knob_probe_args": {hv.host: {"service": f"svc-{hv.host}"} for hv in HOSTS}}
@@ -79,18 +79,18 @@ def test_forks_never_exceed_the_hosts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KNOBFLEET_FORKS", "32")
-    transports.run(HOSTS[:hosts], CALL, tmp_path, via="ansible", forks=forks)
+    transports.run(Job(HOSTS[:hosts], CALL, tmp_path, forks=forks), via="ansible")
     assert requests[0].forks == expected
 
 
 def test_the_ansible_transport_reaches_every_host() -> None:
-    t = transports.REGISTRY["ansible"]()
+    t = transports.REGISTRY["ansible"]
     assert t.name == "ansible"
     assert all(t.ineligible(hv) is None for hv in HOSTS)
     t.warm_up("key", b"source")  # nothing saved to start early: a no-op
 
 
 def test_stream_hands_over_errors_too(requests: list[RunRequest], tmp_path: Path) -> None:
-    got = list(transports.stream(HOSTS, CALL, tmp_path, via="ansible"))
+    got = list(transports.stream(Job(HOSTS, CALL, tmp_path), via="ansible"))
     assert sorted(o.host for o in got) == sorted(hv.host for hv in HOSTS)
     assert sum(o.error is not None for o in got) == 4

@@ -14,8 +14,7 @@ import pytest
 from knobfleet.errors import UsageError
 from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.transports import HostFailure, ModuleCall, Outcome
-from knobfleet.fleet.transports import ssh as ssh_module
+from knobfleet.fleet.transports import HostFailure, Job, ModuleCall, Outcome
 from knobfleet.fleet.transports.base import Capabilities
 
 HOSTS = [HostVars(host=h) for h in ("a", "b", "c")]
@@ -39,11 +38,9 @@ class Fast:
     def stop_warm(self) -> None:
         LOG.append(("stop_unused", None))
 
-    def stream(
-        self, hosts: Sequence[Any], call: Any, inventory: Path, on_event: Any = None, forks: int | None = None
-    ) -> Iterator[Outcome]:
-        LOG.append(("fast", ([h.host for h in hosts], forks)))
-        for h in hosts:
+    def stream(self, job: Job) -> Iterator[Outcome]:
+        LOG.append(("fast", ([h.host for h in job.hosts], job.forks)))
+        for h in job.hosts:
             if h.host in self.no_python:
                 yield Outcome(h.host, error=HostFailure("error", "python3 not found"), missing_python=True)
             elif h.host == "b":
@@ -63,11 +60,17 @@ class Slow:
     def warm_up(self, key: str, source: bytes) -> None:
         return None
 
-    def run(
-        self, hosts: Sequence[Any], call: Any, inventory: Path, on_event: Any = None, forks: int | None = None
-    ) -> dict[str, Outcome]:
-        LOG.append(("slow", ([h.host for h in hosts], forks)))
-        return {h.host: Outcome(h.host, doc={"via": "slow"}) for h in hosts}
+    def run(self, job: Job) -> dict[str, Outcome]:
+        LOG.append(("slow", ([h.host for h in job.hosts], job.forks)))
+        return {h.host: Outcome(h.host, doc={"via": "slow"}) for h in job.hosts}
+
+
+def run(hosts: Sequence[Any], call: ModuleCall, inventory: Path, via: str = "auto", forks: int | None = None) -> Any:
+    return transports.run(Job(hosts, call, inventory, forks=forks), via)
+
+
+def stream(hosts: Sequence[Any], call: ModuleCall, inventory: Path, via: str = "auto", forks: int | None = None) -> Any:
+    return transports.stream(Job(hosts, call, inventory, forks=forks), via)
 
 
 @pytest.fixture(autouse=True)
@@ -75,14 +78,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> None:
     LOG.clear()
     monkeypatch.setattr(Fast, "refuse", set())
     monkeypatch.setattr(Fast, "no_python", set())
-    monkeypatch.setitem(transports.REGISTRY, "ssh", Fast)
-    monkeypatch.setitem(transports.REGISTRY, "ansible", Slow)
-    monkeypatch.setattr(ssh_module, "stop_unused", lambda: LOG.append(("stop_unused", None)))
+    monkeypatch.setitem(transports.REGISTRY, "ssh", Fast())
+    monkeypatch.setitem(transports.REGISTRY, "ansible", Slow())
     monkeypatch.setenv("KNOBFLEET_FORKS", "7")
 
 
 def test_auto_takes_the_fast_path_when_it_reaches_every_host(tmp_path: Path) -> None:
-    got = transports.run(HOSTS, CALL, tmp_path)
+    got = run(HOSTS, CALL, tmp_path)
     assert LOG == [("fast", (["a", "b", "c"], 7))]
     assert {h: (o.doc, o.error) for h, o in got.items()} == {
         "a": ({"via": "fast"}, None),
@@ -93,14 +95,14 @@ def test_auto_takes_the_fast_path_when_it_reaches_every_host(tmp_path: Path) -> 
 
 def test_auto_falls_back_when_one_host_cannot_be_reached_the_fast_way(tmp_path: Path) -> None:
     Fast.refuse = {"c"}
-    got = transports.run(HOSTS, CALL, tmp_path, via="auto", forks=2)
+    got = run(HOSTS, CALL, tmp_path, via="auto", forks=2)
     assert LOG == [("stop_unused", None), ("slow", (["a", "b", "c"], 2))]
     assert all(o.doc == {"via": "slow"} for o in got.values())
 
 
 def test_a_host_without_python_is_retried_through_ansible_after_the_others(tmp_path: Path) -> None:
     Fast.no_python = {"a"}
-    got = list(transports.stream(HOSTS, CALL, tmp_path, forks=3))
+    got = list(stream(HOSTS, CALL, tmp_path, forks=3))
     assert [o.host for o in got] == ["b", "c", "a"]
     assert got[-1].doc == {"via": "slow"} and not got[-1].missing_python
     assert LOG == [("fast", (["a", "b", "c"], 3)), ("slow", (["a"], 3))]
@@ -109,22 +111,22 @@ def test_a_host_without_python_is_retried_through_ansible_after_the_others(tmp_p
 def test_naming_a_transport_that_cannot_reach_a_host_is_a_usage_error(tmp_path: Path) -> None:
     Fast.refuse = {"b", "c"}
     with pytest.raises(UsageError) as exc:
-        transports.run(HOSTS, CALL, tmp_path, via="ssh")
+        run(HOSTS, CALL, tmp_path, via="ssh")
     assert str(exc.value) == (
         "--via ssh: b: ansible_become (and 1 more) cannot be reached that way as Ansible reaches it; "
         "use --via auto (falls back to the playbook) or --via ansible"
     )
     Fast.refuse = {"c"}
     with pytest.raises(UsageError, match=r"^--via ssh: c: ansible_become cannot be reached"):
-        transports.run(HOSTS, CALL, tmp_path, via="ssh")
+        run(HOSTS, CALL, tmp_path, via="ssh")
     assert LOG == []
 
 
 def test_an_unknown_transport_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^--via 'docker': expected one of auto, ssh, ansible, local$"):
-        transports.run(HOSTS, CALL, tmp_path, via="docker")
+        run(HOSTS, CALL, tmp_path, via="docker")
 
 
 def test_naming_ansible_never_uses_the_fast_path(tmp_path: Path) -> None:
-    transports.run(HOSTS, CALL, tmp_path, via="ansible")
+    run(HOSTS, CALL, tmp_path, via="ansible")
     assert LOG == [("stop_unused", None), ("slow", (["a", "b", "c"], 7))]

@@ -16,6 +16,7 @@ import pytest
 
 from knobfleet.fleet import probe, transports
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports import Job
 from knobfleet.fleet.transports.base import Capabilities, Outcome
 
 NAMES = sorted(transports.REGISTRY)
@@ -23,7 +24,7 @@ NAMES = sorted(transports.REGISTRY)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_transport_declares_what_it_reads_and_can_do(name: str) -> None:
-    t = transports.REGISTRY[name]()
+    t = transports.REGISTRY[name]
     assert t.name == name
     assert isinstance(t.caps, Capabilities)
     assert isinstance(t.reads, frozenset) and all(v.startswith("ansible_") for v in t.reads)
@@ -37,7 +38,7 @@ def test_a_transport_declares_what_it_reads_and_can_do(name: str) -> None:
 
 
 def test_one_fallback_and_auto_never_picks_local() -> None:
-    made = [make() for make in transports.REGISTRY.values()]
+    made = list(transports.REGISTRY.values())
     assert [t.name for t in made if t.caps.fallback] == ["ansible"]
     assert transports.choose([HostVars(host="localhost")], "auto").name == "ssh"
     assert transports.choose([HostVars(host="h", connection={"ansible_connection": "local"})], "auto").name == "ansible"
@@ -74,7 +75,7 @@ def test_the_quick_transport_as_via_allows(via: str, conns: list[dict[str, str]]
     ],
 )
 def test_local_reaches_only_this_machine(conn: dict[str, str], why: str | None) -> None:
-    got = transports.REGISTRY["local"]().ineligible(HostVars(host="h", connection=conn))
+    got = transports.REGISTRY["local"].ineligible(HostVars(host="h", connection=conn))
     assert got == why or (why is not None and got is not None and got.startswith(why))
 
 
@@ -105,9 +106,9 @@ def through(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
     hv = bare_host(tmp_path, connection)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {"localhost": hv.connection}}}))
-    t = transports.REGISTRY[name]()
+    t = transports.REGISTRY[name]
     assert t.ineligible(hv) is None
-    (out,) = t.run([hv], probe.call([hv]), inventory, None, 4).values()
+    (out,) = t.run(Job([hv], probe.call([hv]), inventory, None, 4)).values()
     return out, hv
 
 
@@ -142,6 +143,6 @@ def test_a_host_whose_module_fails_is_an_outcome_not_an_exception(
             update={"connection": {"ansible_ssh_executable": str(fake), "ansible_python_interpreter": "/bin/false"}}
         )
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "controller"))
-    out = transports.REGISTRY[name]().run([hv], probe.call([hv]), tmp_path / "none", None, 1)["localhost"]
+    out = transports.REGISTRY[name].run(Job([hv], probe.call([hv]), tmp_path / "none", None, 1))["localhost"]
     assert out.doc is None and out.error is not None and out.error.kind == "error"
     assert out.error.message.startswith("the module failed on the host (exit 1)")

@@ -36,9 +36,9 @@ def probe(host: HostVars, tmp_path: Path, known: probecache.Known) -> transport.
     payload = bundle(SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
     args = {"h1": {"state_dir": f"{state}/svc"}}
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
-    return transport.run_function([host], tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)[
-        "h1"
-    ]
+    return transport.run_function(
+        [host], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
+    )["h1"]
 
 
 def test_root_of() -> None:
@@ -92,7 +92,10 @@ def ask(host: HostVars, tmp_path: Path, known: probecache.Known, persist: bool) 
     args = {"h1": {"state_dir": f"{state}/svc"}}
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
     got = transport.run_function(
-        [host], tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, persist=persist
+        [host],
+        transport.FunctionRun(
+            tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, persist=persist
+        ),
     )
     return got["h1"]
 
@@ -143,9 +146,9 @@ def test_two_versions_against_the_same_host_each_keep_their_entry(host: HostVars
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
 
     def probe_other() -> transport.Outcome:
-        return transport.run_function([host], tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)[
-            "h1"
-        ]
+        return transport.run_function(
+            [host], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
+        )["h1"]
 
     assert probe_other().cache == "stored"
     for _ in range(2):  # alternating: each is a hit, neither resends its bundle

@@ -141,14 +141,16 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 @given(args=st.dictionaries(TEXT, st.one_of(TEXT, st.integers(), st.booleans(), st.none()), max_size=5))
 def test_arguments_survive_the_remote_shell(fake_ssh: Path, tmp_path: Path, args: dict[str, Any]) -> None:
     (h,) = local_hosts(fake_ssh, 1)
-    out = transport.run_function([h], tmp_path / "cp", MODULE, "m", "echo", {"h1": args})
+    out = transport.run_function([h], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": args}))
     assert out["h1"].error is None and out["h1"].doc["args"] == args
 
 
 def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -> None:
     h1, h2 = local_hosts(fake_ssh, 2)
     h2 = hv("h2", ansible_ssh_executable=str(fake_ssh), ansible_python_interpreter="/nonexistent/python3")
-    out = transport.run_function([h1, h2], tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}})
+    out = transport.run_function(
+        [h1, h2], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}})
+    )
     assert str(out["h1"].error) == "error: the module failed on the host (exit 1): RuntimeError: probe exploded"
     assert out["h2"].missing_python
 
@@ -156,7 +158,9 @@ def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -
 def test_timeout_stops_the_process(tmp_path: Path, fake_ssh: Path) -> None:
     (h,) = local_hosts(fake_ssh, 1)
     slow = transport.bundle(b"import time\ndef wait(a):\n    time.sleep(30)\n", paths.module_utils_dir())
-    out = transport.run_function([h], tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5)
+    out = transport.run_function(
+        [h], transport.FunctionRun(tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5)
+    )
     assert str(out["h1"].error) == "error: no answer within 0.5 s; the ssh process was stopped"
 
 
@@ -168,13 +172,15 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     args = {h.host: {"n": i} for i, h in enumerate(hosts)}
     cp = paths.control_dir()
     assert transport.start_planned("k", MODULE) == {}  # nothing saved yet
-    first = transport.run_function(hosts, cp, MODULE, "m", "echo", args, plan_key="k")
+    first = transport.run_function(hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
     started = transport.start_planned("k", MODULE)
     assert sorted(started) == ["h1", "h2", "h3"]
     early_pids = {h: p.pid for h, (_argv, p) in started.items()}
     # h2's vars changed since the plan was saved: its early process is stopped and a new one started.
     args["h2"] = {"n": "changed"}
-    second = transport.run_function(hosts, cp, MODULE, "m", "echo", args, plan_key="k", started=started)
+    second = transport.run_function(
+        hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k", started=started)
+    )
     assert [second[h].doc["args"] for h in ("h1", "h2", "h3")] == [{"n": 0}, {"n": "changed"}, {"n": 2}]
     assert started["h1"][1].returncode == 0 and started["h2"][1].returncode == -9  # killed, by its own PID
     # bash execs python, so the document's pid is the early process's own pid where it was used
@@ -185,14 +191,16 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     saved = json.loads(next((tmp_path / "state" / "cache" / "fastpath").glob("*.json")).read_text())
     assert [p["host"] for p in saved] == ["h1", "h2", "h3"]
     rest = transport.start_planned("k", MODULE)
-    transport.run_function(hosts[:1], cp, MODULE, "m", "echo", args, started=rest)
+    transport.run_function(hosts[:1], transport.FunctionRun(cp, MODULE, "m", "echo", args, started=rest))
     assert all(p.returncode is not None for _a, p in rest.values())  # unused ones stopped, none left running
 
 
 def test_a_missing_ssh_executable_is_reported_per_host(tmp_path: Path, fake_ssh: Path) -> None:
     good = local_hosts(fake_ssh, 1)[0]
     bad = hv("h2", ansible_ssh_executable=str(tmp_path / "no-such-ssh"))
-    out = transport.run_function([good, bad], tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}})
+    out = transport.run_function(
+        [good, bad], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}})
+    )
     assert out["h1"].doc["args"] == {}
     assert str(out["h2"].error) == f"error: cannot run {tmp_path}/no-such-ssh: No such file or directory"
 
@@ -207,7 +215,9 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
     # table) and knob_running (which imports knob_argv, the argv reader): shipped with it, each after what it imports
     want = ["knob_lean", "knob_shell", "knob_redact", "knob_rules", "knob_argv", "knob_running", "knob_live"]
     assert [n for n, _src in json.loads(payload)["utils"]] == want
-    out = transport.run_function([h], tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
+    out = transport.run_function(
+        [h], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
+    )
     assert out["h1"].doc == [{"A": "1"}, ["x"]]
 
 
@@ -261,7 +271,7 @@ def test_run_function_keeps_the_hosts_order_and_one_fork_runs_one_at_a_time(fake
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {"dir": str(tmp_path), "name": h.host} for h in hosts}
     payload = transport.bundle(GATED, paths.module_utils_dir())
-    out = transport.run_function(hosts, tmp_path / "cp", payload, "m", "gated", args, forks=1)
+    out = transport.run_function(hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=1))
     assert list(out) == ["h1", "h2", "h3"] and [o.doc for o in out.values()] == ["h1", "h2", "h3"]
     assert (tmp_path / "seen").read_text().split() == ["1", "1", "1"]
 
@@ -287,11 +297,15 @@ def test_the_speculative_start_keeps_only_the_first_forks(
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {} for h in hosts}
-    transport.run_function(hosts, paths.control_dir(), MODULE, "m", "echo", args, plan_key="k", forks=2)
+    transport.run_function(
+        hosts, transport.FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, plan_key="k", forks=2)
+    )
     started = transport.start_planned("k", MODULE)
     assert sorted(started) == ["h1", "h2"]
     assert sorted(transport.start_planned("k", MODULE, limit=1)) == ["h1"]
-    transport.run_function(hosts, paths.control_dir(), MODULE, "m", "echo", args, started=started)
+    transport.run_function(
+        hosts, transport.FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, started=started)
+    )
 
 
 @pytest.mark.parametrize(
