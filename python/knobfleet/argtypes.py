@@ -57,13 +57,18 @@ def vault_id(value: str) -> str:
     return value
 
 
-def output_file(value: str) -> Path:
+def _checked(value: str, check: Callable[[Path], object]) -> Path:
+    """``value`` as a path ``check`` (one of safefile's) accepts; its refusal as the argument's error."""
     path = _path(value)
     try:
-        safefile.check_output(path)
+        check(path)
     except safefile.FileRefused as exc:
         raise refuse(f"{shown(value)}: {exc}") from None
     return path
+
+
+def output_file(value: str) -> Path:
+    return _checked(value, safefile.check_output)
 
 
 def html_file(value: str) -> Path:
@@ -81,12 +86,7 @@ def report_target(value: str) -> Path:
 
 
 def output_dir(value: str) -> Path:
-    path = _path(value)
-    try:
-        safefile.check_output_dir(path)
-    except safefile.FileRefused as exc:
-        raise refuse(f"{shown(value)}: {exc}") from None
-    return path
+    return _checked(value, safefile.check_output_dir)
 
 
 def calibrations_file(value: str) -> Path:

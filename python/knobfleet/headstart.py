@@ -224,19 +224,7 @@ def take(plan_key: str) -> dict[str, tuple[list[str], Spawned]]:
 
 def _read_key(path: str) -> bytes | None:
     """The fleet's key from its file, under the checks fleetkey makes (a regular file, yours, owner-only)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077 or st.st_uid != os.geteuid():
-            return None
-        text = os.read(fd, 256).strip()
-    finally:
-        os.close(fd)
+    text = (_read_record(path, 4096, private=True) or b"").strip()
     return text if len(text) >= 32 and text.isalnum() else None
 
 
@@ -281,9 +269,9 @@ def remember(
 MAX_RECORD = 16 * 1024 * 1024
 
 
-def _read_record(path: str) -> bytes | None:
+def _read_record(path: str, limit: int = MAX_RECORD, private: bool = False) -> bytes | None:
     """A record's bytes, or None: absent, not a regular file (a FIFO or device planted there is never waited on),
-    a symlink, or larger than ``MAX_RECORD``."""
+    a symlink, or larger than ``limit``; with ``private``, also when it is not yours or others may read it."""
     import stat
 
     try:
@@ -292,16 +280,18 @@ def _read_record(path: str) -> bytes | None:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        if private and (st.st_mode & 0o077 or st.st_uid != os.geteuid()):
             return None
         chunks, size = [], 0
-        while size <= MAX_RECORD:
+        while size <= limit:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        return b"".join(chunks) if size <= MAX_RECORD else None
+        return b"".join(chunks) if size <= limit else None
     except OSError:
         return None
     finally:

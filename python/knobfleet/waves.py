@@ -129,41 +129,31 @@ def row(
     n_hg = math.ceil(heads / knobs.block_h)
     nsplit = nsplit_for(batch, knobs, heads, context)
     ctas = batch * n_hg * nsplit
-    if calibration is not None:
-        terms = calibration.terms(knobs.block_h)
-        slots = sms * terms.resident
-        waves_ceil = math.ceil(ctas / slots)
-        last = ctas - (waves_ceil - 1) * slots
-        return WaveRow(
-            batch=batch,
-            n_hg=n_hg,
-            nsplit=nsplit,
-            ctas=ctas,
-            waves=round(ctas / slots, 4),
-            waves_ceil=waves_ceil,
-            last_wave_ctas=last,
-            last_wave_fill=round(last / slots, 4),
-            cost=(cost := round(attention_us(ctas, nsplit, context, sms, terms), 4)),
-            resident=terms.resident,
-            calibrated=True,
-            combine_cost=(combine := combine_cost(batch, nsplit, heads, calibration)),
-            step_cost=round(cost + combine, 4),
-        )
-    waves_ceil = math.ceil(ctas / sms)
-    last = ctas - (waves_ceil - 1) * sms
-    per_cta = (context / nsplit) / L_REF * (KV_SHARE + (1 - KV_SHARE) * knobs.block_h / 32)
+    terms = calibration.terms(knobs.block_h) if calibration is not None else None
+    slots = sms * terms.resident if terms is not None else sms  # CTAs one wave holds
+    waves_ceil = math.ceil(ctas / slots)
+    last = ctas - (waves_ceil - 1) * slots
+    if calibration is not None and terms is not None:  # predicted microseconds
+        cost, digits = round(attention_us(ctas, nsplit, context, sms, terms), 4), 4
+        combine = combine_cost(batch, nsplit, heads, calibration)
+    else:  # relative units
+        per_cta = (context / nsplit) / L_REF * (KV_SHARE + (1 - KV_SHARE) * knobs.block_h / 32)
+        cost, digits = round(waves_ceil * per_cta, 6), 6
+        combine = round(combine_cost(batch, nsplit, heads), 6)
     return WaveRow(
         batch=batch,
         n_hg=n_hg,
         nsplit=nsplit,
         ctas=ctas,
-        waves=round(ctas / sms, 4),
+        waves=round(ctas / slots, 4),
         waves_ceil=waves_ceil,
         last_wave_ctas=last,
-        last_wave_fill=round(last / sms, 4),
-        cost=(cost := round(waves_ceil * per_cta, 6)),
-        combine_cost=(combine := round(combine_cost(batch, nsplit, heads), 6)),
-        step_cost=round(cost + combine, 6),
+        last_wave_fill=round(last / slots, 4),
+        cost=cost,
+        resident=terms.resident if terms is not None else 1,
+        calibrated=terms is not None,
+        combine_cost=combine,
+        step_cost=round(cost + combine, digits),
     )
 
 

@@ -173,20 +173,11 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
     )
-    p.add_argument(
-        "--readiness-timeout",
-        type=types.POSITIVE,
-        default=None,
-        metavar="S",
-        help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)",
-    )
-    p.add_argument(
-        "--grace",
-        type=types.NON_NEGATIVE,
-        default=None,
-        metavar="S",
-        help="after readiness, watch S seconds that the engine stays up (default: knob_serve_readiness_grace_s)",
-    )
+    p.add_argument("--readiness-timeout", type=types.POSITIVE, default=None, metavar="S",
+                   help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)")  # fmt: skip
+    p.add_argument("--grace", type=types.NON_NEGATIVE, default=None, metavar="S",
+                   help="after readiness, watch S seconds that the engine stays up (default: "
+                   "knob_serve_readiness_grace_s)")  # fmt: skip
     p.set_defaults(func=cmd_apply)
     p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff)")
     _common(p)

@@ -302,12 +302,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--max-regression", type=types.FRACTION, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)"
     )
-    p.add_argument(
-        "--futility",
-        type=types.FRACTION,
-        default=0.05,
-        help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never stop early)",
-    )
+    p.add_argument("--futility", type=types.FRACTION, default=0.05,
+                   help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never "
+                   "stop early)")  # fmt: skip
     p.add_argument(
         "--report", type=types.report_target, default=None, metavar="DIR|FILE.html",
         help="where report.{json,md,png,html} go; FILE.html: the HTML page there, the rest in the default folder",

@@ -137,13 +137,8 @@ def _opts(p: argparse.ArgumentParser) -> None:
         "--report", type=types.html_file, default=None, metavar="FILE.html",
         help="also write the fleet as one self-contained HTML page: each host's profile, generation and findings",
     )  # fmt: skip
-    p.add_argument(
-        "--save-probes",
-        type=types.output_dir,
-        default=None,
-        metavar="DIR",
-        help="also save each host's raw probe JSON in DIR",
-    )
+    p.add_argument("--save-probes", type=types.output_dir, default=None, metavar="DIR",
+                   help="also save each host's raw probe JSON in DIR")  # fmt: skip
     p.add_argument(
         "--forks",
         type=types.POSITIVE,

@@ -200,17 +200,21 @@ def cmd_canary(args: argparse.Namespace) -> int:
 PRE_WINDOWS = 3  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
 
 
-def register(sub: Sub[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "load-profile",
-        help="A/B weights per concurrency bucket from the live load (running requests in Prometheus)",
-    )
+def _prometheus_opt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prometheus",
         default=os.environ.get("KNOBFLEET_PROMETHEUS") or DEFAULT_PROMETHEUS,
         metavar="URL",
         help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the lab's {DEFAULT_PROMETHEUS})",
     )
+
+
+def register(sub: Sub[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "load-profile",
+        help="A/B weights per concurrency bucket from the live load (running requests in Prometheus)",
+    )
+    _prometheus_opt(p)
     p.add_argument("--window", type=duration, default=600.0, help="how far back to look (default 10m)")
     p.add_argument("--step", type=duration, default=5.0, help="sample spacing (default 5s)")
     p.add_argument(
@@ -263,18 +267,10 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="judge and report the decision without acting on it: the canaries stay on the profile",
     )
-    p.add_argument(
-        "--max-regression",
-        type=types.FRACTION,
-        default=0.05,
-        help="the regression a canary must catch: promotion needs every metric shown better than minus this (0.05)",
-    )
-    p.add_argument(
-        "--prometheus",
-        default=os.environ.get("KNOBFLEET_PROMETHEUS") or DEFAULT_PROMETHEUS,
-        metavar="URL",
-        help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the lab's {DEFAULT_PROMETHEUS})",
-    )
+    p.add_argument("--max-regression", type=types.FRACTION, default=0.05,
+                   help="the regression a canary must catch: promotion needs every metric shown better than minus "
+                   "this (0.05)")  # fmt: skip
+    _prometheus_opt(p)
     p.add_argument(
         "--report", type=types.html_file, default=None, metavar="FILE.html",
         help="also write the canary as one self-contained HTML page (checked before anything changes)",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from knobfleet import rules
 from knobfleet.errors import InventoryError
@@ -61,6 +61,11 @@ def role_defaults() -> dict[str, Any]:
 
 def _default(name: str) -> Any:
     return role_defaults()[PREFIX + name]
+
+
+# The fields checked by one rule of rules.json each (the rule's name).
+RULE_OF = {"script_path": "path", "unit_dir": "path", "state_root": "path", "model_path": "path", "user": "user",
+           "listen_host": "listen_host"}  # fmt: skip
 
 
 class HostVars(BaseModel):
@@ -123,10 +128,10 @@ class HostVars(BaseModel):
         "profile is validated against that version's catalog; overrides what version_file says",
     )
 
-    @field_validator("script_path", "unit_dir", "state_root", "model_path")
+    @field_validator(*RULE_OF)
     @classmethod
-    def _safe_path(cls, value: str) -> str:
-        why = rules.check("path", value)
+    def _by_rule(cls, value: str, info: ValidationInfo) -> str:
+        why = rules.check(RULE_OF[info.field_name or ""], value)
         if why:
             raise ValueError(why)
         return value
@@ -144,22 +149,6 @@ class HostVars(BaseModel):
         if not re.fullmatch(r"[1-9][0-9]*%?", value.strip()) or (value.endswith("%") and int(value[:-1]) > 100):
             raise ValueError("must be a count such as 1 or a percentage such as 25%")
         return value.strip()
-
-    @field_validator("user")
-    @classmethod
-    def _user(cls, value: str) -> str:
-        why = rules.check("user", value)
-        if why:
-            raise ValueError(why)
-        return value
-
-    @field_validator("listen_host")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        why = rules.check("listen_host", value)
-        if why:
-            raise ValueError(why)
-        return value
 
     @field_validator("launcher")
     @classmethod

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from knobfleet.engines.sync.vllm_venv import _base_python, _locked, cache_root
+from knobfleet.engines.sync.vllm_venv import _base_python, built_once, cache_root
 from knobfleet.errors import LabError
 
 ROUTER_VERSION = "0.3.2"
@@ -100,31 +100,29 @@ def ensure(
     """Install ``kind`` (its pinned version, or ``version``) under the cache folder unless it is there; return
     where. A file lock serialises concurrent builds; LabError (with the tail of pip's log) when it is impossible."""
     inst = layout(version, root, kind)
-    if is_installed(inst):
-        return inst
-    emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with _locked(inst.root.parent / f".{inst.package}-{inst.version}.lock"):
-        if is_installed(inst):
-            return inst
-        inst.root.mkdir(parents=True, exist_ok=True)
-        (inst.root / "installed.json").unlink(missing_ok=True)
-        log = inst.root / "install.log"
-        log.write_text("")
-        t0 = time.monotonic()
-        if inst.venv.exists():
-            import shutil
+    lock = inst.root.parent / f".{inst.package}-{inst.version}.lock"
+    return built_once(inst, is_installed, lock, lambda emit: _build(inst, emit), say)
 
-            shutil.rmtree(inst.venv)
-        _run([_base_python(), "-m", "venv", str(inst.venv)], log)
-        emit(f"router install: pip install {inst.package}=={inst.version} into {inst.venv}")
-        _run([str(inst.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-input",
-              f"{inst.package}=={inst.version}"], log)  # fmt: skip
-        _run([str(inst.router), "launch", "--help"], log, timeout=60)
-        tmp = inst.root / "installed.json.tmp"
-        tmp.write_text(json.dumps(stamp(inst), sort_keys=True) + "\n")
-        tmp.replace(inst.root / "installed.json")
-        emit(f"router install: ready in {time.monotonic() - t0:.0f}s")
-    return inst
+
+def _build(inst: RouterInstall, emit: Callable[[str], None]) -> None:
+    inst.root.mkdir(parents=True, exist_ok=True)
+    (inst.root / "installed.json").unlink(missing_ok=True)
+    log = inst.root / "install.log"
+    log.write_text("")
+    t0 = time.monotonic()
+    if inst.venv.exists():
+        import shutil
+
+        shutil.rmtree(inst.venv)
+    _run([_base_python(), "-m", "venv", str(inst.venv)], log)
+    emit(f"router install: pip install {inst.package}=={inst.version} into {inst.venv}")
+    _run([str(inst.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-input",
+          f"{inst.package}=={inst.version}"], log)  # fmt: skip
+    _run([str(inst.router), "launch", "--help"], log, timeout=60)
+    tmp = inst.root / "installed.json.tmp"
+    tmp.write_text(json.dumps(stamp(inst), sort_keys=True) + "\n")
+    tmp.replace(inst.root / "installed.json")
+    emit(f"router install: ready in {time.monotonic() - t0:.0f}s")
 
 
 def main(argv: list[str] | None = None) -> int:

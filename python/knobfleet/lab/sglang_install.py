@@ -25,13 +25,20 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from knobfleet.engines.sync.vllm_venv import _base_python, _locked, _run, cache_root, report, site_packages, write_stamp
+from knobfleet.engines.sync.vllm_venv import (
+    _base_python,
+    _run,
+    built_once,
+    cache_root,
+    report,
+    site_packages,
+    write_stamp,
+)
 from knobfleet.errors import LabError
 
 SGLANG_VERSION = "0.5.23"
@@ -149,19 +156,16 @@ def ensure(
     registry does not serve) and the tail of pip's log.
     """
     inst = layout(version, root)
-    if is_installed(inst):
-        return inst
-    emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with _locked(inst.root.parent / f".sglang-{version}.lock"):
-        if is_installed(inst):
-            return inst
+
+    def build(emit: Callable[[str], None]) -> None:
         _check_space(inst)
         log = inst.root.parent / f"sglang-{version}-install.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         _build(inst, log, emit)
         shutil.copyfile(log, inst.root / "install.log")
         write_stamp(_stamp(inst), {"version": version, "recipe": recipe(version)})
-    return inst
+
+    return built_once(inst, is_installed, inst.root.parent / f".sglang-{version}.lock", build, say)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,10 +42,10 @@ from knobfleet.engines.sync.vllm_venv import (
     VllmInstall,
     _build_venv,
     _fix_venv,
-    _locked,
     _venv_key,
     _venv_ok,
     _venv_stamp,
+    built_once,
     cache_root,
     layout,
     local_version,
@@ -140,12 +139,8 @@ def ensure(
     tail of pip's log when the install is impossible.
     """
     inst = layout(version, root)
-    if is_installed(inst):
-        return inst
-    emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with _locked(inst.root.parent / f".vllm-{version}.lock"):
-        if is_installed(inst):  # another process built it while we waited
-            return inst
+
+    def build(emit: Callable[[str], None]) -> None:
         inst.root.mkdir(parents=True, exist_ok=True)
         log = inst.root / "install.log"
         log.write_text("")
@@ -158,7 +153,8 @@ def ensure(
         if not _model_ok(inst):
             _build_model(inst, log, emit)
         write_stamp(_stamp_path(inst), {"version": version, "venv_recipe": VENV_RECIPE, "model_recipe": model_recipe()})
-    return inst
+
+    return built_once(inst, is_installed, inst.root.parent / f".vllm-{version}.lock", build, say)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -253,22 +253,12 @@ def new_meta(
     mode and owner, where it came from and what it moved away."""
     profile = p["profile"] or {}
     mode, gid = access
-    script = {
-        "path": p["script_path"],
-        "sha256": want["script"],
-        "name": os.path.basename(p["script_path"]),
-        "mode": mode,
-        "uid": 0,
-        "gid": gid,
-    }
-    unit = {
-        "path": p["unit_path"],
-        "sha256": want["unit"],
-        "name": os.path.basename(p["unit_path"]),
-        "mode": UNIT_MODE,
-        "uid": 0,
-        "gid": 0,
-    }
+
+    def stored(path: str, digest: str, mode: int, gid: int) -> dict[str, Any]:
+        return {"path": path, "sha256": digest, "name": os.path.basename(path), "mode": mode, "uid": 0, "gid": gid}
+
+    script = stored(p["script_path"], want["script"], mode, gid)
+    unit = stored(p["unit_path"], want["unit"], UNIT_MODE, 0)
     return {
         "generation": number,
         "status": "installing",

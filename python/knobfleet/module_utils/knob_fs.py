@@ -14,6 +14,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the probe imports this file on every run, and ``typing`` costs it ~5 ms
+    from collections.abc import Callable
     from typing import Any
 
 MAX_FILE = 4 * 1024 * 1024  # no managed file is anywhere near this
@@ -295,28 +296,25 @@ def write(path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0, create_
 
 def unlink(path: str) -> bool:
     """Remove the file at ``path`` (never following a symlink in its directories); False when it was gone."""
-    parent, name = split(path)
-    try:
-        dfd = open_dir(parent)
-    except FileNotFoundError:
-        return False
-    try:
-        os.unlink(name, dir_fd=dfd)
-        return True
-    except FileNotFoundError:
-        return False
-    finally:
-        os.close(dfd)
+    return _at(path, lambda name, dfd: os.unlink(name, dir_fd=dfd), FileNotFoundError)
 
 
 def exists(path: str) -> bool:
+    return _at(
+        path, lambda name, dfd: os.stat(name, dir_fd=dfd, follow_symlinks=False), (FileNotFoundError, UnsafePath)
+    )
+
+
+def _at(path: str, op: Callable[[str, int], object], gone: Any) -> bool:
+    """``op(name, dfd)`` on ``path``'s name in its directory, reached without following a symlink: True when it
+    ran, False when the file is not there or the directory raised one of ``gone``."""
     parent, name = split(path)
     try:
         dfd = open_dir(parent)
-    except (FileNotFoundError, UnsafePath):
+    except gone:
         return False
     try:
-        os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        op(name, dfd)
         return True
     except FileNotFoundError:
         return False

@@ -49,30 +49,22 @@ def restore(module: Module, store: Store, p: dict[str, Any]) -> dict[str, Any]:
         return {"changed": target != current, "generation": target, "previous": current}
     put_in_place(module, store, target, current, plan)
     put_back = after_restore(store, p, target, current)
-    store.append_ledger(
-        {
-            "time": now(),
-            "event": p["event"],
-            "generation": target,
-            "previous": current,
-            "profile": meta.get("profile"),
-            "version": meta.get("version"),
-            "hash": meta.get("hash"),
-            "reason": p["reason"],
-            "run_id": p["run_id"],
-            "operator": p["operator"],
-        }
-    )
+    which = {k: meta.get(k) for k in ("profile", "version", "hash")}
+    store.append_ledger(ledger_line(p, p["event"], target, current, **which))
     return {
         "changed": True,
         "generation": target,
         "previous": current,
-        "profile": meta.get("profile"),
-        "version": meta.get("version"),
-        "hash": meta.get("hash"),
+        **which,
         "ready_url": meta.get("ready_url") or "",
         "dropins_restored": put_back,
     }
+
+
+def ledger_line(p: dict[str, Any], event: str, target: int, current: int | None, **what: Any) -> dict[str, Any]:
+    """The ledger's line for a restore or an uninstall: when, what, between which generations, and who asked why."""
+    return {"time": now(), "event": event, "generation": target, "previous": current, **what,
+            "reason": p["reason"], "run_id": p["run_id"], "operator": p["operator"]}  # fmt: skip
 
 
 def restore_target(module: Module, store: Store, p: dict[str, Any], current: int | None) -> tuple[int, dict[str, Any]]:
@@ -216,18 +208,7 @@ def uninstall(module: Module, store: Store, p: dict[str, Any], target: int, curr
             store.write_meta(current, meta)
         except (OSError, ValueError):
             pass
-    store.append_ledger(
-        {
-            "time": now(),
-            "event": "uninstall",
-            "generation": target,
-            "previous": current,
-            "removed": removed,
-            "reason": p["reason"],
-            "run_id": p["run_id"],
-            "operator": p["operator"],
-        }
-    )
+    store.append_ledger(ledger_line(p, "uninstall", target, current, removed=removed))
     return {
         "changed": True,
         "generation": target,

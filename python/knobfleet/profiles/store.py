@@ -151,44 +151,34 @@ class ProfileStore:
         problems: list[str] = []
         from knobfleet.module_utils.knob_redact import secret_shape
 
-        for key, (value, origin) in merged.env.items():
-            shape = secret_shape(value)
-            if shape:
-                problems.append(
-                    f"{paths.display(origin)}: env.{key}: the value looks like a secret ({shape}); a secret does not "
-                    f"belong in a profile (it would be in git and in every report): set it in the host vars as "
-                    f"knob_serve_host_env.{key}, from Ansible Vault or lookup('env', '{key}')"
-                )
-                continue
-            if cat.is_secret(key):
-                problems.append(
-                    f"{paths.display(origin)}: env.{key}: a secret does not belong in a profile (it would be in git "
-                    f"and in every report); set it in the host vars as knob_serve_host_env.{key}, from Ansible Vault "
-                    f"or lookup('env', '{key}')"
-                )
-                continue
-            why = catalogs.check_env(cat, key, value, tuple(allow))
-            if why:
-                problems.append(f"{paths.display(origin)}: env.{key}: {why}")
-        for key, (value, origin) in merged.args.items():
-            shape = secret_shape(value)
-            if shape:
-                problems.append(
-                    f"{paths.display(origin)}: args.{key}: the value looks like a secret ({shape}); a secret does "
-                    f"not belong in a profile (it would be in git and in every report): set it in the host vars as "
-                    f"knob_serve_host_args.{key}, from Ansible Vault or lookup('env', ...)"
-                )
-                continue
-            if not isinstance(value, bool) and cat.is_secret_flag(key):
-                problems.append(
-                    f"{paths.display(origin)}: args.{key}: a secret does not belong in a profile (it would be in git "
-                    f"and in every report); set it in the host vars as knob_serve_host_args.{key}, from Ansible Vault "
-                    f"or lookup('env', ...)"
-                )
-                continue
-            why = catalogs.check_flag(cat, key, value, tuple(allow))
-            if why:
-                problems.append(f"{paths.display(origin)}: args.{key}: {why}")
+        def secret_env(key: str, value: object) -> bool:
+            return cat.is_secret(key)
+
+        def secret_flag(key: str, value: object) -> bool:
+            return not isinstance(value, bool) and cat.is_secret_flag(key)
+
+        kinds = (
+            ("env", merged.env, "knob_serve_host_env", secret_env, catalogs.check_env),
+            ("args", merged.args, "knob_serve_host_args", secret_flag, catalogs.check_flag),
+        )
+        for part, knobs, var, secret, check in kinds:
+            for key, (value, origin) in knobs.items():
+                where = f"{paths.display(origin)}: {part}.{key}"
+                lookup = f"lookup('env', '{key}')" if part == "env" else "lookup('env', ...)"
+                shape = secret_shape(value)
+                if shape:
+                    problems.append(
+                        f"{where}: the value looks like a secret ({shape}); a secret does not belong in a profile (it "
+                        f"would be in git and in every report): set it in the host vars as {var}.{key}, from Ansible "
+                        f"Vault or {lookup}"
+                    )
+                elif secret(key, value):
+                    problems.append(
+                        f"{where}: a secret does not belong in a profile (it would be in git and in every report); "
+                        f"set it in the host vars as {var}.{key}, from Ansible Vault or {lookup}"
+                    )
+                elif why := check(cat, key, value, tuple(allow)):
+                    problems.append(f"{where}: {why}")
         return problems
 
     def target_version(self, engine: str, fingerprint_version: str) -> str | None:

@@ -51,6 +51,7 @@ class _Printable(Protocol):
 
 
 _Install = TypeVar("_Install", bound=_Printable)
+T = TypeVar("T")
 
 
 def cache_root() -> Path:
@@ -98,6 +99,25 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def built_once(
+    inst: T,
+    installed: Callable[[T], bool],
+    lock: Path,
+    build: Callable[[Callable[[str], None]], None],
+    say: Callable[[str], None] | None = None,
+) -> T:
+    """``inst``, built first by ``build(emit)`` unless ``installed(inst)`` says it is there. A file lock at
+    ``lock`` serialises builds, and the check runs again once it is held: another process may have built it
+    meanwhile. ``emit`` is ``say``, else a line on stderr."""
+    if installed(inst):
+        return inst
+    emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    with _locked(lock):
+        if not installed(inst):
+            build(emit)
+    return inst
 
 
 def _base_python() -> str:

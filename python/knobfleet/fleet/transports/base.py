@@ -216,6 +216,39 @@ def merged(hv: Target, defaults: Mapping[str, str] | None = None) -> dict[str, s
     return {**(defaults or {}), **hv.connection}
 
 
+DEFAULT_PYTHON = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The host keys a transport that starts the module itself reads (local, ssh: each record extends this one),
+    with Ansible's defaults: how the host is reached, and which python runs the module there."""
+
+    ansible_connection: str = "ssh"
+    ansible_become: str = ""
+    ansible_host: str = ""
+    ansible_ssh_host: str = ""
+    ansible_port: str = ""
+    ansible_ssh_port: str = ""
+    ansible_python_interpreter: str = ""
+
+    @property
+    def python(self) -> str:
+        interp = self.ansible_python_interpreter
+        return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+
+    @property
+    def port(self) -> str:
+        return self.ansible_port or self.ansible_ssh_port
+
+    @property
+    def becomes(self) -> bool:
+        return self.ansible_become.lower() in ("true", "yes", "1")
+
+    def address(self, hv: Target) -> str:
+        return self.ansible_host or self.ansible_ssh_host or hv.address or hv.host
+
+
 def keys(record: type) -> frozenset[str]:
     """The host keys a transport's record of what it reads declares: its field names (the transport's ``reads``)."""
     return frozenset(f.name for f in fields(record))

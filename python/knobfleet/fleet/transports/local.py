@@ -23,6 +23,7 @@ from knobfleet.fleet.transports.base import (
     Job,
     NoWarmUp,
     Outcome,
+    Reach,
     Target,
     bundle,
     host_view,
@@ -30,7 +31,6 @@ from knobfleet.fleet.transports.base import (
     keys,
 )
 
-DEFAULT_PYTHON = "/usr/bin/python3"
 # Only these name this machine for sure: another 127.x address may be a container (the lab's hosts are).
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "127.0.0.1", "::1", "ip6-localhost")
 
@@ -51,21 +51,9 @@ def argv(hv: Target, module_name: str, func: str, args: dict[str, Any]) -> list[
 
 
 @dataclass(frozen=True)
-class LocalVars:
-    """The host keys the local transport reads, with the defaults it takes for them."""
-
-    ansible_connection: str = ""
-    ansible_become: str = ""
-    ansible_host: str = ""
-    ansible_ssh_host: str = ""
-    ansible_port: str = ""
-    ansible_ssh_port: str = ""
-    ansible_python_interpreter: str = ""
-
-    @property
-    def python(self) -> str:
-        interp = self.ansible_python_interpreter
-        return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
+class LocalVars(Reach):
+    """The host keys the local transport reads: how Ansible would reach the host (to tell that it is this
+    machine) and which python runs the module; nothing more."""
 
 
 class LocalTransport(NoWarmUp):
@@ -78,14 +66,14 @@ class LocalTransport(NoWarmUp):
         conn = v.ansible_connection
         if conn and conn not in ("local", "ansible.builtin.local", "ssh", "smart", "ansible.builtin.ssh"):
             return f"{hv.host}: ansible_connection={conn}"
-        if v.ansible_become.lower() in ("true", "yes", "1"):
+        if v.becomes:
             return f"{hv.host}: ansible_become"
         if conn in ("local", "ansible.builtin.local"):
             return None
-        where = v.ansible_host or v.ansible_ssh_host or hv.address or hv.host
+        where = v.address(hv)
         if not is_local_address(where):
             return f"{hv.host}: not this machine ({where})"
-        if v.ansible_port or v.ansible_ssh_port:  # a forwarded port may lead anywhere
+        if v.port:  # a forwarded port may lead anywhere
             return f"{hv.host}: ansible_port (set ansible_connection: local for this machine)"
         return None
 

@@ -48,6 +48,7 @@ from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports.base import (
     BOOT,
     DEFAULT_FORKS,
+    DEFAULT_PYTHON,
     Capabilities,
     HostFailure,
     Job,
@@ -61,6 +62,7 @@ from knobfleet.fleet.transports.base import (
     interpret,
     keys,
 )
+from knobfleet.fleet.transports.sshvars import SshVars
 from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 if TYPE_CHECKING:
@@ -105,61 +107,6 @@ if not TYPE_CHECKING:  # at run time only: for the type checker these names are 
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-DEFAULT_PYTHON = "/usr/bin/python3"
-
-
-@dataclasses.dataclass(frozen=True)
-class SshVars:
-    """The host keys the fast path reads (``ssh_argv``, the interpreter, ``ineligible``), with the defaults
-    Ansible's ssh plugin takes for them. A password is only seen as set (``<set>``): the fast path never sends
-    one, so a host with one is ineligible."""
-
-    ansible_connection: str = "ssh"
-    ansible_become: str = ""
-    ansible_host: str = ""
-    ansible_ssh_host: str = ""
-    ansible_port: str = ""
-    ansible_ssh_port: str = ""
-    ansible_user: str = ""
-    ansible_ssh_user: str = ""
-    ansible_ssh_private_key_file: str = ""
-    ansible_private_key_file: str = ""
-    ansible_ssh_executable: str = "ssh"
-    ansible_ssh_args: str | None = None  # None: knobfleet's own (ansible_cfg.SSH_ARGS), as Ansible is given
-    ansible_ssh_common_args: str = ""
-    ansible_ssh_extra_args: str = ""
-    ansible_python_interpreter: str = ""
-    ansible_password: str = ""
-    ansible_ssh_pass: str = ""
-    ansible_ssh_password: str = ""
-    ansible_become_password: str = ""
-
-    @property
-    def port(self) -> str:
-        return self.ansible_port or self.ansible_ssh_port
-
-    @property
-    def user(self) -> str:
-        return self.ansible_user or self.ansible_ssh_user
-
-    @property
-    def key_file(self) -> str:
-        return self.ansible_ssh_private_key_file or self.ansible_private_key_file
-
-    @property
-    def python(self) -> str:
-        interp = self.ansible_python_interpreter
-        return DEFAULT_PYTHON if not interp or interp.startswith("auto") else interp
-
-    def address(self, hv: Target) -> str:
-        return self.ansible_host or self.ansible_ssh_host or hv.address or hv.host
-
-    @property
-    def password(self) -> bool:
-        return "<set>" in (self.ansible_password, self.ansible_ssh_pass, self.ansible_ssh_password,
-                           self.ansible_become_password)  # fmt: skip
-
-
 READS = keys(SshVars)
 
 
@@ -178,7 +125,7 @@ def ineligible(hv: Target, defaults: Mapping[str, str] | None = None) -> str | N
         return f"{hv.host}: ansible_connection={v.ansible_connection}"
     if v.password:
         return f"{hv.host}: password authentication"
-    if v.ansible_become.lower() in ("true", "yes", "1"):
+    if v.becomes:
         return f"{hv.host}: ansible_become"
     return None
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports.base import BOOT, HostFailure, Outcome, Target, host_view, interpret
-from knobfleet.fleet.transports.ssh import DEFAULT_PYTHON as DEFAULT_PYTHON  # where it was before
-from knobfleet.fleet.transports.ssh import SshVars
+from knobfleet.fleet.transports.base import DEFAULT_PYTHON as DEFAULT_PYTHON  # importable from here as before
+from knobfleet.fleet.transports.sshvars import SshVars
 
 if TYPE_CHECKING:
     from knobfleet.fleet.transports.ssh import FunctionRun, Started
