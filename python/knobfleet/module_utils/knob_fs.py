@@ -15,7 +15,9 @@ import stat
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the probe imports this file on every run, and ``typing`` costs it ~5 ms
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypeVar
+
+    R = TypeVar("R")
 
 MAX_FILE = 4 * 1024 * 1024  # no managed file is anywhere near this
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -148,12 +150,7 @@ def read_at(dfd: int, name: str, limit: int = MAX_FILE) -> bytes:
 
 def read_stat(path: str, limit: int = MAX_FILE, single_link: bool = False) -> tuple[bytes, os.stat_result]:
     """The regular file at ``path`` and its stat, never following a symlink anywhere in the path."""
-    parent, name = split(path)
-    dfd = open_dir(parent)
-    try:
-        return read_stat_at(dfd, name, limit, single_link)
-    finally:
-        os.close(dfd)
+    return in_parent(path, lambda dfd, name: read_stat_at(dfd, name, limit, single_link))
 
 
 def read(path: str, limit: int = MAX_FILE) -> bytes:
@@ -162,10 +159,16 @@ def read(path: str, limit: int = MAX_FILE) -> bytes:
 
 def lstat(path: str) -> os.stat_result:
     """The stat of whatever is at ``path`` (not following a final symlink, nor one in the directories)."""
+    return in_parent(path, lambda dfd, name: os.stat(name, dir_fd=dfd, follow_symlinks=False))
+
+
+def in_parent(path: str, fn: Callable[[int, str], R], create_mode: int | None = None) -> R:
+    """``fn(dfd, name)``: ``path``'s last component ``name`` in its directory ``dfd``, opened without following
+    any symlink (missing directories made ``create_mode`` when given), and closed after."""
     parent, name = split(path)
-    dfd = open_dir(parent)
+    dfd = open_dir(parent, create_mode=create_mode)
     try:
-        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        return fn(dfd, name)
     finally:
         os.close(dfd)
 
@@ -286,12 +289,7 @@ def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int
 
 
 def write(path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0, create_dirs: int | None = None) -> None:
-    parent, name = split(path)
-    dfd = open_dir(parent, create_mode=create_dirs)
-    try:
-        write_at(dfd, name, data, mode, uid, gid)
-    finally:
-        os.close(dfd)
+    in_parent(path, lambda dfd, name: write_at(dfd, name, data, mode, uid, gid), create_dirs)
 
 
 def unlink(path: str) -> bool:
@@ -477,9 +475,4 @@ def read_bounded_at(
 
 def read_bounded(path: str, limit: int = MAX_READ, single_link: bool = True) -> tuple[bytes, bool, os.stat_result]:
     """``read_bounded_at`` of an absolute path, its directories opened without following any symlink."""
-    parent, name = split(path)
-    dfd = open_dir(parent)
-    try:
-        return read_bounded_at(dfd, name, limit, single_link)
-    finally:
-        os.close(dfd)
+    return in_parent(path, lambda dfd, name: read_bounded_at(dfd, name, limit, single_link))
