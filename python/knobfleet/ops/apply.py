@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from knobfleet.errors import LockHeld
 from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.runner import Event, RunRequest, RunResult, controller_id, new_run_id, operator
+from knobfleet.fleet.runner import Event, HostResult, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared
 from knobfleet.ops import interrupts, plan, ranks
 from knobfleet.ops.apply_ahead import _ahead as _ahead
@@ -38,7 +38,20 @@ from knobfleet.ops.apply_steps import _verified as _verified
 from knobfleet.ops.outcome import HostOutcome as HostOutcome
 from knobfleet.ops.precheck import Options as Options  # the apply use case's options, where its callers find them
 from knobfleet.ops.precheck import pre_check, stale_hint
-from knobfleet.ops.steps import Batch, Boundary, Journal, PreCheckResult, Slots, Step, drive, undo_walk
+from knobfleet.ops.steps import (
+    Batch,
+    Boundary,
+    InstallResult,
+    Journal,
+    PreCheckResult,
+    ReadyResult,
+    RestartResult,
+    Slots,
+    Step,
+    StepResult,
+    drive,
+    undo_walk,
+)
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
 
@@ -47,61 +60,65 @@ def _diff_text(d: dict[str, Any], path: str) -> str:
     return plan.file_diff(str(d.get("before", "")), str(d.get("after", "")), path)
 
 
-def _outcome(hv: HostVars, result: RunResult, batch: int, check: bool) -> HostOutcome:
-    """What the playbook did on one host, from the steps its modules report (``_verified`` checks the ready engine
-    with the live rule: the verify step)."""
-    hr = result.host(hv.host)
+def _outcome(hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, check: bool) -> HostOutcome:
+    """What the playbook did on one host: its steps' typed results (``read_play``, the one reader of the play's
+    step-keyed results), and for a check run the diffs of what would be installed. ``_verified`` then checks the
+    ready engine with the live rule: the verify step."""
+    steps = {s.step: s for s in typed}
+    inst = steps.get("install")
+    assert isinstance(inst, InstallResult), "read_play always types the install step"
     out = HostOutcome(hv.host, "failed", batch, changed_tasks=hr.changed)
-    begin = hr.results.get("begin", {})
     # Another run's lock is recognised by the refusal's fields (lock_held; lock: the holder's run_id, operator, since,
     # controller, holder_host, holder_pid and the lock's path; knob_store.lock_refusal), not by its message's text.
-    if begin.get("lock_held") or (begin.get("lock") and not check and not hr.success):
-        out.lock = begin.get("lock")
+    if inst.lock_held or (inst.lock and not check and not hr.success):
+        out.lock = inst.lock
     if not hr.success:
         out.message = hr.first_failure()
-        if begin.get("refused"):
+        if inst.refused:
             out.status = "refused"
-            out.message = str(begin.get("msg") or out.message)
-        commit = hr.results.get("commit", {})
-        out.generation = commit.get("generation", begin.get("generation"))
-        out.previous = commit.get("previous", begin.get("generation"))
-        out.committed = bool(commit.get("changed"))
+            out.message = inst.message or out.message
+        out.generation, out.previous, out.committed = inst.generation, inst.previous, inst.committed
         return out
     if check:
-        staged = [d for d in hr.diffs if d.get("step") in ("stage", "install")]
-        out.diffs = [{"path": d["before_header"], "diff": _diff_text(d, str(d["before_header"]))} for d in staged]
-        for d in staged:
-            if d.get("before_header") == hv.script_path:
-                out.knob_changes = [
-                    str(c)
-                    for c in plan.knob_changes(
-                        str(d.get("before", "")), str(d.get("after", "")), hv.adapter().argv_spec
-                    )
-                ]
-        out.status = "pending" if hr.diffs or hr.changed else "in-sync"
-        out.restarted = bool(hr.diffs)
-        would = [v for v in hr.results.get("ready", {}).get("would") or [] if v != "daemon-reload"]
-        if out.diffs:
-            out.message = "changes pending; would restart the engine"
-        elif would:
-            out.message = f"files in sync; would {' and '.join(would)} the engine (not running or not enabled)"
-        else:
-            out.message = "no change"
-        out.generation = begin.get("generation")
-        return out
-    commit = hr.results.get("commit", {})
-    ready = hr.results.get("ready", {})
-    out.generation, out.previous = commit.get("generation"), commit.get("previous")
+        return _pending(hv, hr, out)
+    restart, ready = steps.get("restart"), steps.get("ready")
+    started = isinstance(restart, RestartResult) and restart.started
+    out.generation, out.previous = inst.generation, inst.previous
     # an engine group's rank restarts with its group even when its own generation did not change
-    out.restarted = out.committed = bool(commit.get("changed")) or "restart" in (ready.get("done") or [])
-    out.status = "applied" if commit.get("changed") else "unchanged"
-    out.actions = list(commit.get("actions") or (["install", "restart"] if out.generation != out.previous else []))
-    out.main_pid, out.ready_s = ready.get("main_pid"), ready.get("ready_s")
-    out.restart_s = (ready.get("systemctl_s") or {}).get("restart")
-    if "start" in (ready.get("done") or []):
+    out.restarted = out.committed = inst.committed or (isinstance(restart, RestartResult) and restart.restarted)
+    out.status = "applied" if inst.committed else "unchanged"
+    out.actions = list(inst.actions or (["install", "restart"] if out.generation != out.previous else []))
+    if isinstance(ready, ReadyResult):
+        out.main_pid, out.ready_s = ready.main_pid, ready.ready_s
+    if isinstance(restart, RestartResult):
+        out.restart_s = restart.restart_s
+    if started:
         out.message = "the engine was not running: started it"
-    elif out.restarted and not commit.get("changed") and hv.group is not None:
+    elif out.restarted and not inst.committed and hv.group is not None:
         out.message = f"restarted with its engine group {hv.group.name} (its own generation did not change)"
+    return out
+
+
+def _pending(hv: HostVars, hr: HostResult, out: HostOutcome) -> HostOutcome:
+    """A check run's outcome: the diffs of the staged files and what would restart."""
+    staged = [d for d in hr.diffs if d.get("step") in ("stage", "install")]
+    out.diffs = [{"path": d["before_header"], "diff": _diff_text(d, str(d["before_header"]))} for d in staged]
+    for d in staged:
+        if d.get("before_header") == hv.script_path:
+            out.knob_changes = [
+                str(c)
+                for c in plan.knob_changes(str(d.get("before", "")), str(d.get("after", "")), hv.adapter().argv_spec)
+            ]
+    out.status = "pending" if hr.diffs or hr.changed else "in-sync"
+    out.restarted = bool(hr.diffs)
+    would = [v for v in hr.results.get("ready", {}).get("would") or [] if v != "daemon-reload"]
+    if out.diffs:
+        out.message = "changes pending; would restart the engine"
+    elif would:
+        out.message = f"files in sync; would {' and '.join(would)} the engine (not running or not enabled)"
+    else:
+        out.message = "no change"
+    out.generation = hr.results.get("begin", {}).get("generation")
     return out
 
 
@@ -178,9 +195,9 @@ class _Rollout:
                 refused[name] = ranks.refusal_text(g, found)
         return ranks.merge_decided(decided, self.groups, refused)
 
-    def outcome(self, host: str, result: RunResult, n: int) -> HostOutcome:
-        """What the play did on one host of batch ``n`` (``_outcome``: the play step reads its results with it)."""
-        return _outcome(self.by_name[host], result, n, self.opts.check)
+    def outcome(self, host: str, hr: HostResult, typed: list[StepResult], n: int) -> HostOutcome:
+        """What the play did on one host of batch ``n`` (``_outcome``), from its steps' typed results."""
+        return _outcome(self.by_name[host], hr, typed, n, self.opts.check)
 
     def checkpoint(self, step: Boundary) -> None:
         if self.checkpoint_hook is not None:

@@ -93,8 +93,9 @@ class _Play:
         r.ansible_s += result.wall_s
         for h in hosts:
             hr = result.host(h)
-            batch.journal.add(*read_play(h, hr.results, hr.success))
-            out = batch.outcomes[h] = r.outcome(h, result, batch.number)
+            typed = read_play(h, hr.results, hr.success)
+            batch.journal.add(*typed)
+            out = batch.outcomes[h] = r.outcome(h, hr, typed, batch.number)
             if out.status in ("failed", "refused"):
                 batch.stop(h)
 

@@ -77,6 +77,7 @@ class InstallResult(StepResult):
     committed: bool = False  # a new generation, or a restart decided on the current one
     refused: bool = False
     lock: dict[str, Any] | None = None
+    lock_held: bool = False  # refused for another run's lock (``lock`` names its holder)
     actions: tuple[str, ...] = ()
 
 
@@ -177,6 +178,7 @@ def read_play(host: str, results: dict[str, dict[str, Any]], success: bool) -> l
             committed=bool(commit.get("changed")),
             refused=bool(begin.get("refused")),
             lock=begin.get("lock"),
+            lock_held=bool(begin.get("lock_held")),
             actions=tuple(commit.get("actions") or ()),
         )
     ]

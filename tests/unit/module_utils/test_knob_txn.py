@@ -282,13 +282,16 @@ def test_the_controller_recognises_the_refusal_by_its_fields_not_its_text(host: 
 
     from knobfleet.fleet.runner import RunResult, fold_event
     from knobfleet.ops.apply import _outcome
+    from knobfleet.ops.steps import read_play
 
     def outcome(res: dict[str, Any], check: bool = False) -> Any:
         result = RunResult("r", 2, "failed", {}, Path("/nonexistent"), 0.0)
         event = {"host": "h1", "task": "Install", "task_action": "knob_generation", "res": res}
         fold_event(result, {"event": "runner_on_failed", "event_data": event})
-        result.host("h1").failed = 1  # the play's stats say so
-        return _outcome(SimpleNamespace(host="h1"), result, 1, check)  # type: ignore[arg-type]
+        hr = result.host("h1")
+        hr.failed = 1  # the play's stats say so
+        typed = read_play("h1", hr.results, hr.success)
+        return _outcome(SimpleNamespace(host="h1"), hr, typed, 1, check)  # type: ignore[arg-type]
 
     host.call("begin", run_id="run-1", operator="alice", controller="ctl-host:4242")
     with pytest.raises(Failed) as exc:
