@@ -11,7 +11,6 @@ shape, plus its line in ``REGISTRY`` below (``local.py`` is the example).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -150,7 +149,7 @@ def stream(job: Job, via: str = "auto") -> Iterator[Outcome]:
 def stream_with(chosen: Transport, job: Job) -> Iterator[Outcome]:
     """``stream`` through a transport already chosen."""
     _stop_warm(chosen)
-    job = dataclasses.replace(job, forks=job.limit())
+    job = job._replace(forks=job.limit())
     retry: list[Target] = []
     by_name = {hv.host: hv for hv in job.hosts}
     outcomes: Iterable[Outcome] = _streaming(chosen).stream(job) if chosen.caps.streams else chosen.run(job).values()
@@ -160,7 +159,7 @@ def stream_with(chosen: Transport, job: Job) -> Iterator[Outcome]:
         else:
             yield o
     if retry:
-        yield from _fallback().run(dataclasses.replace(job, hosts=retry)).values()
+        yield from _fallback().run(job._replace(hosts=retry)).values()
 
 
 def _streaming(t: Transport) -> Streaming:

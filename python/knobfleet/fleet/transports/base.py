@@ -29,11 +29,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypeVar
 
-R = TypeVar("R")
+K = TypeVar("K", bound="HostKeys")
 DEFAULT_FORKS = 32  # hosts at once when neither --forks, KNOBFLEET_FORKS nor ansible.cfg's forks says
 
 
@@ -76,11 +76,10 @@ class ModuleCall:
         return paths.module_source(self.role, self.module).read_bytes()
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     """One module call on some hosts, as a transport takes it: ``call`` on every one of ``hosts`` of
     ``inventory``, at most ``forks`` at once (None: ``default_forks()``); ``on_event``: the Ansible run's events,
-    for a transport that runs one."""
+    for a transport that runs one. A NamedTuple (``_replace``): it loads with every one-shot read."""
 
     hosts: Sequence[Target]
     call: ModuleCall
@@ -219,8 +218,32 @@ def merged(hv: Target, defaults: Mapping[str, str] | None = None) -> dict[str, s
 DEFAULT_PYTHON = "/usr/bin/python3"
 
 
-@dataclass(frozen=True)
-class Reach:
+class HostKeys:
+    """A typed record of the host keys a transport reads: each annotated class attribute is one ``ansible_*`` key,
+    its value the default the transport takes when the host leaves it unset (a subclass adds keys). ``keys`` lists
+    them, ``host_view`` fills one from a host's vars. Read-only. A plain class, not a dataclass: the records load
+    with every one-shot read, and a dataclass costs ~0.5 ms to create there (docs/PERFORMANCE.md)."""
+
+    def __init__(self, **found: str | None) -> None:
+        unknown = sorted(set(found) - keys(type(self)))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} reads no {', '.join(unknown)}")
+        self.__dict__.update(found)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(vars(self).items()))))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in sorted(vars(self).items()))})"
+
+
+class Reach(HostKeys):
     """The host keys a transport that starts the module itself reads (local, ssh: each record extends this one),
     with Ansible's defaults: how the host is reached, and which python runs the module there."""
 
@@ -250,11 +273,12 @@ class Reach:
 
 
 def keys(record: type) -> frozenset[str]:
-    """The host keys a transport's record of what it reads declares: its field names (the transport's ``reads``)."""
-    return frozenset(f.name for f in fields(record))
+    """The host keys a record of what a transport reads declares (the transport's ``reads``): its annotated class
+    attributes, its bases' included."""
+    return frozenset(k for c in record.__mro__ if c is not HostKeys for k in vars(c).get("__annotations__", {}))
 
 
-def host_view(record: type[R], hv: Target, defaults: Mapping[str, str] | None = None) -> R:
+def host_view(record: type[K], hv: Target, defaults: Mapping[str, str] | None = None) -> K:
     """``record`` read from ``hv``'s connection vars over ``defaults`` (ansible.cfg's): each key it declares that
     is set, the record's default for the others."""
     c = merged(hv, defaults)

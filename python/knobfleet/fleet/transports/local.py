@@ -13,7 +13,6 @@ apply).
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from knobfleet.fleet.transports.base import (
@@ -50,7 +49,6 @@ def argv(hv: Target, module_name: str, func: str, args: dict[str, Any]) -> list[
     return [python_of(hv), "-I", "-c", BOOT.format(name=module_name, func=func, args=json.dumps(args, sort_keys=True))]
 
 
-@dataclass(frozen=True)
 class LocalVars(Reach):
     """The host keys the local transport reads: how Ansible would reach the host (to tell that it is this
     machine) and which python runs the module; nothing more."""

@@ -5,12 +5,9 @@ importing each other."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from knobfleet.fleet.transports.base import Reach
 
 
-@dataclasses.dataclass(frozen=True)
 class SshVars(Reach):
     """The host keys the fast path reads (``ssh_argv``, the interpreter, ``ineligible``), with the defaults
     Ansible's ssh plugin takes for them. A password is only seen as set (``<set>``): the fast path never sends
