@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from knobfleet.engines.adapter import engine
 from knobfleet.profiles.model import BenchTool
+from tests.unit.probedocs import probe_doc
 
 
 def test_vllm_bench_runs_fill_every_placeholder_from_the_host() -> None:
@@ -90,14 +91,11 @@ def test_vllm_variables_vllm_sets_in_its_own_children_are_no_drift() -> None:
         "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME": "vllm_mm_lcuwmmT8Tfe1bEVe_qRNTw",
         "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
     }
-    doc = {
-        "unit_props": {"ActiveState": "active", "MainPID": "10"},
-        "health": 200,
-        "processes": [
-            {"pid": 10, "comm": "vllm", "env": {}, "cmdline": ["vllm", "serve", "m"], "start_epoch": 1e10},
-            {"pid": 11, "comm": "python3", "env": env, "cmdline": ["python3", "-c", "x"], "start_epoch": 1e10},
-        ],
-    }
+    doc = probe_doc(
+        {"pid": 10, "comm": "vllm", "env": {}, "cmdline": ["vllm", "serve", "m"], "start_epoch": 1e10},
+        {"pid": 11, "comm": "python3", "env": env, "cmdline": ["python3", "-c", "x"], "start_epoch": 1e10},
+        files={},
+    )
     expected = {"generation": 1, "files": {}, "script_known": True, "env": {}, "argv": ["vllm", "serve", "m"]}
     assert evaluate(doc, expected, rules) == []
     # the same variable set by hand in the main process's environment is still named

@@ -9,6 +9,7 @@ import pytest
 
 from knobfleet.module_utils import knob_live
 from knobfleet.module_utils.knob_live import RULES, Action, Kind, actions, evaluate
+from tests.unit.probedocs import probe_doc
 
 SGLANG = {"env_prefixes": ["SGLANG_", "SGL_"], "known_env": ["SGLANG_SM120_MMA_TARGET_CTAS"], "info_env": None}
 MAIN = {
@@ -23,14 +24,7 @@ RENAMED = {"pid": 12, "comm": "VLLM::Worker", "cmdline": ["VLLM::Worker"], "env"
 
 
 def doc(*procs: dict[str, Any], **props: str) -> dict[str, Any]:
-    return {
-        "unit": "e.service",
-        "unit_props": {"ActiveState": "active", "MainPID": "10", "NeedDaemonReload": "no", **props},
-        "health": 200,
-        "files": {"script": {"exists": True, "sha256": "s", "mtime": 50.0}, "unit": {"exists": True, "sha256": "u"}},
-        "processes": list(procs),
-        "generations": {"lock": None, "list": []},
-    }
+    return probe_doc(*procs, props=props, processes=list(procs))
 
 
 EXPECTED = {

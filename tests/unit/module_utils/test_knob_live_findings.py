@@ -11,6 +11,7 @@ import pytest
 
 from knobfleet.module_utils import knob_live, knob_running
 from knobfleet.module_utils.knob_live import Action, Kind, actions, evaluate, finding, refusal, restore_ok
+from tests.unit.probedocs import probe_doc
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"], "info_env": None}
 ARGV = ["/bin/e", "--tp=2", "--flag"]
@@ -18,21 +19,7 @@ MAIN = {"pid": 10, "comm": "python3", "cmdline": ARGV, "env": {"K": "1"}, "start
 
 
 def doc(*procs: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    props = {"ActiveState": "active", "SubState": "running", "MainPID": "10", "NeedDaemonReload": "no"}
-    d: dict[str, Any] = {
-        "unit": "e.service",
-        "unit_props": {**props, **extra.pop("props", {})},
-        "health": 200,
-        "health_url": "http://127.0.0.1:1/health",
-        "files": {
-            "script": {"exists": True, "sha256": "s", "mtime": 50.0, "path": "/s", "content": "a\n"},
-            "unit": {"exists": True, "sha256": "u", "mtime": 50.0, "path": "/u", "content": "u\n"},
-        },
-        "processes": list(procs) if procs else [MAIN],
-        "generations": {"lock": None, "list": []},
-    }
-    d.update(extra)
-    return d
+    return probe_doc(*(procs or [MAIN]), **extra)
 
 
 def expected(**kw: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from knobfleet.module_utils.knob_live import (
     refusal,
     script_env_argv,
 )
+from tests.unit.probedocs import probe_doc
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"]}
 MAIN = {"pid": 10, "comm": "python3", "cmdline": ["/bin/e"], "env": {"K": "1"}, "start_epoch": 100.0}
@@ -25,8 +26,7 @@ EXPECTED = {"generation": 1, "files": {}, "env": {"K": "1"}, "argv": ["/bin/e"],
 
 
 def doc(*procs: dict[str, Any]) -> dict[str, Any]:
-    props = {"ActiveState": "active", "MainPID": "10"}
-    return {"unit": "e.service", "unit_props": props, "health": 200, "processes": list(procs), "files": {}}
+    return probe_doc(*procs, files={})
 
 
 def test_processes_after_a_renamed_worker_are_still_checked() -> None:

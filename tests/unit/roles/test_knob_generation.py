@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from knobfleet.module_utils import knob_commit, knob_fs, knob_guards, knob_restore, knob_store, knob_txn
+from tests.unit.probedocs import probe_doc as running_doc
 
 REPO = Path(__file__).resolve().parents[3]
 HAND_SCRIPT = "#!/bin/bash\nexport CTAS=256\nexec /usr/bin/engine --tp 2\n"
@@ -407,14 +408,8 @@ def probe_doc(host: Host, env: dict[str, str], cmdline: list[str]) -> dict[str, 
         key: {"path": str(path), "exists": True, "sha256": sha(path.read_text()), "mtime": 0}
         for key, path in (("script", host.script), ("unit", host.unit))
     }
-    return {
-        "unit": "svc.service",
-        "unit_props": {"ActiveState": "active", "SubState": "running", "MainPID": "42"},
-        "health": 200,
-        "files": files,
-        "processes": [{"pid": 42, "comm": "engine", "env": env, "cmdline": cmdline, "start_epoch": 10}],
-        "generations": {},
-    }
+    main = {"pid": 42, "comm": "engine", "env": env, "cmdline": cmdline, "start_epoch": 10}
+    return running_doc(main, props={"MainPID": "42"}, unit="svc.service", files=files, generations={})
 
 
 def test_commit_of_unchanged_files_asks_the_live_rule(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
