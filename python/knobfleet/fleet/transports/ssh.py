@@ -28,8 +28,9 @@ starts only the first ``forks`` hosts.
 
 ``iter_function``, ``run_function`` and ``start_planned`` run the processes. Each host's call (its argv, pure:
 ``ssh_argv`` and ``remote_command``; the head start's process, the probe cache, the bundle sent again) is
-``sshcalls.py``, loaded when a call runs; the sessions of ``drift --watch`` (``Session``) are ``sshsession.py``,
-loaded only when a call keeps one. All three names are importable from here as before.
+``sshcalls.py``, loaded when a call runs; the sessions of ``drift --watch`` (``Session``, and ``Sessions``: the pool
+the transport keeps) are ``sshsession.py``, loaded only when a call keeps one. These names are importable from
+here.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without 
 
 if TYPE_CHECKING:
     from knobfleet.fleet.transports.sshcalls import CONNECT_TIMEOUT_S, Calls, remote_command, ssh_argv
-    from knobfleet.fleet.transports.sshsession import Session
+    from knobfleet.fleet.transports.sshsession import Session, Sessions
 
 __all__ = [
     "BOOT",
@@ -78,6 +79,7 @@ __all__ = [
     "HostFailure",
     "Outcome",
     "Session",
+    "Sessions",
     "SshTransport",
     "Target",
     "bundle",
@@ -100,10 +102,10 @@ if not TYPE_CHECKING:  # at run time only: for the type checker these names are 
             from knobfleet.fleet.transports import sshcalls
 
             return getattr(sshcalls, name)
-        if name == "Session":
-            from knobfleet.fleet.transports.sshsession import Session
+        if name in ("Session", "Sessions"):
+            from knobfleet.fleet.transports import sshsession
 
-            return Session
+            return getattr(sshsession, name)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -190,7 +192,8 @@ class FunctionRun:
     the control sockets in ``control_dir``, each host bounded by ``timeout_s`` from its own start, at most
     ``forks`` at once. ``plan_key``/``started``: the head start (processes an earlier run saved the argv of and
     ``warm_up`` started). ``defaults``: ansible.cfg's ssh settings. ``cache_roots``/``known``: each host's probe
-    cache and what it is known to hold (probecache). ``persist``: keep one interpreter per host (a ``Session``)."""
+    cache and what it is known to hold (probecache). ``sessions``: the pool that keeps one interpreter per host
+    (``sshsession.Sessions``, the transport's; None: none kept)."""
 
     control_dir: Path
     source: bytes
@@ -204,7 +207,7 @@ class FunctionRun:
     forks: int | None = None
     cache_roots: Mapping[str, str] | None = None
     known: probecache.Known | None = None
-    persist: bool = False
+    sessions: Sessions | None = None
 
 
 def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome]:
@@ -213,7 +216,7 @@ def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome
     whose argv is exactly the one computed here are used as they are; the others are stopped. Closing the iterator
     early stops what is still running. A host in ``run.cache_roots`` (its probe cache directory) runs the code
     cached there when ``run.known`` says it holds this bundle's, else gets the bundle and caches it (probecache).
-    With ``run.persist``, such a host is asked through its ``Session`` (opened on first use, kept for the next
+    With ``run.sessions``, such a host is asked through its ``Session`` there (opened on first use, kept for the next
     call); a session that fails is closed and the call runs the usual way."""
     from knobfleet.fleet.transports.sshcalls import Calls, stop
 
@@ -303,7 +306,8 @@ def run_function(hosts: Sequence[Target], run: FunctionRun) -> dict[str, Outcome
 class SshTransport(RunsItsStream):
     """Plain ssh over Ansible's own ControlMaster sockets; see the module docstring. Its state: the processes
     ``warm_up`` started ahead (by the saved plan, or taken over from the console script's entry) and the plan's
-    key, until ``stream`` takes them or ``stop_warm`` (also at exit) stops them."""
+    key, until ``stream`` takes them or ``stop_warm`` (also at exit) stops them; and the interpreters it keeps per
+    host for ``drift --watch`` (``sshsession.Sessions``, made on the first call that asks, closed at exit)."""
 
     name: ClassVar[str] = "ssh"
     reads: ClassVar[frozenset[str]] = READS
@@ -312,7 +316,16 @@ class SshTransport(RunsItsStream):
     def __init__(self) -> None:
         self._early: Started = {}
         self._plan_key: str | None = None
+        self._sessions: Sessions | None = None
         atexit.register(self.stop_warm)
+
+    def _kept(self) -> Sessions:
+        """The interpreters this transport keeps per host (``drift --watch``), made on first use."""
+        if self._sessions is None:
+            from knobfleet.fleet.transports.sshsession import Sessions
+
+            self._sessions = Sessions()
+        return self._sessions
 
     def ineligible(self, hv: Target) -> str | None:
         return ineligible(hv, config_defaults())
@@ -358,6 +371,6 @@ class SshTransport(RunsItsStream):
                 forks=job.forks,
                 cache_roots=roots,
                 known=probecache.Known(paths.state_dir() / "cache" / "probecode"),
-                persist=call.persist,
+                sessions=self._kept() if call.persist else None,
             ),
         )

@@ -1,7 +1,7 @@
 """One host's call over ssh, as ``ssh.iter_function`` makes it on each host: the ssh command line Ansible's ssh
 plugin would use (``ssh_argv``, pure), the remote command (``remote_command``, or the host's probe cache entry:
 probecache), the head start's process when it is that very command, the bundle sent again when the host lost or
-refused its cached entry, and with ``persist`` the host's kept session (sshsession.py, loaded only then).
+refused its cached entry, and with the transport's ``Sessions`` the host's kept session (sshsession.py).
 
 ``ssh.py`` (the transport: eligibility, the head start, at most ``forks`` hosts at once) imports this module when a
 call runs; ``ssh.ssh_argv`` and ``ssh.remote_command`` are the functions here, importable from there as before.
@@ -82,7 +82,7 @@ def stop(proc: Popen) -> None:
 
 class Calls:
     """One ``iter_function`` call as each host runs it: its argv (cached entry or bundle), the head start's process
-    when it is the same command, a cache miss answered with the bundle, the kept session with ``persist``. The
+    when it is the same command, a cache miss answered with the bundle, the kept session with ``sessions``. The
     workers share ``lock`` (the ssh processes running, the head start's processes not yet taken)."""
 
     def __init__(self, run: FunctionRun, early: Started, launch: Callable[[list[str], bytes], Popen]) -> None:
@@ -144,10 +144,9 @@ class Calls:
         code = run.known.get(probecache.Known.key(reach, python, root), self.bundle_id)
         if code is None:  # the host's entry is not known yet: the usual call stores it first
             return None
-        from knobfleet.fleet.transports import sshsession
-
+        assert run.sessions is not None
         cmd = probecache.command(python, root, code, run.module_name, run.func, run.args[hv.host], session=True)
-        line = sshsession.Session.ask([*reach, cmd], self.short, deadline)
+        line = run.sessions.ask([*reach, cmd], self.short, deadline)
         if line is None:
             return None
         return dataclasses.replace(interpret(hv.host, 0, line, b"", python), cache="session")
@@ -157,7 +156,7 @@ class Calls:
         again when the host lost or refused its cached entry); ``known`` follows what the host now holds."""
         run = self.run
         deadline = time.monotonic() + run.timeout_s
-        if run.persist:
+        if run.sessions is not None:
             answered = self.in_session(hv, deadline)
             if answered is not None:
                 return answered

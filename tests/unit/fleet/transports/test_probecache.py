@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_the_short_payload_carries_only_the_private_options() -> None:
 PID_SOURCE = b"import os\ndef f(a):\n    return {'a': a, 'pid': os.getpid()}\n"
 
 
-def ask(host: HostVars, tmp_path: Path, known: probecache.Known, persist: bool) -> transport.Outcome:
+def ask(host: HostVars, tmp_path: Path, known: probecache.Known, kept: Any = None) -> transport.Outcome:
     state = tmp_path / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     payload = bundle(PID_SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
@@ -93,9 +94,7 @@ def ask(host: HostVars, tmp_path: Path, known: probecache.Known, persist: bool) 
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
     got = transport.run_function(
         [host],
-        transport.FunctionRun(
-            tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, persist=persist
-        ),
+        transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, sessions=kept),
     )
     return got["h1"]
 
@@ -104,36 +103,35 @@ def test_a_kept_session_answers_repeated_calls_from_one_interpreter_and_a_dead_o
     host: HostVars, tmp_path: Path
 ) -> None:
     known = probecache.Known(tmp_path / "known")
+    kept = transport.Sessions()
     try:
-        first = ask(host, tmp_path, known, persist=True)  # the entry is not known yet: stored the usual way
+        first = ask(host, tmp_path, known, kept)  # the entry is not known yet: stored the usual way
         assert first.cache == "stored" and first.doc is not None
-        second = ask(host, tmp_path, known, persist=True)
-        third = ask(host, tmp_path, known, persist=True)
+        second = ask(host, tmp_path, known, kept)
+        third = ask(host, tmp_path, known, kept)
         assert (second.cache, third.cache) == ("session", "session")
         assert second.doc is not None and third.doc is not None
         assert second.doc["pid"] == third.doc["pid"] != first.doc["pid"]  # one interpreter for both
         assert second.doc["a"] == first.doc["a"]  # the same options, the private one included
         os.kill(second.doc["pid"], 9)  # the host's side dies: that call runs the usual way
-        fourth = ask(host, tmp_path, known, persist=True)
+        fourth = ask(host, tmp_path, known, kept)
         assert fourth.cache == "hit" and fourth.doc is not None and fourth.doc["a"] == first.doc["a"]
-        fifth = ask(host, tmp_path, known, persist=True)  # and the next one has a new session
+        fifth = ask(host, tmp_path, known, kept)  # and the next one has a new session
         assert fifth.cache == "session" and fifth.doc is not None and fifth.doc["pid"] != second.doc["pid"]
-        assert ask(host, tmp_path, known, persist=False).cache == "hit"  # without persist: as before
-        assert transport.Session.close_all() == 1  # the fifth call's session, still open
+        assert ask(host, tmp_path, known).cache == "hit"  # without a pool: as before
+        assert kept.close_all() == 1  # the fifth call's session, still open
     finally:
-        transport.Session.close_all()
+        kept.close_all()
 
 
-def test_past_the_bound_on_kept_sessions_a_host_is_asked_the_one_shot_way(
-    host: HostVars, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_past_the_bound_on_kept_sessions_a_host_is_asked_the_one_shot_way(host: HostVars, tmp_path: Path) -> None:
     known = probecache.Known(tmp_path / "known")
-    monkeypatch.setattr(transport.Session, "MAX_OPEN", 0)
+    kept = transport.Sessions(max_open=0)
     try:
-        assert ask(host, tmp_path, known, persist=True).cache == "stored"
-        assert ask(host, tmp_path, known, persist=True).cache == "hit"  # no session could be kept
+        assert ask(host, tmp_path, known, kept).cache == "stored"
+        assert ask(host, tmp_path, known, kept).cache == "hit"  # no session could be kept
     finally:
-        assert transport.Session.close_all() == 0
+        assert kept.close_all() == 0
 
 
 def test_two_versions_against_the_same_host_each_keep_their_entry(host: HostVars, tmp_path: Path) -> None:
