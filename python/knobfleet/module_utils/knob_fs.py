@@ -294,30 +294,22 @@ def write(path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0, create_
 
 def unlink(path: str) -> bool:
     """Remove the file at ``path`` (never following a symlink in its directories); False when it was gone."""
-    return _at(path, lambda name, dfd: os.unlink(name, dir_fd=dfd), FileNotFoundError)
+    try:
+        in_parent(path, lambda dfd, name: os.unlink(name, dir_fd=dfd))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def exists(path: str) -> bool:
-    return _at(
-        path, lambda name, dfd: os.stat(name, dir_fd=dfd, follow_symlinks=False), (FileNotFoundError, UnsafePath)
-    )
-
-
-def _at(path: str, op: Callable[[str, int], object], gone: Any) -> bool:
-    """``op(name, dfd)`` on ``path``'s name in its directory, reached without following a symlink: True when it
-    ran, False when the file is not there or the directory raised one of ``gone``."""
-    parent, name = split(path)
+    """Whether anything (a symlink too) is at ``path``, reached without following a symlink on the way; a path
+    without a file name is refused (``split``), a symlink on the way is not a file there."""
+    split(path)
     try:
-        dfd = open_dir(parent)
-    except gone:
+        in_parent(path, lambda dfd, name: os.stat(name, dir_fd=dfd, follow_symlinks=False))
+    except (FileNotFoundError, UnsafePath):
         return False
-    try:
-        op(name, dfd)
-        return True
-    except FileNotFoundError:
-        return False
-    finally:
-        os.close(dfd)
+    return True
 
 
 class Install:

@@ -233,12 +233,6 @@ class HostKeys:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is read-only")
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other) == vars(self)
-
-    def __hash__(self) -> int:
-        return hash((type(self), tuple(sorted(vars(self).items()))))
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in sorted(vars(self).items()))})"
 
@@ -274,8 +268,16 @@ class Reach(HostKeys):
 
 def keys(record: type) -> frozenset[str]:
     """The host keys a record of what a transport reads declares (the transport's ``reads``): its annotated class
-    attributes, its bases' included."""
-    return frozenset(k for c in record.__mro__ if c is not HostKeys for k in vars(c).get("__annotations__", {}))
+    attributes, its bases' included. Worked out once per record."""
+    found = _KEYS.get(record)
+    if found is None:
+        found = _KEYS[record] = frozenset(
+            k for c in record.__mro__ if c is not HostKeys for k in vars(c).get("__annotations__", {})
+        )
+    return found
+
+
+_KEYS: dict[type, frozenset[str]] = {}
 
 
 def host_view(record: type[K], hv: Target, defaults: Mapping[str, str] | None = None) -> K:
