@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
+    from knobfleet.sshmux import Passenger
+
 COMMANDS = ("drift", "verify")  # the read-only commands the entry starts probes for
 # What changes which hosts a command line reads, or how it reaches them, besides the arguments and the folder.
 ENV = (
@@ -43,12 +45,12 @@ ENV = (
     "ANSIBLE_CONFIG",
     "HOME",
 )
-SCHEMA = 2
+SCHEMA = 3
 # The fleet's secret key (fleet/fleetkey.py) travels in each probe's stdin; a record never holds it: it holds this
 # in its place, and ``start`` puts the key back from the key's own file (owner-only) as it launches.
 KEY_PLACEHOLDER = b"@@knobfleet-fleet-key@@"
 
-STARTED: dict[str, tuple[list[str], Spawned]] = {}
+STARTED: dict[str, tuple[list[str], Spawned | Passenger]] = {}
 KEY: list[str | None] = [None]  # the plan key of what ``start`` launched
 INVOCATION: list[str | None] = [None]  # this command line's recall key (None: not a command that starts early)
 
@@ -201,18 +203,59 @@ def start(argv: Sequence[str]) -> int:
             if fleet is None:
                 return 0
             full, short = full.replace(KEY_PLACEHOLDER, fleet), short.replace(KEY_PLACEHOLDER, fleet)
-    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
+        mux = _mux_of(rec, pairs)
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return 0
     for host, args, whole in pairs:
+        data = full if whole else short
+        way = mux.get(host)
+        if way is not None:  # the host's ControlMaster is up: a session through it, no ssh client (sshmux.py)
+            from knobfleet import sshmux
+
+            try:
+                STARTED[host] = (args, sshmux.Passenger(way[0], args[-1], way[1], data, args))
+                continue
+            except (OSError, ValueError):
+                pass  # no master (or not ours): ssh starts one, as below
         try:
-            STARTED[host] = (args, Spawned(args, full if whole else short))
+            STARTED[host] = (args, Spawned(args, data))
         except OSError:
             continue  # the command starts it again and reports why it cannot
     KEY[0] = plan_key
     return len(STARTED)
 
 
-def take(plan_key: str) -> dict[str, tuple[list[str], Spawned]]:
+def _mux_of(rec: dict[str, Any], pairs: list[tuple[str, list[str], bool]]) -> dict[str, tuple[str, list[str]]]:
+    """Each host's control socket and session environment, for the hosts ``ssh -G`` vouched for when the record was
+    written, while the ssh config files are the ones it read then (else none: every host gets the ssh client)."""
+    recorded = rec.get("mux") or {}
+    if not recorded or not pairs:
+        return {}
+    from knobfleet import sshmux
+
+    if sshmux.stamp(pairs[0][1], os.path.expanduser("~")) != rec.get("stamp"):
+        return {}
+    out = {}
+    for host, _args, _whole in pairs:
+        way = recorded.get(host)
+        if way is not None:
+            path, send, setenv = str(way[0]), [str(p) for p in way[1]], [str(e) for e in way[2]]
+            out[host] = (path, sshmux.environment(send, setenv, os.environ))
+    return out
+
+
+def recalled() -> dict[str, Any] | None:
+    """This command line's record as ``start`` read it (None: none, or not one to start early)."""
+    key = INVOCATION[0]
+    raw = _read_record(os.path.join(folder(), f"recall-{key}")) if key is not None else None
+    try:
+        rec = marshal.loads(raw) if raw is not None else None
+    except (EOFError, ValueError, TypeError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("schema") == SCHEMA else None
+
+
+def take(plan_key: str) -> dict[str, tuple[list[str], Spawned | Passenger]]:
     """The processes ``start`` launched, if they were started for ``plan_key`` (else they are stopped: {})."""
     if KEY[0] != plan_key:
         stop()
@@ -234,9 +277,12 @@ def remember(
     full: bytes,
     short: bytes,
     secret: tuple[str, str] | None = None,
+    mux: tuple[str, Mapping[str, tuple[str, list[str], list[str]]]] | None = None,
 ) -> None:
     """Record, for this command line, the processes the next identical one starts first thing. ``secret``: (the
-    fleet's key, its file): the key is replaced by ``KEY_PLACEHOLDER`` in what is written."""
+    fleet's key, its file): the key is replaced by ``KEY_PLACEHOLDER`` in what is written. ``mux``: (the ssh
+    config files' ``sshmux.stamp``, each host's ``sshmux.plan``): the hosts whose probe may go through their
+    ControlMaster."""
     key = INVOCATION[0]
     if key is None:
         return
@@ -245,7 +291,8 @@ def remember(
         value = secret[0].encode()
         full, short, key_file = full.replace(value, KEY_PLACEHOLDER), short.replace(value, KEY_PLACEHOLDER), secret[1]
     rec = {"schema": SCHEMA, "plan_key": plan_key, "pairs": [list(p) for p in pairs], "full": full, "short": short,
-           "key_file": key_file}  # fmt: skip
+           "key_file": key_file, "stamp": mux[0] if mux else "",
+           "mux": {h: list(w) for h, w in mux[1].items()} if mux else {}}  # fmt: skip
     data = marshal.dumps(rec)
     where = folder()
     path = os.path.join(where, f"recall-{key}")

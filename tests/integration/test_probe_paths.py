@@ -165,3 +165,46 @@ def test_a_watch_keeps_one_interpreter_per_host_and_sees_a_change_between_rounds
     wait_until(lambda: one.ssh("lab1", SESSION).stdout.strip() == "0", 10, "the kept interpreter to end with the watch")
     one.knobfleet("apply", "ctas512", "--yes", check=True)  # repaired: the host is as the profile says again
     assert one.knobfleet("drift").returncode == 0
+
+
+def test_a_one_shot_read_asks_through_the_control_master_as_ssh_would(one: Fleet) -> None:
+    """The head start's sessions through the host's real ControlMaster (knobfleet.sshmux): the record names the
+    socket ``ssh -G`` gave; a session there answers as the ssh client does (stdout, stderr, exit status, the LANG
+    SendEnv passes); a killed one ends at once; and a drift that went this way reports what one that started ssh
+    clients reports."""
+    import marshal
+    import os
+    import stat
+    import time
+
+    from knobfleet import headstart, sshmux
+
+    one.knobfleet("apply", "ctas512", "--yes", check=True)
+    args = ["drift", "--json", *(["-i", str(one.inventory)] if one.inventory is not None else [])]
+    one.knobfleet("drift", "--json")  # writes the record, with what ssh -G said
+    through = one.knobfleet("drift", "--json")  # its head start goes through the master
+    plain = subprocess.run([sys.executable, "-m", "knobfleet", *args], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "KNOBFLEET_HEADSTART": "0"})  # fmt: skip
+    assert through.returncode == plain.returncode == 0, through.stderr + plain.stderr
+    assert json.loads(through.stdout)["hosts"] == json.loads(plain.stdout)["hosts"]
+
+    key = headstart.recall_key(args, os.getcwd(), os.environ)
+    raw = headstart._read_record(os.path.join(headstart.folder(), f"recall-{key}"))
+    assert raw is not None, "drift wrote no head start record"
+    rec = marshal.loads(raw)
+    (pair,) = rec["pairs"]
+    path, send, setenv = rec["mux"]["lab1"]
+    assert stat.S_ISSOCK(os.stat(path).st_mode), f"{path}: not the master's socket"
+
+    cmd = 'cat; echo err >&2; printf %s "$LANG" >&2; exit 3'
+    env = {**os.environ, "LANG": "C.UTF-8"}
+    mux = sshmux.Passenger(path, cmd, sshmux.environment(send, setenv, env), b"hi", [*pair[1][:-1], cmd])
+    got = (*mux.communicate(timeout=30), mux.returncode)
+    client = subprocess.run([*pair[1][:-1], cmd], input=b"hi", capture_output=True, timeout=30, env=env)
+    assert got == (client.stdout, client.stderr, client.returncode) == (b"hi", b"err\nC.UTF-8", 3)
+
+    sleeper = sshmux.Passenger(path, "sleep 20", [], b"", ["ssh", "sleep 20"])
+    started = time.monotonic()
+    sleeper.kill()
+    assert sleeper.communicate(timeout=10) == (b"", b"") and sleeper.returncode == sshmux.KILLED
+    assert time.monotonic() - started < 5

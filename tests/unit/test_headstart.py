@@ -161,3 +161,33 @@ def test_the_collector_is_off_only_for_one_shot_reads(
     run_env = {**ENV, "KNOBFLEET_STATE_DIR": str(isolated / "state"), **env}
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=run_env)
     assert out.stdout.strip() == str(collects), out.stderr
+
+
+def test_a_host_whose_master_is_up_is_asked_through_it_the_others_by_ssh_and_none_once_the_config_changed(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record says, per host, which ControlMaster ``ssh -G`` named: the entry opens a session there (no ssh
+    client) while that master answers, starts the command as before when it does not, and uses none of it once an
+    ssh config file changed (a Host block may now send the name elsewhere)."""
+    from knobfleet import sshmux
+    from tests.unit.test_sshmux import Master, exits
+
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    conf = isolated / "ssh_config"
+    conf.write_text("Host *\n")
+    argv = ["/bin/sh", "-c", "cat", "-F", str(conf), "x"]  # -F: the config file the stamp follows
+    master = Master(isolated / "cp", exits(0))
+    ways = {"lab1": (str(isolated / "cp"), ["LANG", "LC_*"], []), "lab2": (str(isolated / "gone"), [], [])}
+    headstart.start(["drift"])
+    headstart.remember("probe:k", [("lab1", argv, False), ("lab2", argv, False)], b"FULL", b"SHORT", None,
+                       (sshmux.stamp(argv, "/root"), ways))  # fmt: skip
+    assert headstart.start(["drift"]) == 2
+    got = {h: p for h, (_a, p) in headstart.take("probe:k").items()}
+    assert type(got["lab1"]).__name__ == "Passenger" and type(got["lab2"]).__name__ == "Spawned"
+    assert got["lab1"].communicate(timeout=10) == (b"out:SHORT", b"x") and got["lab1"].returncode == 0
+    assert got["lab2"].communicate(timeout=10) == (b"SHORT", b"")
+    master.thread.join(5)
+    assert master.seen == [("x", ["LANG=C.UTF-8"])]
+    conf.write_text("Host *\n  HostName elsewhere\n")
+    assert headstart.start(["drift"]) == 2
+    assert {type(p).__name__ for _a, p in headstart.take("probe:k").values()} == {"Spawned"}

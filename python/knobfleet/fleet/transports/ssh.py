@@ -239,11 +239,13 @@ def _remember(run: FunctionRun, plan_key: str, plan: dict[str, tuple[list[str], 
     for the console script's entry (``headstart``), with where the fleet's key is (never the key itself)."""
     from knobfleet import headstart, paths
     from knobfleet.fleet.fleetkey import KEY_FILE, fleet_key
+    from knobfleet.fleet.transports.sshcalls import mux_plans
 
     _save_plan(_plan_file(plan_key, run.source, run.control_dir), plan)
     pairs = [(h, a, full) for h, (a, full) in plan.items()]
     key = (fleet_key(), str(paths.state_dir() / KEY_FILE)) if (paths.state_dir() / KEY_FILE).exists() else None
-    headstart.remember(plan_key, pairs, run.source, probecache.short_payload(run.source), key)
+    mux = mux_plans(plan, headstart.recalled()) if headstart.INVOCATION[0] is not None else None
+    headstart.remember(plan_key, pairs, run.source, probecache.short_payload(run.source), key, mux)
 
 
 def _fan_out(calls: Calls, hosts: Sequence[Target], limit: int) -> Iterator[Outcome]:

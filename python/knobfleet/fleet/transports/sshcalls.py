@@ -205,3 +205,48 @@ class Calls:
             leftover = list(self.running) + [p for _a, p in self.early.values()]
             self.early.clear()
         return leftover
+
+
+MuxPlans = dict[str, tuple[str, list[str], list[str]]]
+
+
+def mux_plans(plan: Mapping[str, tuple[list[str], bool]], previous: Mapping[str, Any] | None) -> tuple[str, MuxPlans]:
+    """For the head start's record: the ssh config files' stamp and, for each host of ``plan`` whose probe may go
+    through its ControlMaster, what ``ssh -G`` says of its argv (sshmux.plan). Taken from ``previous`` (the record
+    as it is) for a host whose argv and stamp are unchanged; else ``ssh -G`` is asked, all hosts at once, once."""
+    from knobfleet import sshmux
+
+    if not plan:
+        return "", {}
+    first = next(iter(plan.values()))[0]
+    home = os.path.expanduser("~")
+    files = sshmux.config_files(first, home)
+    stamp = sshmux.stamp(first, home)
+    same = [h for h, (argv, _f) in plan.items() if sshmux.config_files(argv, home) == files]
+    old_argv = {str(p[0]): p[1] for p in (previous or {}).get("pairs", ())}
+    old_mux = (previous or {}).get("mux") or {}
+    reuse = (previous or {}).get("stamp") == stamp
+    got: MuxPlans = {}
+    ask: dict[str, subprocess.Popen[bytes]] = {}
+    for host in same:
+        argv = plan[host][0]
+        if reuse and old_argv.get(host) == argv:
+            if host in old_mux:
+                way = old_mux[host]
+                got[host] = (str(way[0]), [str(x) for x in way[1]], [str(x) for x in way[2]])
+            continue
+        try:  # the options and the host, without the remote command
+            ask[host] = subprocess.Popen([argv[0], "-G", *argv[1:-1]], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+        except OSError:
+            continue
+    for host, proc in ask.items():
+        try:
+            out = proc.communicate(timeout=10)[0]
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            continue
+        way = sshmux.plan(out.decode("utf-8", "replace")) if proc.returncode == 0 else None
+        if way is not None:
+            got[host] = way
+    return stamp, got
