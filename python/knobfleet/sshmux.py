@@ -278,6 +278,12 @@ class Passenger:
             self.returncode = code
         self._sock.close()
 
+    @property
+    def refused(self) -> bool:
+        """Ended before the master opened the session (it refused, or hung up): ``ssh`` itself would have made its own
+        connection then, so the caller asks again by starting it."""
+        return self.returncode == LOST and not self._opened
+
     def poll(self) -> int | None:
         while self.returncode is None:
             before = len(self._buf)

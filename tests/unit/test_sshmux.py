@@ -149,7 +149,10 @@ class Master:
     """A ControlMaster as PROTOCOL.mux describes it: reads the hello and the request, takes three descriptors, then
     does what ``script`` says with them (the command, stdin's bytes, and the descriptors)."""
 
-    def __init__(self, path: Path, script: Callable[[socket.socket, str, bytes, list[int]], None]) -> None:
+    def __init__(
+        self, path: Path, script: Callable[[socket.socket, str, bytes, list[int]], None], opens: bool = True
+    ) -> None:
+        self.opens = opens  # False: the script answers in place of MUX_S_SESSION_OPENED (a refusal)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(4)
@@ -177,6 +180,11 @@ class Master:
             while len(fds) < 3:
                 _msg, anc, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(4))
                 fds += [int.from_bytes(data[:4], "little") for _l, _t, data in anc]
+            if not self.opens:
+                self.script(conn, command, b"", fds)
+                for fd in fds:
+                    os.close(fd)
+                return
             conn.sendall(sshmux.frame((sshmux.S_SESSION_OPENED).to_bytes(4, "big") + b"\0\0\0\1\0\0\0\7"))
             stdin = b""
             while chunk := os.read(fds[0], 65536):
@@ -205,6 +213,7 @@ def test_a_session_runs_the_command_with_its_stdin_and_returns_its_status(sock_p
     proc = sshmux.Passenger(str(sock_path), "probe --x", ["LANG=C"], b"payload", ["ssh", "h", "probe --x"])
     assert proc.communicate(timeout=10) == (b"out:payload", b"probe --x")
     assert proc.returncode == 3 and proc.poll() == 3 and proc.args == ["ssh", "h", "probe --x"]
+    assert not proc.refused
     master.thread.join(5)
     assert master.seen == [("probe --x", ["LANG=C"])]
 
@@ -215,16 +224,18 @@ def test_a_master_that_hangs_up_without_a_status_is_ssh_s_255(sock_path: Path) -
     assert proc.communicate(timeout=10) == (b"", b"") and proc.returncode == sshmux.LOST
 
 
-def test_a_refusal_is_255_with_the_master_s_reason(sock_path: Path) -> None:
-    def refuse(conn: socket.socket, c: str, s: bytes, fds: list[int]) -> None:
-        reason = b"session open refused by peer"
-        conn.sendall(sshmux.frame(sshmux.S_FAILURE.to_bytes(4, "big") + b"\0\0\0\1" + len(reason).to_bytes(4, "big")
-                                  + reason))  # fmt: skip
+def refuse(conn: socket.socket, c: str, s: bytes, fds: list[int]) -> None:
+    """What the master sends when sshd will not open one more session (its MaxSessions)."""
+    reason = b"session open refused by peer"
+    conn.sendall(sshmux.frame(sshmux.S_FAILURE.to_bytes(4, "big") + b"\0\0\0\1" + len(reason).to_bytes(4, "big")
+                              + reason))  # fmt: skip
 
-    Master(sock_path, refuse)
+
+def test_a_refusal_is_255_with_the_master_s_reason(sock_path: Path) -> None:
+    Master(sock_path, refuse, opens=False)
     proc = sshmux.Passenger(str(sock_path), "true", [], b"", ["ssh"])
     _out, err = proc.communicate(timeout=10)
-    assert proc.returncode == sshmux.LOST and b"session open refused by peer" in err
+    assert proc.returncode == sshmux.LOST and b"session open refused by peer" in err and proc.refused
 
 
 def test_a_timeout_is_subprocess_s_and_kill_ends_the_session_at_once(sock_path: Path) -> None:

@@ -167,6 +167,8 @@ class Calls:
             stop(mine[1])
             mine = None
         got = self.attempt(hv, argv, full, deadline, mine[1] if mine is not None else None)
+        if mine is not None and getattr(mine[1], "refused", False):  # the master would not open it: as ssh does,
+            got = self.attempt(hv, argv, full, deadline, None)  # a client of its own
         if isinstance(got, Outcome):
             return got
         known = run.known

@@ -195,6 +195,31 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     assert all(p.returncode is not None for _a, p in rest.values())  # unused ones stopped, none left running
 
 
+def test_a_head_start_session_the_master_refuses_is_asked_again_by_an_ssh_client(
+    fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``ssh`` makes its own connection when its master will not open a session (sshd's MaxSessions), a
+    head start's ``sshmux.Passenger`` refused so is not the host's answer: an ssh client is started for it."""
+    from knobfleet import sshmux
+    from tests.unit.test_sshmux import Master, refuse
+
+    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
+    hosts = local_hosts(fake_ssh, 1)
+    args = {"h1": {"n": 1}}
+    cp = paths.control_dir()
+    transport.run_function(hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
+    ((argv, planned),) = transport.start_planned("k", MODULE).values()
+    planned.communicate(timeout=30)
+    master = Master(tmp_path / "master", refuse, opens=False)
+    refused = sshmux.Passenger(str(tmp_path / "master"), argv[-1], [], MODULE, argv)
+    out = transport.run_function(
+        hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, started={"h1": (argv, refused)})
+    )
+    assert refused.refused and out["h1"].error is None and out["h1"].doc["args"] == {"n": 1}
+    master.thread.join(5)
+    assert [command for command, _env in master.seen] == [argv[-1]]
+
+
 def test_a_missing_ssh_executable_is_reported_per_host(tmp_path: Path, fake_ssh: Path) -> None:
     good = local_hosts(fake_ssh, 1)[0]
     bad = hv("h2", ansible_ssh_executable=str(tmp_path / "no-such-ssh"))
