@@ -3,7 +3,8 @@
 Both run against the same lab hosts with warm SSH connections (each path keeps its own
 ControlMaster), interleaved, REPEATS times each per fleet size; prints medians and the ratio.
 `knobfleet drift` picks the SSH fast path (the probe module over Ansible's connections, started by the entry
-before the imports: knobfleet.headstart); the same command with KNOBFLEET_HEADSTART=0 (the probes started after
+before the imports: knobfleet.headstart, each through its host's ControlMaster: knobfleet.sshmux); the same command
+with KNOBFLEET_SSH_MUX=0 (the head start starts ssh clients), with KNOBFLEET_HEADSTART=0 (the probes started after
 the imports) and with `--via ansible` (playbooks/probe.yml through ansible-runner) are timed alongside.
 Usage: python perf/drift_vs_ssh.py [--sizes 3,8,16] [--repeats 7]
 """
@@ -94,23 +95,26 @@ def main() -> None:
             {
                 "knobfleet drift": lambda cmd=drift_cmd: run(cmd),
                 "parallel ssh": lambda n=n, lab=lab, cdir=cdir: ssh_script(lab, n, cdir),
+                "ssh clients": lambda cmd=drift_cmd: run(cmd, env={"KNOBFLEET_SSH_MUX": "0"}),
                 "no head start": lambda cmd=drift_cmd: run(cmd, env={"KNOBFLEET_HEADSTART": "0"}),
                 "drift --via ansible": lambda cmd=playbook_cmd: run(cmd),
             },
             args.repeats,
         )
-        kd, ps, nh, pb = (
-            med(times[k]) for k in ("knobfleet drift", "parallel ssh", "no head start", "drift --via ansible")
+        kd, ps, sc, nh, pb = (
+            med(times[k])
+            for k in ("knobfleet drift", "parallel ssh", "ssh clients", "no head start", "drift --via ansible")
         )
-        rows.append([n, args.repeats, f"{kd:.3f}", f"{ps:.3f}", f"{kd / ps:.2f}x", f"{nh:.3f}", f"{nh / ps:.2f}x",
-                     f"{pb:.3f}", f"{pb / ps:.2f}x"])  # fmt: skip
+        rows.append([n, args.repeats, f"{kd:.3f}", f"{ps:.3f}", f"{kd / ps:.2f}x", f"{sc:.3f}", f"{sc / ps:.2f}x",
+                     f"{nh:.3f}", f"{nh / ps:.2f}x", f"{pb:.3f}", f"{pb / ps:.2f}x"])  # fmt: skip
         print(table(HEADERS, rows[-1:]), flush=True)
     print()
     print("knobfleet drift vs parallel ssh (warm connections, interleaved)")
     print(table(HEADERS, rows))
 
 
-HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "no head start s", "ratio", "--via ansible s", "ratio"]
+HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "ssh clients s", "ratio", "no head start s", "ratio",
+           "--via ansible s", "ratio"]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ def start(argv: Sequence[str]) -> int:
             if fleet is None:
                 return 0
             full, short = full.replace(KEY_PLACEHOLDER, fleet), short.replace(KEY_PLACEHOLDER, fleet)
-        mux = _mux_of(rec, pairs)
+        mux = _mux_of(rec, pairs) if os.environ.get("KNOBFLEET_SSH_MUX", "1") != "0" else {}  # 0: ssh clients only
     except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return 0
     for host, args, whole in pairs:

@@ -188,6 +188,10 @@ def test_a_host_whose_master_is_up_is_asked_through_it_the_others_by_ssh_and_non
     assert got["lab2"].communicate(timeout=10) == (b"SHORT", b"")
     master.thread.join(5)
     assert master.seen == [("x", ["LANG=C.UTF-8"])]
+    monkeypatch.setenv("KNOBFLEET_SSH_MUX", "0")  # the operator's opt-out: ssh clients only
+    assert headstart.start(["drift"]) == 2
+    assert {type(p).__name__ for _a, p in headstart.take("probe:k").values()} == {"Spawned"}
+    monkeypatch.delenv("KNOBFLEET_SSH_MUX")
     conf.write_text("Host *\n  HostName elsewhere\n")
     assert headstart.start(["drift"]) == 2
     assert {type(p).__name__ for _a, p in headstart.take("probe:k").values()} == {"Spawned"}
