@@ -170,7 +170,10 @@ class Master:
                 return
             wire = b""
             for _ in range(2):  # exactly each frame's length, as ssh's master reads: what follows carries the fds
-                head = conn.recv(4, socket.MSG_WAITALL)
+                try:
+                    head = conn.recv(4, socket.MSG_WAITALL)
+                except ConnectionResetError:
+                    head = b""
                 if len(head) < 4:  # the client went before asking
                     return
                 wire += head + conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
