@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,8 +191,15 @@ def test_a_host_whose_master_is_up_is_asked_through_it_the_others_by_ssh_and_non
     assert master.seen == [("x", ["LANG=C.UTF-8"])]
     monkeypatch.setenv("KNOBFLEET_SSH_MUX", "0")  # the operator's opt-out: ssh clients only
     assert headstart.start(["drift"]) == 2
-    assert {type(p).__name__ for _a, p in headstart.take("probe:k").values()} == {"Spawned"}
+    assert kinds_reaped(headstart.take("probe:k")) == {"Spawned"}
     monkeypatch.delenv("KNOBFLEET_SSH_MUX")
     conf.write_text("Host *\n  HostName elsewhere\n")
     assert headstart.start(["drift"]) == 2
-    assert {type(p).__name__ for _a, p in headstart.take("probe:k").values()} == {"Spawned"}
+    assert kinds_reaped(headstart.take("probe:k")) == {"Spawned"}
+
+
+def kinds_reaped(taken: dict[str, tuple[list[str], Any]]) -> set[str]:
+    """The kinds of process taken, each run to its end and reaped (no child outlives the test)."""
+    for _argv, proc in taken.values():
+        proc.communicate(timeout=10)
+    return {type(p).__name__ for _a, p in taken.values()}

@@ -56,6 +56,7 @@ environment:
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
   KNOBFLEET_INVENTORY_CACHE=0                            re-read the inventory and host views every time
   KNOBFLEET_HEADSTART=0                                  drift/verify: no probe started before the imports
+  KNOBFLEET_SSH_MUX=0                                    drift/verify: ssh clients, not sessions of the ControlMaster
   KNOBFLEET_VLLM_CACHE                                   where the lab's real vLLM is installed (/var/cache/knobfleet)
   KNOBFLEET_PROMETHEUS                                   load-profile's --prometheus
   ANSIBLE_INVENTORY, ANSIBLE_CONFIG, ANSIBLE_VAULT_*     read as Ansible reads them
