@@ -233,7 +233,7 @@ def _mux_of(rec: dict[str, Any], pairs: list[tuple[str, list[str], bool]]) -> di
         return {}
     from knobfleet import sshmux
 
-    if sshmux.stamp(pairs[0][1], os.path.expanduser("~")) != rec.get("stamp"):
+    if sshmux.stamp(pairs[0][1], sshmux.homes()) != rec.get("stamp"):
         return {}
     out = {}
     for host, _args, _whole in pairs:

@@ -165,18 +165,31 @@ def environment(send: Sequence[str], setenv: Sequence[str], environ: Mapping[str
     return out + list(setenv)
 
 
-def config_files(argv: Sequence[str], home: str) -> list[str]:
+def homes() -> list[str]:
+    """Where ``~/.ssh/config`` may be: ``ssh`` reads the user's home from the password database, which ``$HOME``
+    may not be (``sudo`` keeps it on some systems); both are watched."""
+    found = [os.path.expanduser("~")]
+    try:
+        import pwd
+
+        found.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except (ImportError, KeyError):
+        pass
+    return list(dict.fromkeys(found))
+
+
+def config_files(argv: Sequence[str], home: Sequence[str]) -> list[str]:
     """The ssh config files that decide what ``argv`` reaches: ``-F FILE`` if given (``ssh`` then reads no other),
-    else ``~/.ssh/config``, ``/etc/ssh/ssh_config`` and ``/etc/ssh/ssh_config.d``'s files. Pure."""
+    else ``.ssh/config`` in each of ``home``, ``/etc/ssh/ssh_config`` and ``/etc/ssh/ssh_config.d``'s files. Pure."""
     for i, a in enumerate(argv[:-1]):
         if a == "-F":
             return [argv[i + 1]]
         if a.startswith("-F") and len(a) > 2:
             return [a[2:]]
-    return [os.path.join(home, ".ssh", "config"), "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
+    return [*(os.path.join(h, ".ssh", "config") for h in home), "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
 
 
-def stamp(argv: Sequence[str], home: str) -> str:
+def stamp(argv: Sequence[str], home: Sequence[str]) -> str:
     """The identity (inode, size, change time) of each config file ``argv`` reads, and of each file in a config
     folder: when any changes, what ``ssh -G`` said before is not used."""
     parts = []

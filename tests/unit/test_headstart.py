@@ -181,7 +181,7 @@ def test_a_host_whose_master_is_up_is_asked_through_it_the_others_by_ssh_and_non
     ways = {"lab1": (str(isolated / "cp"), ["LANG", "LC_*"], []), "lab2": (str(isolated / "gone"), [], [])}
     headstart.start(["drift"])
     headstart.remember("probe:k", [("lab1", argv, False), ("lab2", argv, False)], b"FULL", b"SHORT", None,
-                       (sshmux.stamp(argv, "/root"), ways))  # fmt: skip
+                       (sshmux.stamp(argv, ["/root"]), ways))  # fmt: skip
     assert headstart.start(["drift"]) == 2
     got = {h: p for h, (_a, p) in headstart.take("probe:k").items()}
     assert type(got["lab1"]).__name__ == "Passenger" and type(got["lab2"]).__name__ == "Spawned"

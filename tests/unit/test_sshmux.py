@@ -124,25 +124,36 @@ def test_the_environment_is_what_sendenv_names_then_setenv() -> None:
 
 
 def test_config_files_are_the_f_file_alone_when_given() -> None:
-    assert sshmux.config_files(["ssh", "-F", "/etc/kf.conf", "h", "cmd"], "/root") == ["/etc/kf.conf"]
-    assert sshmux.config_files(["ssh", "-F/etc/kf.conf", "h", "cmd"], "/root") == ["/etc/kf.conf"]
-    assert sshmux.config_files(["ssh", "h", "cmd"], "/home/u")[0] == "/home/u/.ssh/config"
+    assert sshmux.config_files(["ssh", "-F", "/etc/kf.conf", "h", "cmd"], ["/root"]) == ["/etc/kf.conf"]
+    assert sshmux.config_files(["ssh", "-F/etc/kf.conf", "h", "cmd"], ["/root"]) == ["/etc/kf.conf"]
+    assert sshmux.config_files(["ssh", "h", "cmd"], ["/home/u", "/root"])[:2] == ["/home/u/.ssh/config",
+                                                                                "/root/.ssh/config"]  # fmt: skip
+
+
+def test_both_homes_are_watched_when_home_is_not_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    own = pwd.getpwuid(os.geteuid()).pw_dir
+    monkeypatch.setenv("HOME", "/nonexistent-home")  # as sudo may leave it
+    assert sshmux.homes() == ["/nonexistent-home", own]
+    monkeypatch.setenv("HOME", own)
+    assert sshmux.homes() == [own]
 
 
 def test_the_stamp_changes_with_any_config_file_and_only_then(tmp_path: Path) -> None:
     conf = tmp_path / "config"
     conf.write_text("Host *\n")
     argv = ["ssh", "-F", str(conf), "h", "true"]
-    first = sshmux.stamp(argv, str(tmp_path))
-    assert sshmux.stamp(argv, str(tmp_path)) == first
+    first = sshmux.stamp(argv, [str(tmp_path)])
+    assert sshmux.stamp(argv, [str(tmp_path)]) == first
     conf.write_text("Host *\n  HostName elsewhere\n")
-    assert sshmux.stamp(argv, str(tmp_path)) != first
+    assert sshmux.stamp(argv, [str(tmp_path)]) != first
     folder = tmp_path / "d"
     folder.mkdir()
     argv = ["ssh", "-F", str(folder), "h", "true"]
-    before = sshmux.stamp(argv, str(tmp_path))
+    before = sshmux.stamp(argv, [str(tmp_path)])
     (folder / "10-new.conf").write_text("Host x\n")
-    assert sshmux.stamp(argv, str(tmp_path)) != before
+    assert sshmux.stamp(argv, [str(tmp_path)]) != before
 
 
 class Master:

@@ -250,7 +250,8 @@ def _unexpected(exc: Exception) -> int:
 
         crash = paths.state_dir() / "crash.txt"
         crash.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        safefile.write_text(crash, "".join(traceback.format_exception(exc)), mode=0o600)
+        text = "".join(traceback.format_exception(exc))  # a message may hold what UTF-8 cannot (a lone surrogate)
+        safefile.write_bytes(crash, text.encode("utf-8", "backslashreplace"), mode=0o600)
         where = f"; details in {crash}"
     except Exception:  # the boundary itself must not fail: the one line below is still printed
         pass

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from knobfleet import rules, safefile
@@ -738,6 +738,8 @@ MESSAGE = st.text(st.characters(exclude_characters="\n\x00"), max_size=40)
 
 @examples(120)
 @given(where=st.sampled_from(["crash file", "state folder"]), node=nodes(), kind=EXCEPTIONS, message=MESSAGE)
+# found by this test in CI: a message UTF-8 cannot encode (a lone surrogate) left no crash file
+@example(where="crash file", node=Node("absent", 0, b"", 1, "0"), kind=RuntimeError, message="\ud800")
 def test_the_error_boundary_answers_in_one_line_whatever_is_at_the_crash_file(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

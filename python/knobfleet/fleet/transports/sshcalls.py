@@ -221,7 +221,7 @@ def mux_plans(plan: Mapping[str, tuple[list[str], bool]], previous: Mapping[str,
     if not plan:
         return "", {}
     first = next(iter(plan.values()))[0]
-    home = os.path.expanduser("~")
+    home = sshmux.homes()
     files = sshmux.config_files(first, home)
     stamp = sshmux.stamp(first, home)
     same = [h for h, (argv, _f) in plan.items() if sshmux.config_files(argv, home) == files]
