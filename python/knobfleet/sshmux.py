@@ -221,6 +221,7 @@ class Passenger:
         self.returncode: int | None = None
         self._buf = b""
         self._opened = False
+        self._status: int | None = None  # the exit message's, final once the master hangs up
         self._why = ""
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         fds: list[int] = []
@@ -256,7 +257,10 @@ class Passenger:
             os.close(w_in)
 
     def _read(self, block: bool) -> None:
-        """Take what the master said (waiting for it when ``block``); EOF without an exit status is ``LOST``."""
+        """Take what the master said (waiting for it when ``block``). The session ends when the master hangs up, not
+        at its exit message: sshd sends the exit status when the command exits and forwards output still in its pipes
+        after it, which the master drops for a passenger that has hung up (``mux_master_control_cleanup_cb``); ``ssh``
+        itself reads on to EOF. EOF without an exit status is ``LOST``."""
         import _socket
 
         try:
@@ -266,7 +270,7 @@ class Passenger:
         except OSError:
             chunk = b""
         if not chunk:
-            self._end(LOST)
+            self._end(LOST if self._status is None else self._status)
             return
         try:
             frames, self._buf = split_frames(self._buf + chunk)
@@ -279,7 +283,7 @@ class Passenger:
                 self._why = _reason(body)
                 self._end(LOST)
             elif kind == S_EXIT_MESSAGE and len(body) >= 8:
-                self._end(int.from_bytes(body[4:8], "big"))
+                self._status = int.from_bytes(body[4:8], "big")
             elif kind == HELLO and int.from_bytes(body[:4], "big") != VERSION:
                 self._why = f"mux protocol {int.from_bytes(body[:4], 'big')}, not {VERSION}"
                 self._end(LOST)

@@ -203,6 +203,14 @@ def test_a_one_shot_read_asks_through_the_control_master_as_ssh_would(one: Fleet
     client = subprocess.run([*pair[1][:-1], cmd], input=b"hi", capture_output=True, timeout=30, env=env)
     assert got == (client.stdout, client.stderr, client.returncode) == (b"hi", b"err\nC.UTF-8", 3)
 
+    # output that comes after the exit status (sshd forwards it when the command exits, and reads on to EOF): ssh
+    # prints it, so a passenger must read on until the master hangs up
+    late = "(sleep 0.5; head -c 100000 /dev/zero) & exit 0"
+    bulk = sshmux.Passenger(path, late, [], b"", ["ssh", late])
+    out, _err = bulk.communicate(timeout=30)
+    client = subprocess.run([*pair[1][:-1], late], capture_output=True, timeout=30)
+    assert (len(out), bulk.returncode) == (len(client.stdout), client.returncode) == (100000, 0)
+
     sleeper = sshmux.Passenger(path, "sleep 20", [], b"", ["ssh", "sleep 20"])
     started = time.monotonic()
     sleeper.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import select
 import socket
 import subprocess
 import threading
@@ -230,6 +231,24 @@ def test_a_session_runs_the_command_with_its_stdin_and_returns_its_status(sock_p
     assert not proc.refused
     master.thread.join(5)
     assert master.seen == [("probe --x", ["LANG=C"])]
+
+
+def test_output_the_master_still_holds_after_the_exit_message_is_read_to_the_end(sock_path: Path) -> None:
+    """sshd sends the exit status when the command exits and forwards what is still in its pipes after it; a
+    passenger that hangs up at the exit message has that output dropped (the master's
+    ``mux_master_control_cleanup_cb``), so the session ends when the master hangs up, as ``ssh``'s does. (CI saw a
+    drift document cut short this way; the lab's real master: tests/integration/test_probe_paths.py.)"""
+
+    def late(conn: socket.socket, command: str, stdin: bytes, fds: list[int]) -> None:
+        conn.sendall(sshmux.frame(sshmux.S_EXIT_MESSAGE.to_bytes(4, "big") + b"\0\0\0\7" + b"\0\0\0\0"))
+        readable, _w, _x = select.select([conn], [], [], 0.5)
+        if readable and conn.recv(1, socket.MSG_PEEK) == b"":
+            return  # the passenger hung up: what OpenSSH still held is dropped
+        os.write(fds[1], b'{"late": true}')
+
+    Master(sock_path, late)
+    proc = sshmux.Passenger(str(sock_path), "probe", [], b"", ["ssh"])
+    assert proc.communicate(timeout=10) == (b'{"late": true}', b"") and proc.returncode == 0
 
 
 def test_a_master_that_hangs_up_without_a_status_is_ssh_s_255(sock_path: Path) -> None:
