@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import knobfleet
 from knobfleet import collection
 from tests.conftest import REPO
 
@@ -21,7 +22,7 @@ BIN = REPO / ".venv" / "bin"
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("collection")
     tarball = collection.build_tarball(REPO, work / "dist", work / "stage")
-    assert tarball.is_file() and tarball.name == "knobfleet-serving-0.1.0.tar.gz"
+    assert tarball.is_file() and tarball.name == f"knobfleet-serving-{knobfleet.__version__}.tar.gz"
     colls = work / "collections"
     subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(colls), str(tarball)],

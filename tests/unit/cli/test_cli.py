@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+import knobfleet
 from knobfleet.cli import run
 
 
@@ -94,7 +96,17 @@ def test_waves_suggest_writes_candidates(
 def test_version_and_help_are_fast_paths(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         run(["--version"])
-    assert info.value.code == 0 and "knobfleet 0.1.0" in capsys.readouterr().out
+    assert info.value.code == 0 and f"knobfleet {knobfleet.__version__}" in capsys.readouterr().out
+
+
+def test_the_version_is_one_in_pyproject_the_package_and_the_changelog() -> None:
+    import tomllib
+
+    from tests.conftest import REPO
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    newest = re.search(r"(?m)^## (\S+) ", (REPO / "CHANGELOG.md").read_text())
+    assert newest is not None and pyproject == knobfleet.__version__ == newest.group(1)
 
 
 def test_waves_uses_the_stored_h200_calibration(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import knobfleet
 from knobfleet import collection, paths, project
 from knobfleet.cli import build_parser, run
 from knobfleet.errors import EXIT_USAGE
@@ -325,7 +326,7 @@ def test_collection_is_generated_from_the_single_source(tmp_path: Path) -> None:
     assert "  knobfleet.serving.knob_generation:\n" in tasks and "\n  knob_generation:" not in tasks
     assert "role: knobfleet.serving.knob_serve\n" in (tree / "playbooks" / "apply.yml").read_text()
     assert not (tree / "roles" / "knob_serve" / "library").exists()
-    assert 'version: "0.1.0"' in (tree / "galaxy.yml").read_text()
+    assert f'version: "{knobfleet.__version__}"' in (tree / "galaxy.yml").read_text()
 
 
 def test_fast_path_bundle_is_the_same_from_either_copy(tmp_path: Path) -> None:
