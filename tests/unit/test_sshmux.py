@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from knobfleet import sshmux
@@ -49,6 +49,7 @@ def decode_request(data: bytes) -> tuple[int, str, list[str]]:
 
 
 @given(st.text(), st.lists(st.text(max_size=30), max_size=5))
+@example("printf caf\udce9", ["LANG=\udcff"])  # bytes that are not UTF-8 travel as ssh sends them
 def test_a_request_reads_back_as_the_master_reads_it(command: str, env: list[str]) -> None:
     assert decode_request(sshmux.request(command, env)) == (4, command, env)
 
@@ -68,6 +69,12 @@ def test_frames_split_at_any_cut_come_out_whole_and_in_order(
 def test_a_frame_no_master_would_send_is_a_protocol_error(length: int) -> None:
     with pytest.raises(sshmux.ProtocolError):
         sshmux.split_frames(length.to_bytes(4, "big") + b"\0" * 8)
+
+
+def test_a_refusal_s_reason_is_the_string_after_the_request_id() -> None:
+    assert sshmux._reason(b"\0\0\0\1" + b"\0\0\0\3" + b"abcXYZ") == "abc"  # only the string's own length
+    assert sshmux._reason(b"\0\0\0\1" + b"\0\0\0\2" + b"\xffz") == "\ufffdz"
+    assert sshmux._reason(b"\0\0\0\1\0\0\0") == ""  # too short to hold a length
 
 
 G = """user root
@@ -125,6 +132,7 @@ def test_the_environment_is_what_sendenv_names_then_setenv() -> None:
 
 
 def test_config_files_are_the_f_file_alone_when_given() -> None:
+    assert sshmux.config_files(["ssh", "h", "-F"], ["/root"])[0] == "/root/.ssh/config"  # the remote command
     assert sshmux.config_files(["ssh", "-F", "/etc/kf.conf", "h", "cmd"], ["/root"]) == ["/etc/kf.conf"]
     assert sshmux.config_files(["ssh", "-F/etc/kf.conf", "h", "cmd"], ["/root"]) == ["/etc/kf.conf"]
     assert sshmux.config_files(["ssh", "h", "cmd"], ["/home/u", "/root"])[:2] == ["/home/u/.ssh/config",
@@ -143,10 +151,13 @@ def test_both_homes_are_watched_when_home_is_not_the_users_own(monkeypatch: pyte
 
 def test_the_stamp_changes_with_any_config_file_and_only_then(tmp_path: Path) -> None:
     conf = tmp_path / "config"
-    conf.write_text("Host *\n")
     argv = ["ssh", "-F", str(conf), "h", "true"]
+    assert sshmux.stamp(argv, [str(tmp_path)]) == f"{conf}:-"  # none there yet: its absence is what is stamped
+    conf.write_text("Host *\n")
     first = sshmux.stamp(argv, [str(tmp_path)])
     assert sshmux.stamp(argv, [str(tmp_path)]) == first
+    os.utime(conf, ns=(1, 1))  # the same bytes, another time (an editor that saved without a change)
+    assert sshmux.stamp(argv, [str(tmp_path)]) not in (first, f"{conf}:-")
     conf.write_text("Host *\n  HostName elsewhere\n")
     assert sshmux.stamp(argv, [str(tmp_path)]) != first
     folder = tmp_path / "d"
@@ -249,6 +260,19 @@ def test_output_the_master_still_holds_after_the_exit_message_is_read_to_the_end
     Master(sock_path, late)
     proc = sshmux.Passenger(str(sock_path), "probe", [], b"", ["ssh"])
     assert proc.communicate(timeout=10) == (b'{"late": true}', b"") and proc.returncode == 0
+
+
+def test_a_session_polled_to_its_end_and_waited_for_leaves_no_descriptor(sock_path: Path) -> None:
+    master = Master(sock_path, exits(5))
+    before = open_fds()
+    proc = sshmux.Passenger(str(sock_path), "x", [], b"in", ["ssh"])
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.returncode == 5 and proc.wait(5) == 5
+    assert proc.communicate(timeout=5) == (b"out:in", b"x")
+    master.thread.join(5)
+    assert open_fds() <= before  # the control socket and all six pipe ends are closed
 
 
 def test_a_master_that_hangs_up_without_a_status_is_ssh_s_255(sock_path: Path) -> None:
