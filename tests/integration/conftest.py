@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from knobfleet.lab.hostfiles import LabHost
-from knobfleet.lab.nspawn import Lab, _port_open
+from knobfleet.lab.hostfiles import LabHost, port_taken
+from knobfleet.lab.nspawn import Lab, _port_open, running_lab
 
 
 def _cannot_run() -> str | None:
@@ -49,7 +49,8 @@ def lab_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ["KNOBFLEET_STATE_DIR"] = str(state)
     for i in range(1, 4):
         if _port_open(f"127.0.1.{i}", 22):
-            pytest.fail(f"127.0.1.{i}:22 is taken (a lab is already up?); run `knobfleet lab down` first")
+            holder = running_lab(LabHost(i))
+            pytest.fail(f"integration tests boot their own lab: {port_taken(f'127.0.1.{i}', holder, state / 'lab')}")
     yield state
     Lab(state / "lab").down()
 

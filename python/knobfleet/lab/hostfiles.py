@@ -10,6 +10,7 @@ what that SGLang accepts.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,33 @@ class LabHost:
     @property
     def machine(self) -> str:
         return f"knobfleet-{self.name}"
+
+
+def lab_running(cmdline: list[bytes], machine: str) -> Path | None:
+    """The folder of the lab whose ``systemd-nspawn`` runs ``machine``, from that process's argv (``--directory``
+    is ``<lab>/hosts/<name>/root``, as ``Lab._boot`` writes it); None for any other process."""
+    if not cmdline or not cmdline[0].endswith(b"systemd-nspawn") or f"--machine={machine}".encode() not in cmdline:
+        return None
+    for arg in cmdline:
+        if arg.startswith(b"--directory="):
+            root = Path(os.fsdecode(arg[len(b"--directory=") :]))
+            if root.name == "root" and root.parent.parent.name == "hosts":
+                return root.parent.parent.parent
+    return None
+
+
+def port_taken(address: str, holder: Path | None, mine: Path) -> str:
+    """What to do when ``address``:22 is taken before a lab host boots there: stop the other checkout's lab that
+    holds it (``holder``: its lab folder, from ``lab_running``), or free the port from whatever else listens."""
+    if holder is not None and holder != mine:
+        state = holder.parent
+        return (
+            f"{address}:22 is taken by the lab of another checkout ({holder}); stop it with "
+            f"`KNOBFLEET_STATE_DIR={state} knobfleet lab down` (or `knobfleet lab down` in that checkout)"
+        )
+    if holder is not None:
+        return f"{address}:22 is taken by this lab's own host; run `knobfleet lab down` first"
+    return f"{address}:22 is already taken by another process; free it (ss -ltnp 'sport = :22') or stop that service"
 
 
 def sshd_config(host: LabHost) -> str:

@@ -238,10 +238,7 @@ class Lab:
         for host in new:
             self._cleanup(host)
             if _port_open(host.address, 22):
-                raise LabError(
-                    f"lab up: {host.address}:22 is already taken by another process; "
-                    f"free it (ss -ltnp 'sport = :22') or stop that service"
-                )
+                raise LabError(f"lab up: {hostfiles.port_taken(host.address, running_lab(host), self.dir)}")
             labroot.prepare(self, host)
             self._boot(host)
             started.append(host)
@@ -463,6 +460,21 @@ def _hosts_to_boot(
     if both:
         raise LabError(f"lab up: {','.join(both)} named by both --vllm and --sglang; a host runs one engine")
     return hosts
+
+
+def running_lab(host: LabHost) -> Path | None:
+    """The folder of the lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    cmdline = fh.read().split(b"\0")
+            except OSError:
+                continue  # gone, or not ours to read
+            found = hostfiles.lab_running(cmdline, host.machine)
+            if found is not None:
+                return found
+    return None
 
 
 def _mounted(path: Path) -> bool:

@@ -1,0 +1,68 @@
+"""knobfleet.lab.hostfiles: which lab holds a lab host's address, and what the operator is told to do about it
+(data-driven); ``nspawn.running_lab`` finds it among this machine's processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from knobfleet.lab import hostfiles, nspawn
+from knobfleet.lab.hostfiles import LabHost
+
+NSPAWN = b"/usr/bin/systemd-nspawn"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "expected"),
+    [
+        ([NSPAWN, b"--boot", b"--directory=/w/a/.state/lab/hosts/lab2/root", b"--machine=knobfleet-lab2"],
+         Path("/w/a/.state/lab")),
+        ([b"systemd-nspawn", b"--machine=knobfleet-lab2", b"--directory=/tmp/s/lab/hosts/lab2/root"],
+         Path("/tmp/s/lab")),
+        ([NSPAWN, b"--directory=/w/a/.state/lab/hosts/lab2/root", b"--machine=knobfleet-lab20"], None),  # lab20
+        ([NSPAWN, b"--directory=/srv/containers/web", b"--machine=knobfleet-lab2"], None),  # not a lab's layout
+        ([b"/usr/bin/python3", b"--machine=knobfleet-lab2", b"--directory=/w/.state/lab/hosts/lab2/root"], None),
+        ([NSPAWN, b"--machine=knobfleet-lab2"], None),  # no --directory
+        ([], None),  # a kernel thread's empty cmdline
+    ],
+)  # fmt: skip
+def test_the_lab_running_a_machine_is_read_from_its_nspawn_argv(cmdline: list[bytes], expected: Path | None) -> None:
+    assert hostfiles.lab_running(cmdline, "knobfleet-lab2") == expected
+
+
+@pytest.mark.parametrize(
+    ("holder", "says"),
+    [
+        (Path("/work/main/.state/lab"), "127.0.1.1:22 is taken by the lab of another checkout (/work/main/.state/lab); "
+         "stop it with `KNOBFLEET_STATE_DIR=/work/main/.state knobfleet lab down` (or `knobfleet lab down` in that "
+         "checkout)"),
+        (Path("/tmp/clone/.state/lab"), "127.0.1.1:22 is taken by this lab's own host; run `knobfleet lab down` first"),
+        (None, "127.0.1.1:22 is already taken by another process; free it (ss -ltnp 'sport = :22') or stop that "
+         "service"),
+    ],
+)  # fmt: skip
+def test_a_taken_address_names_what_to_stop(holder: Path | None, says: str) -> None:
+    assert hostfiles.port_taken("127.0.1.1", holder, Path("/tmp/clone/.state/lab")) == says
+
+
+def test_running_lab_finds_the_lab_of_a_process_shaped_as_nspawn(tmp_path: Path) -> None:
+    """A process of this test's own, named systemd-nspawn and given a lab host's arguments (nothing is booted)."""
+    fake = tmp_path / "systemd-nspawn"
+    fake.symlink_to(sys.executable)
+    lab = tmp_path / "other" / ".state" / "lab"
+    host = LabHost(250)  # far above any lab the suite boots
+    proc = subprocess.Popen([str(fake), "-c", "import time; time.sleep(60)", f"--machine={host.machine}",
+                             f"--directory={lab / 'hosts' / host.name / 'root'}"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while nspawn.running_lab(host) is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the child has exec'd
+        assert nspawn.running_lab(host) == lab
+    finally:
+        proc.kill()
+        proc.wait()
+    assert nspawn.running_lab(host) is None
