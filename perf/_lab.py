@@ -18,6 +18,9 @@ from knobfleet.lab.nspawn import Lab  # noqa: E402
 KNOBFLEET = [sys.executable, "-m", "knobfleet"]
 
 
+BOOTED: list[int] = []  # the sizes booted, in order: the last one is what stays up
+
+
 def boot(n: int) -> tuple[Lab, Path]:
     """A lab of exactly n hosts (other lab hosts are stopped first), engines ready."""
     lab = Lab()
@@ -27,6 +30,12 @@ def boot(n: int) -> tuple[Lab, Path]:
     from tests.integration.conftest import wait_engines
 
     wait_engines([f"127.0.1.{i}" for i in range(1, n + 1)], timeout=120)
+    if not BOOTED:
+        import atexit
+
+        atexit.register(lambda: print(f"perf: the {BOOTED[-1]}-host lab stays up for the next run; `knobfleet lab "
+                                      "down` stops it", file=sys.stderr))  # fmt: skip
+    BOOTED.append(n)
     return lab, lab.dir / "inventory"
 
 
