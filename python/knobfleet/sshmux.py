@@ -43,18 +43,21 @@ MAX_FRAME = 256 * 1024  # the master's replies are a few bytes; anything larger 
 LOST = 255  # what ``ssh`` exits with when the connection fails or the master hangs up without an exit status
 KILLED = -9  # ``Popen.returncode`` of a process ended by SIGKILL: what ``kill`` leaves
 
-# ``ssh -G`` lines that make a plain passenger session differ from what the client would ask for
-DIFFERENT = {
-    "requesttty": ("force", "yes"),
-    "forwardagent": None,  # any value but "no"
-    "forwardx11": None,
-    "permitlocalcommand": None,
-    "sessiontype": None,  # any value but "default"
-    "stdinnull": None,
+# ``ssh -G`` keys, each with the values (as ``ssh -G`` prints them) under which ``ssh`` asks for no more than a plain
+# session; any other value asks for more (a TTY, forwarding, a local command, another session type, a tunnel).
+# "requesttty true" (RequestTTY yes) allocates a TTY only when stdin is a terminal, which a probe's never is.
+PLAIN = {
+    "requesttty": ("auto", "false", "true"),
+    "forwardagent": ("no",),
+    "forwardx11": ("no",),
+    "permitlocalcommand": ("no",),
+    "sessiontype": ("default",),
+    "stdinnull": ("no",),
+    "forkafterauthentication": ("no",),
+    "tunnel": ("false",),
 }
-FORWARDS = ("localforward", "remoteforward", "dynamicforward")
-NEUTRAL = {"forwardagent": "no", "forwardx11": "no", "permitlocalcommand": "no", "sessiontype": "default",
-           "stdinnull": "no"}  # fmt: skip
+# keys ``ssh -G`` prints only when set, any of which asks for more (a RemoteCommand makes ``ssh`` refuse a command)
+NEVER = ("localforward", "remoteforward", "dynamicforward", "remotecommand")
 
 
 def _u32(v: int) -> bytes:
@@ -106,8 +109,8 @@ def _reason(body: bytes) -> str:
 
 def plan(g_output: str) -> tuple[str, list[str], list[str]] | None:
     """From ``ssh -G``'s output for a host: (its control socket, its SendEnv patterns, its SetEnv entries), or None
-    when a passenger session would not be what ``ssh`` sends (no control path, or a TTY, forwarding, a local command
-    or another session type asked for). Pure."""
+    when a passenger session would not be what ``ssh`` sends (no control path, or ``PLAIN``/``NEVER`` say it asks for
+    more). Pure."""
     path = ""
     send: list[str] = []
     setenv: list[str] = []
@@ -120,12 +123,8 @@ def plan(g_output: str) -> tuple[str, list[str], list[str]] | None:
             send += value.split()
         elif key == "setenv":
             setenv += value.split()
-        elif key in FORWARDS:
+        elif key in NEVER or (key in PLAIN and value not in PLAIN[key]):
             return None
-        elif key in DIFFERENT:
-            bad = DIFFERENT[key]
-            if (value in bad) if bad is not None else value != NEUTRAL[key]:
-                return None
     if not path.startswith("/"):  # "none", or no control path at all
         return None
     return path, send, setenv

@@ -85,6 +85,8 @@ controlpath /state/cp/bba8e3ba
 requesttty auto
 sessiontype default
 stdinnull no
+forkafterauthentication no
+tunnel false
 forwardagent no
 forwardx11 no
 permitlocalcommand no
@@ -98,10 +100,14 @@ sendenv LC_*
     [
         ("", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),
         ("setenv A=1 B=2\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], ["A=1", "B=2"])),
-        ("requesttty no\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),
+        ("requesttty false\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),  # RequestTTY no
+        ("requesttty true\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),  # yes: a TTY only for a terminal stdin
         ("controlpath none\n", None),  # no master to talk to
         ("requesttty force\n", None),  # ssh would ask for a TTY
-        ("requesttty yes\n", None),
+        ("forkafterauthentication yes\n", None),
+        ("tunnel point-to-point\n", None),
+        ("tunnel ethernet\n", None),
+        ("remotecommand echo hi\n", None),  # ssh refuses a command then; a passenger would run it
         ("forwardagent yes\n", None),
         ("forwardagent /run/agent.sock\n", None),
         ("forwardx11 yes\n", None),
