@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from knobfleet.errors import LabError
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.nspawn import Lab, _port_open
 from tests.integration.conftest import ssh
@@ -60,6 +64,17 @@ def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     pids = {h.name: h.pid for h in lab.status()}
     lab.up(2)
     assert {h.name: h.pid for h in lab.status()} == pids
+
+    # Another checkout's lab (a state folder of its own) never touches these hosts: its `up` is refused before
+    # anything changes, naming this lab and how to stop it; its `down` leaves them running (the same machine names
+    # and cgroups: before 0.2.3, its `up` halted lab1 and left it mounted).
+    other = Lab(lab_state / "other-checkout" / "lab")
+    try:
+        with pytest.raises(LabError, match=f"taken by the lab of another checkout \\({re.escape(str(lab.dir))}\\)"):
+            other.up(1)
+    finally:
+        other.down()  # (what a regression booted is not left behind)
+    assert {h.name: h.pid for h in lab.status()} == pids and all(h.state == "running" for h in lab.status())
 
     # The stand-in engine under systemd-run, on its own port, with a knob in its environment.
     ssh(

@@ -235,10 +235,14 @@ class Lab:
                 f"{limits.INSTANCES} to at least {limits.needed(len(new), *limits.usage())[limits.INSTANCES]}"
             ) from None
         started: list[LabHost] = []
+        others = running_labs()
         for host in new:
+            holder = others.get(host.machine)
+            if holder is not None and holder != self.dir:  # another checkout's: its cgroups are never touched
+                raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
             self._cleanup(host)
             if _port_open(host.address, 22):
-                raise LabError(f"lab up: {hostfiles.port_taken(host.address, running_lab(host), self.dir)}")
+                raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
             labroot.prepare(self, host)
             self._boot(host)
             started.append(host)
@@ -406,7 +410,13 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20 + 0.5 * len(hosts)  # 64 hosts halting at once share 2 cores
+        others = running_labs()
         for host in hosts:
+            holder = others.get(host.machine)
+            if holder is not None and holder != self.dir:  # only a record here: another checkout's lab runs it
+                self.notes.append(f"lab: {host.name} runs in another checkout's lab ({holder}); left alone")
+                self._forget(host)
+                continue
             while self.pid(host) is not None and time.monotonic() < deadline:
                 time.sleep(0.1)
             pid = self.pid(host)
@@ -421,6 +431,13 @@ class Lab:
             if restored:
                 self.notes.append(f"lab: put back {', '.join(restored)}")
         return stopped
+
+    def _forget(self, host: LabHost) -> None:
+        """Drop this lab's own record of ``host`` (its folder unless mounted, its PID file), nothing shared."""
+        hdir = self.host_dir(host)
+        if hdir.exists() and not _mounted(hdir) and not _mounted(hdir / "root"):
+            shutil.rmtree(hdir, ignore_errors=True)
+        self.pid_file(host).unlink(missing_ok=True)
 
     def _cleanup(self, host: LabHost) -> None:
         hdir = self.host_dir(host)
@@ -462,8 +479,11 @@ def _hosts_to_boot(
     return hosts
 
 
-def running_lab(host: LabHost) -> Path | None:
-    """The folder of the lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
+def running_labs() -> dict[str, Path]:
+    """Each lab machine a systemd-nspawn runs now, of any checkout, with the folder of the lab it belongs to. Lab
+    hosts of every checkout share their machine names, cgroups and addresses (``cgroups``), so ``up`` and ``down``
+    leave alone a host another checkout's lab runs."""
+    found: dict[str, Path] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -471,10 +491,18 @@ def running_lab(host: LabHost) -> Path | None:
                     cmdline = fh.read().split(b"\0")
             except OSError:
                 continue  # gone, or not ours to read
-            found = hostfiles.lab_running(cmdline, host.machine)
-            if found is not None:
-                return found
-    return None
+            for arg in cmdline:
+                if arg.startswith(b"--machine="):
+                    machine = os.fsdecode(arg[len(b"--machine=") :])
+                    lab = hostfiles.lab_running(cmdline, machine)
+                    if lab is not None:
+                        found[machine] = lab
+    return found
+
+
+def running_lab(host: LabHost) -> Path | None:
+    """The folder of the lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
+    return running_labs().get(host.machine)
 
 
 def _mounted(path: Path) -> bool:
