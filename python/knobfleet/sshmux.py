@@ -122,7 +122,7 @@ def plan(g_output: str) -> tuple[str, list[str], list[str]] | None:
         elif key == "sendenv":
             send += value.split()
         elif key == "setenv":
-            setenv += value.split()
+            setenv.append(value)  # one entry a line, its value may hold spaces (SetEnv FOO="a b")
         elif key in NEVER or (key in PLAIN and value not in PLAIN[key]):
             return None
     if not path.startswith("/"):  # "none", or no control path at all
@@ -220,6 +220,8 @@ class Passenger:
         self.returncode: int | None = None
         self._buf = b""
         self._opened = False
+        self._killed = False
+        self._busy = False  # a thread is inside _finish
         self._status: int | None = None  # the exit message's, final once the master hangs up
         self._why = ""
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -255,28 +257,28 @@ class Passenger:
         finally:
             os.close(w_in)
 
-    def _read(self, block: bool) -> None:
+    def _read(self, block: bool) -> bool:
         """Take what the master said (waiting for it when ``block``). The session ends when the master hangs up, not
         at its exit message: sshd sends the exit status when the command exits and forwards output still in its pipes
         after it, which the master drops for a passenger that has hung up (``mux_master_control_cleanup_cb``); ``ssh``
-        itself reads on to EOF. EOF without an exit status is ``LOST``."""
+        itself reads on to EOF. EOF without an exit status is ``LOST``. False: nothing was there (not blocking)."""
         import _socket
 
         try:
             chunk = self._sock.recv(4096) if block else self._sock.recv(4096, _socket.MSG_DONTWAIT)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             chunk = b""
         if not chunk:
             self._end(LOST if self._status is None else self._status)
-            return
+            return True
         try:
             frames, self._buf = split_frames(self._buf + chunk)
         except ProtocolError as exc:
             self._why = f"not an ssh master: {exc}"
             self._end(LOST)
-            return
+            return True
         for kind, body in frames:
             if kind in (S_PERMISSION_DENIED, S_FAILURE):
                 self._why = _reason(body)
@@ -288,11 +290,12 @@ class Passenger:
                 self._end(LOST)
             elif kind == S_SESSION_OPENED:
                 self._opened = True
+        return True
 
     def _end(self, code: int) -> None:
         if self.returncode is None:
             self.returncode = code
-        self._sock.close()
+        self._sock.close()  # a closed socket object's fileno is -1: a later shutdown or recv never reaches a reused one
 
     @property
     def refused(self) -> bool:
@@ -301,21 +304,27 @@ class Passenger:
         return self.returncode == LOST and not self._opened
 
     def poll(self) -> int | None:
-        while self.returncode is None:
-            before = len(self._buf)
-            self._read(block=False)
-            if self.returncode is None and len(self._buf) == before:
-                break
+        """The exit status once the master has hung up, else None; it reads only when no other thread is inside
+        ``communicate``/``wait`` (that one reads the socket then)."""
+        while self.returncode is None and not self._busy and self._read(block=False):
+            pass  # all that is there: an exit message and the hang-up after it end the session in one call
         return self.returncode
 
     def kill(self) -> None:
-        """End the session: the master closes its channel when its client goes; the output is dropped unread."""
+        """End the session, as SIGKILL ends ``ssh``: the master sees its passenger go and closes the channel; output
+        not read yet is dropped. Safe from another thread than one in ``communicate``/``wait``: nothing is closed
+        under it (the socket is shut down, which wakes it; it closes what it holds)."""
         if self.returncode is None:
-            self._end(KILLED)
-        self.stdout.close()
-        self.stderr.close()
+            self.returncode = KILLED
+        self._killed = True
+        try:  # noqa: SIM105 (contextlib costs an import here)
+            self._sock.shutdown(2)  # SHUT_RDWR; fails harmlessly on a socket already closed
+        except OSError:
+            pass
 
     def wait(self, timeout: float | None = None) -> int:
+        """The exit status once the master hangs up. As with ``Popen`` and pipes, output nobody reads can hold the
+        session open (the master waits for room in the pipe): ``communicate`` reads it, ``kill`` drops it."""
         out = self._finish(timeout, drain=False)
         assert out is None and self.returncode is not None
         return self.returncode
@@ -327,6 +336,15 @@ class Passenger:
         return got
 
     def _finish(self, timeout: float | None, drain: bool) -> tuple[bytes, bytes] | None:
+        self._busy = True
+        try:
+            return self._finish_reading(timeout, drain)
+        finally:
+            self._busy = False
+
+    def _finish_reading(self, timeout: float | None, drain: bool) -> tuple[bytes, bytes] | None:
+        """Read the socket to the master's hang-up and, with ``drain``, both outputs to their end; a ``kill`` (here or
+        from another thread) stops it with what was read."""
         import select
         import time
 
@@ -342,7 +360,7 @@ class Passenger:
         if sock_fd >= 0:
             poller.register(sock_fd, select.POLLIN)
         open_ = set(chunks) | ({sock_fd} if sock_fd >= 0 else set())
-        while open_:
+        while open_ and not self._killed:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 import subprocess
@@ -361,6 +379,8 @@ class Passenger:
                 else:
                     poller.unregister(fd)
                     open_.discard(fd)
+        if self.returncode is not None:
+            self._sock.close()  # killed before the master hung up: nothing more is read from it
         if not drain:
             return None
         out, err = (b"".join(chunks.get(f.fileno(), [])) if not f.closed else b"" for f in (self.stdout, self.stderr))

@@ -72,9 +72,11 @@ def test_two_hosts_boot_run_engine_and_tear_down(lab_state: Path) -> None:
     try:
         with pytest.raises(LabError, match=f"taken by the lab of another checkout \\({re.escape(str(lab.dir))}\\)"):
             other.up(1)
+        (other.dir / "hosts" / "lab1").mkdir(parents=True)  # its own stale record of lab1 (a crashed run's)
     finally:
         other.down()  # (what a regression booted is not left behind)
     assert {h.name: h.pid for h in lab.status()} == pids and all(h.state == "running" for h in lab.status())
+    assert not (other.dir / "hosts" / "lab1").exists() and any("left alone" in n for n in other.notes)
 
     # The stand-in engine under systemd-run, on its own port, with a knob in its environment.
     ssh(

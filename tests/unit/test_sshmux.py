@@ -99,7 +99,7 @@ sendenv LC_*
     ("change", "expected"),
     [
         ("", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),
-        ("setenv A=1 B=2\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], ["A=1", "B=2"])),
+        ("setenv A=1\nsetenv B=x y\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], ["A=1", "B=x y"])),  # a line each
         ("requesttty false\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),  # RequestTTY no
         ("requesttty true\n", ("/state/cp/bba8e3ba", ["LANG", "LC_*"], [])),  # yes: a TTY only for a terminal stdin
         ("controlpath none\n", None),  # no master to talk to
@@ -313,6 +313,31 @@ def test_a_timeout_is_subprocess_s_and_kill_ends_the_session_at_once(sock_path: 
     assert proc.communicate(timeout=5) == (b"", b"") and proc.wait(5) == sshmux.KILLED
     assert time.monotonic() - started < 5
     release.set()
+
+
+def test_one_poll_sees_a_session_whose_status_and_hang_up_are_both_there(sock_path: Path) -> None:
+    master = Master(sock_path, exits(3))
+    proc = sshmux.Passenger(str(sock_path), "x", [], b"", ["ssh"])
+    master.thread.join(5)  # the exit message sent and the socket closed: both wait to be read
+    assert proc.poll() == 3
+    assert proc.communicate(timeout=5) == (b"out:", b"x")
+
+
+def test_kill_from_another_thread_ends_a_communicate_in_progress(sock_path: Path) -> None:
+    """As ``ssh.py``'s fan-out stops a session a worker thread is reading: nothing is closed under the reader."""
+    release = threading.Event()
+    Master(sock_path, lambda conn, c, s, fds: release.wait(10))
+    proc = sshmux.Passenger(str(sock_path), "sleep", [], b"", ["ssh", "h", "sleep"])
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(proc.communicate(timeout=10)))
+    reader.start()
+    time.sleep(0.2)  # the reader is waiting in poll()
+    assert proc.poll() is None  # it leaves the socket to the reader
+    started = time.monotonic()
+    proc.kill()
+    reader.join(5)
+    release.set()
+    assert got == [(b"", b"")] and proc.returncode == sshmux.KILLED and time.monotonic() - started < 5
 
 
 def open_fds() -> set[str]:

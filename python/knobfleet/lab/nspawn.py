@@ -167,6 +167,10 @@ class Lab:
         ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
         hosts = _hosts_to_boot(count, vllm, router, group_size, sglang)
         self.preflight()
+        others = self._foreign(running_labs())
+        for host in hosts:  # another checkout's lab runs it: refused before anything here or there changes
+            if host.machine in others:
+                raise LabError(f"lab up: {hostfiles.port_taken(host.address, others[host.machine], self.dir)}")
         self.ensure_keys()
         self._install_engines(vllm, router, sglang)
         running = {h.name for h in hosts if self.pid(h) is not None}
@@ -235,13 +239,10 @@ class Lab:
                 f"{limits.INSTANCES} to at least {limits.needed(len(new), *limits.usage())[limits.INSTANCES]}"
             ) from None
         started: list[LabHost] = []
-        others = running_labs()
         for host in new:
-            holder = others.get(host.machine)
-            if holder is not None and holder != self.dir:  # another checkout's: its cgroups are never touched
-                raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
             self._cleanup(host)
             if _port_open(host.address, 22):
+                holder = self._foreign(running_labs()).get(host.machine)
                 raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
             labroot.prepare(self, host)
             self._boot(host)
@@ -410,13 +411,8 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20 + 0.5 * len(hosts)  # 64 hosts halting at once share 2 cores
-        others = running_labs()
+        others = self._foreign(running_labs())
         for host in hosts:
-            holder = others.get(host.machine)
-            if holder is not None and holder != self.dir:  # only a record here: another checkout's lab runs it
-                self.notes.append(f"lab: {host.name} runs in another checkout's lab ({holder}); left alone")
-                self._forget(host)
-                continue
             while self.pid(host) is not None and time.monotonic() < deadline:
                 time.sleep(0.1)
             pid = self.pid(host)
@@ -424,7 +420,10 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
                 time.sleep(0.5)
-            self._cleanup(host)
+            if host.machine in others:  # another checkout's lab runs this machine: only what is ours goes
+                self.notes.append(f"lab: {host.name} also runs in another checkout's lab ({others[host.machine]}); "
+                                  "its processes and cgroups were left alone")  # fmt: skip
+            self._cleanup(host, shared=host.machine not in others)
             stopped.append(host.name)
         if not any(self.pid(h) is not None for h in self.known()):
             restored = limits.restore(self.dir / "run")
@@ -432,22 +431,25 @@ class Lab:
                 self.notes.append(f"lab: put back {', '.join(restored)}")
         return stopped
 
-    def _forget(self, host: LabHost) -> None:
-        """Drop this lab's own record of ``host`` (its folder unless mounted, its PID file), nothing shared."""
-        hdir = self.host_dir(host)
-        if hdir.exists() and not _mounted(hdir) and not _mounted(hdir / "root"):
-            shutil.rmtree(hdir, ignore_errors=True)
-        self.pid_file(host).unlink(missing_ok=True)
+    def _foreign(self, labs: dict[str, list[Path]]) -> dict[str, Path]:
+        """Of ``running_labs()``: the machines another checkout's lab runs, with that lab's folder."""
+        return {m: next(p for p in found if p != self.dir) for m, found in labs.items() if set(found) - {self.dir}}
 
-    def _cleanup(self, host: LabHost) -> None:
+    def _cleanup(self, host: LabHost, shared: bool = True) -> None:
+        """What is left of ``host`` here: its mounts, folder and PID file; with ``shared``, also the processes in its
+        cgroups, the cgroups and nspawn's leftovers under /run, which carry the machine's name in every checkout
+        (so not while another checkout's lab runs it)."""
         hdir = self.host_dir(host)
-        kill_leftovers(cgroup_dirs(host))
+        if shared:
+            kill_leftovers(cgroup_dirs(host))
         for mnt in (hdir / "root", hdir):
             if _mounted(mnt) and subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
                 _run(["umount", "-l", str(mnt)])
         if hdir.exists() and not _mounted(hdir):
             shutil.rmtree(hdir, ignore_errors=True)
         self.pid_file(host).unlink(missing_ok=True)
+        if not shared:
+            return
         remove_cgroups(cgroup_dirs(host))
         for leftover in (NSPAWN_RUN / sub / host.machine for sub in ("propagate", "unix-export")):
             if leftover.is_dir() and not leftover.is_symlink() and not _mounted_under(leftover):
@@ -479,11 +481,11 @@ def _hosts_to_boot(
     return hosts
 
 
-def running_labs() -> dict[str, Path]:
-    """Each lab machine a systemd-nspawn runs now, of any checkout, with the folder of the lab it belongs to. Lab
+def running_labs() -> dict[str, list[Path]]:
+    """Each lab machine a systemd-nspawn runs now, of any checkout, with the folders of the labs running it. Lab
     hosts of every checkout share their machine names, cgroups and addresses (``cgroups``), so ``up`` and ``down``
     leave alone a host another checkout's lab runs."""
-    found: dict[str, Path] = {}
+    found: dict[str, list[Path]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -496,13 +498,13 @@ def running_labs() -> dict[str, Path]:
                     machine = os.fsdecode(arg[len(b"--machine=") :])
                     lab = hostfiles.lab_running(cmdline, machine)
                     if lab is not None:
-                        found[machine] = lab
+                        found.setdefault(machine, []).append(lab)
     return found
 
 
 def running_lab(host: LabHost) -> Path | None:
-    """The folder of the lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
-    return running_labs().get(host.machine)
+    """The folder of a lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
+    return next(iter(running_labs().get(host.machine, [])), None)
 
 
 def _mounted(path: Path) -> bool:

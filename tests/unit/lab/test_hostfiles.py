@@ -61,7 +61,7 @@ def test_running_lab_finds_the_lab_of_a_process_shaped_as_nspawn(tmp_path: Path)
         deadline = time.monotonic() + 10
         while nspawn.running_lab(host) is None and time.monotonic() < deadline:
             time.sleep(0.05)  # until the child has exec'd
-        assert nspawn.running_lab(host) == lab and nspawn.running_labs()[host.machine] == lab
+        assert nspawn.running_lab(host) == lab and nspawn.running_labs()[host.machine] == [lab]
     finally:
         proc.kill()
         proc.wait()
