@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from knobfleet.lab.hostfiles import LabHost, port_taken
-from knobfleet.lab.nspawn import Lab, _port_open, running_lab
+from knobfleet.lab.neighbours import running_lab
+from knobfleet.lab.nspawn import Lab, _port_open
 
 
 def _cannot_run() -> str | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from knobfleet import paths
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles, labinventory, labroot, labservices, labspeed, limits
+from knobfleet.lab import hostfiles, labinventory, labroot, labservices, labspeed, limits, neighbours
 from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import TMPFS_SIZE as TMPFS_SIZE
@@ -167,10 +167,7 @@ class Lab:
         ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
         hosts = _hosts_to_boot(count, vllm, router, group_size, sglang)
         self.preflight()
-        others = self._foreign(running_labs())
-        for host in hosts:  # another checkout's lab runs it: refused before anything here or there changes
-            if host.machine in others:
-                raise LabError(f"lab up: {hostfiles.port_taken(host.address, others[host.machine], self.dir)}")
+        neighbours.check_free(hosts, self.dir)  # before anything here or in another checkout's lab changes
         self.ensure_keys()
         self._install_engines(vllm, router, sglang)
         running = {h.name for h in hosts if self.pid(h) is not None}
@@ -242,7 +239,7 @@ class Lab:
         for host in new:
             self._cleanup(host)
             if _port_open(host.address, 22):
-                holder = self._foreign(running_labs()).get(host.machine)
+                holder = neighbours.foreign(self.dir).get(host.machine)
                 raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
             labroot.prepare(self, host)
             self._boot(host)
@@ -411,7 +408,7 @@ class Lab:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20 + 0.5 * len(hosts)  # 64 hosts halting at once share 2 cores
-        others = self._foreign(running_labs())
+        others = neighbours.foreign(self.dir)
         for host in hosts:
             while self.pid(host) is not None and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -430,10 +427,6 @@ class Lab:
             if restored:
                 self.notes.append(f"lab: put back {', '.join(restored)}")
         return stopped
-
-    def _foreign(self, labs: dict[str, list[Path]]) -> dict[str, Path]:
-        """Of ``running_labs()``: the machines another checkout's lab runs, with that lab's folder."""
-        return {m: next(p for p in found if p != self.dir) for m, found in labs.items() if set(found) - {self.dir}}
 
     def _cleanup(self, host: LabHost, shared: bool = True) -> None:
         """What is left of ``host`` here: its mounts, folder and PID file; with ``shared``, also the processes in its
@@ -479,32 +472,6 @@ def _hosts_to_boot(
     if both:
         raise LabError(f"lab up: {','.join(both)} named by both --vllm and --sglang; a host runs one engine")
     return hosts
-
-
-def running_labs() -> dict[str, list[Path]]:
-    """Each lab machine a systemd-nspawn runs now, of any checkout, with the folders of the labs running it. Lab
-    hosts of every checkout share their machine names, cgroups and addresses (``cgroups``), so ``up`` and ``down``
-    leave alone a host another checkout's lab runs."""
-    found: dict[str, list[Path]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                    cmdline = fh.read().split(b"\0")
-            except OSError:
-                continue  # gone, or not ours to read
-            for arg in cmdline:
-                if arg.startswith(b"--machine="):
-                    machine = os.fsdecode(arg[len(b"--machine=") :])
-                    lab = hostfiles.lab_running(cmdline, machine)
-                    if lab is not None:
-                        found.setdefault(machine, []).append(lab)
-    return found
-
-
-def running_lab(host: LabHost) -> Path | None:
-    """The folder of a lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
-    return next(iter(running_labs().get(host.machine, [])), None)
 
 
 def _mounted(path: Path) -> bool:

@@ -1,17 +1,13 @@
 """knobfleet.lab.hostfiles: which lab holds a lab host's address, and what the operator is told to do about it
-(data-driven); ``nspawn.running_lab`` finds it among this machine's processes."""
+(data-driven); tests/unit/lab/test_neighbours.py finds it among this machine's processes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from knobfleet.lab import hostfiles, nspawn
-from knobfleet.lab.hostfiles import LabHost
+from knobfleet.lab import hostfiles
 
 NSPAWN = b"/usr/bin/systemd-nspawn"
 
@@ -47,22 +43,3 @@ def test_the_lab_running_a_machine_is_read_from_its_nspawn_argv(cmdline: list[by
 )  # fmt: skip
 def test_a_taken_address_names_what_to_stop(holder: Path | None, says: str) -> None:
     assert hostfiles.port_taken("127.0.1.1", holder, Path("/tmp/clone/.state/lab")) == says
-
-
-def test_running_lab_finds_the_lab_of_a_process_shaped_as_nspawn(tmp_path: Path) -> None:
-    """A process of this test's own, named systemd-nspawn and given a lab host's arguments (nothing is booted)."""
-    fake = tmp_path / "systemd-nspawn"
-    fake.symlink_to(sys.executable)
-    lab = tmp_path / "other" / ".state" / "lab"
-    host = LabHost(250)  # far above any lab the suite boots
-    proc = subprocess.Popen([str(fake), "-c", "import time; time.sleep(60)", f"--machine={host.machine}",
-                             f"--directory={lab / 'hosts' / host.name / 'root'}"])  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while nspawn.running_lab(host) is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the child has exec'd
-        assert nspawn.running_lab(host) == lab and nspawn.running_labs()[host.machine] == [lab]
-    finally:
-        proc.kill()
-        proc.wait()
-    assert nspawn.running_lab(host) is None

@@ -1,0 +1,59 @@
+"""Other checkouts' labs on this machine.
+
+Lab hosts of every checkout share their machine names (``knobfleet-labN``), cgroups (``knobfleet-lab/labN``) and
+addresses (127.0.1.N). So before ``up`` boots a host or ``down`` cleans one, the lab asks which lab's
+systemd-nspawn runs that machine now, read from each nspawn's ``--directory`` (``hostfiles.lab_running``), and
+leaves another checkout's alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from knobfleet.errors import LabError
+from knobfleet.lab import hostfiles
+from knobfleet.lab.hostfiles import LabHost
+
+
+def running_labs() -> dict[str, list[Path]]:
+    """Each lab machine a systemd-nspawn runs now, of any checkout, with the folders of the labs running it."""
+    found: dict[str, list[Path]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                    cmdline = fh.read().split(b"\0")
+            except OSError:
+                continue  # gone, or not ours to read
+            for arg in cmdline:
+                if arg.startswith(b"--machine="):
+                    machine = os.fsdecode(arg[len(b"--machine=") :])
+                    lab = hostfiles.lab_running(cmdline, machine)
+                    if lab is not None:
+                        found.setdefault(machine, []).append(lab)
+    return found
+
+
+def running_lab(host: LabHost) -> Path | None:
+    """The folder of a lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
+    return next(iter(running_labs().get(host.machine, [])), None)
+
+
+def others(labs: dict[str, list[Path]], mine: Path) -> dict[str, Path]:
+    """Of ``running_labs()``' answer: the machines a lab other than ``mine`` runs, with that lab's folder. Pure."""
+    return {m: next(p for p in found if p != mine) for m, found in labs.items() if set(found) - {mine}}
+
+
+def foreign(mine: Path) -> dict[str, Path]:
+    """The machines another checkout's lab runs now (``mine``: this lab's folder), with that lab's folder."""
+    return others(running_labs(), mine)
+
+
+def check_free(hosts: Sequence[LabHost], mine: Path) -> None:
+    """``LabError`` naming the lab and the command that stops it when another checkout's lab runs any of ``hosts``."""
+    taken = foreign(mine)
+    for host in hosts:
+        if host.machine in taken:
+            raise LabError(f"lab up: {hostfiles.port_taken(host.address, taken[host.machine], mine)}")
