@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from knobfleet.lab.hostfiles import LabHost, port_taken
-from knobfleet.lab.neighbours import running_lab
+from knobfleet.lab.neighbours import foreign
 from knobfleet.lab.nspawn import Lab, _port_open
 
 
@@ -50,8 +50,8 @@ def lab_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ["KNOBFLEET_STATE_DIR"] = str(state)
     for i in range(1, 4):
         if _port_open(f"127.0.1.{i}", 22):
-            holder = running_lab(LabHost(i))
-            pytest.fail(f"integration tests boot their own lab: {port_taken(f'127.0.1.{i}', holder, state / 'lab')}")
+            holder = foreign(state / "lab").get(LabHost(i).machine)
+            pytest.fail(f"integration tests boot their own lab: {port_taken(f'127.0.1.{i}', holder)}")
     yield state
     Lab(state / "lab").down()
 

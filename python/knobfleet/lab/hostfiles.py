@@ -135,30 +135,26 @@ class LabHost:
         return f"knobfleet-{self.name}"
 
 
-def lab_running(cmdline: list[bytes], machine: str) -> Path | None:
-    """The folder of the lab whose ``systemd-nspawn`` runs ``machine``, from that process's argv (``--directory``
-    is ``<lab>/hosts/<name>/root``, as ``Lab._boot`` writes it); None for any other process."""
-    if not cmdline or not cmdline[0].endswith(b"systemd-nspawn") or f"--machine={machine}".encode() not in cmdline:
+def lab_running(cmdline: list[bytes]) -> tuple[str, Path] | None:
+    """(the machine, the folder of its lab) of a ``systemd-nspawn`` that runs a lab host, from that process's argv
+    (``--directory`` is ``<lab>/hosts/<name>/root``, as ``Lab._boot`` writes it); None for any other process."""
+    if not cmdline or not cmdline[0].endswith(b"systemd-nspawn"):
         return None
-    for arg in cmdline:
-        if arg.startswith(b"--directory="):
-            root = Path(os.fsdecode(arg[len(b"--directory=") :]))
-            if root.name == "root" and root.parent.parent.name == "hosts":
-                return root.parent.parent.parent
-    return None
+    opts = dict(a[2:].partition(b"=")[::2] for a in cmdline[1:] if a.startswith(b"--") and b"=" in a)
+    root = Path(os.fsdecode(opts.get(b"directory", b"")))
+    if b"machine" not in opts or root.name != "root" or root.parent.parent.name != "hosts":
+        return None
+    return os.fsdecode(opts[b"machine"]), root.parent.parent.parent
 
 
-def port_taken(address: str, holder: Path | None, mine: Path) -> str:
+def port_taken(address: str, holder: Path | None) -> str:
     """What to do when ``address``:22 is taken before a lab host boots there: stop the other checkout's lab that
     holds it (``holder``: its lab folder, from ``lab_running``), or free the port from whatever else listens."""
-    if holder is not None and holder != mine:
-        state = holder.parent
+    if holder is not None:
         return (
             f"{address}:22 is taken by the lab of another checkout ({holder}); stop it with "
-            f"`KNOBFLEET_STATE_DIR={state} knobfleet lab down` (or `knobfleet lab down` in that checkout)"
+            f"`KNOBFLEET_STATE_DIR={holder.parent} knobfleet lab down` (or `knobfleet lab down` in that checkout)"
         )
-    if holder is not None:
-        return f"{address}:22 is taken by this lab's own host; run `knobfleet lab down` first"
     return f"{address}:22 is already taken by another process; free it (ss -ltnp 'sport = :22') or stop that service"
 
 

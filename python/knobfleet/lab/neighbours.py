@@ -24,21 +24,12 @@ def running_labs() -> dict[str, list[Path]]:
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                    cmdline = fh.read().split(b"\0")
+                    running = hostfiles.lab_running(fh.read().split(b"\0"))
             except OSError:
                 continue  # gone, or not ours to read
-            for arg in cmdline:
-                if arg.startswith(b"--machine="):
-                    machine = os.fsdecode(arg[len(b"--machine=") :])
-                    lab = hostfiles.lab_running(cmdline, machine)
-                    if lab is not None:
-                        found.setdefault(machine, []).append(lab)
+            if running is not None:
+                found.setdefault(running[0], []).append(running[1])
     return found
-
-
-def running_lab(host: LabHost) -> Path | None:
-    """The folder of a lab, of any checkout, whose systemd-nspawn runs ``host``'s machine now (None: none)."""
-    return next(iter(running_labs().get(host.machine, [])), None)
 
 
 def others(labs: dict[str, list[Path]], mine: Path) -> dict[str, Path]:
@@ -56,4 +47,4 @@ def check_free(hosts: Sequence[LabHost], mine: Path) -> None:
     taken = foreign(mine)
     for host in hosts:
         if host.machine in taken:
-            raise LabError(f"lab up: {hostfiles.port_taken(host.address, taken[host.machine], mine)}")
+            raise LabError(f"lab up: {hostfiles.port_taken(host.address, taken[host.machine])}")

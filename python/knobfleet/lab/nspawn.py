@@ -240,7 +240,7 @@ class Lab:
             self._cleanup(host)
             if _port_open(host.address, 22):
                 holder = neighbours.foreign(self.dir).get(host.machine)
-                raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder, self.dir)}")
+                raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder)}")
             labroot.prepare(self, host)
             self._boot(host)
             started.append(host)
