@@ -51,7 +51,6 @@ demo: venv system-deps router
 	$(BIN)/apply-profile ctas512 --yes
 
 
-# The integration tests boot their own lab on 127.0.1.1-3: a demo lab left running is stopped first.
 # Real vLLM (CPU build) for the vLLM lab host: installed once into /var/cache/knobfleet, then a no-op. 0.31.0 too,
 # side by side: the upgrade test rolls a host from one to the other (tests/integration/test_vllm.py).
 vllm: venv
@@ -68,11 +67,16 @@ sglang: venv
 router: venv
 	$(BIN)/python -m knobfleet.lab.router_install
 
+# The integration suite runs in parallel shards (tools/shards.py), each with a lab of its own (lab id shardK: its
+# own addresses, machines and ports), so a demo lab or another checkout's lab may stay up meanwhile. Installs run
+# once, above, before any shard. KNOBFLEET_SHARDS=N sets the number of shards (default: from cores and memory).
 test: venv test-deps vllm sglang router
 	$(BIN)/python -m pytest -q tests/unit
 	$(MAKE) --no-print-directory monitoring-check
-	$(BIN)/knobfleet lab down
-	$(BIN)/python -m pytest -q tests/integration
+	$(BIN)/python tools/shards.py
+
+integration: venv test-deps vllm sglang router
+	$(BIN)/python tools/shards.py
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
@@ -110,8 +114,8 @@ ee-context: collection
 	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee
 
 lint: venv
-	$(BIN)/ruff check python tests perf
-	$(BIN)/ruff format --check python tests perf
+	$(BIN)/ruff check python tests perf tools
+	$(BIN)/ruff format --check python tests perf tools
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
 	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles

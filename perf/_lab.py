@@ -29,7 +29,7 @@ def boot(n: int) -> tuple[Lab, Path]:
     sys.path.insert(0, str(REPO))
     from tests.integration.conftest import wait_engines
 
-    wait_engines([f"127.0.1.{i}" for i in range(1, n + 1)], timeout=120)
+    wait_engines([lab.host(i).address for i in range(1, n + 1)], timeout=120)
     if not BOOTED:
         import atexit
 

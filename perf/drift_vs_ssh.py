@@ -23,17 +23,26 @@ SCRIPT = "/root/serve_dsv4_decode.sh"
 UNIT = "/etc/systemd/system/sglang-dsv4-decode.service"
 STATE = "/var/lib/knobfleet/sglang-dsv4-decode"
 # What an operator's script would read: both files and their hashes, unit state, the current
-# generation's meta, and environ + cmdline + stat of every process of the unit.
-REMOTE = (
+# generation's meta, and environ + cmdline + stat of every process of the unit (``remote`` adds the health URL).
+READS = (
     f"sha256sum {SCRIPT} {UNIT}; cat {SCRIPT} {UNIT} {STATE}/current/meta.json; "
     "systemctl show sglang-dsv4-decode -p ActiveState,SubState,MainPID,NRestarts,NeedDaemonReload,DropInPaths,"
     "ControlGroup; cg=$(systemctl show -p ControlGroup --value sglang-dsv4-decode); "
     "for p in $(cat /sys/fs/cgroup/systemd$cg/cgroup.procs); do cat /proc/$p/environ /proc/$p/cmdline /proc/$p/stat; "
-    "done; curl -s -o /dev/null -w '%{http_code}' http://127.0.1.$(hostname | tr -dc 0-9):30000/health_generate || true"
+    "done; "
 )
 
 
-def ssh_argv(lab: Any, i: int, control_dir: str, remote: str) -> list[str]:
+def remote(block: int) -> str:
+    """The script's command: READS and the host's engine health check, in a lab whose addresses are 127.0.<block>.N
+    (a host's hostname is lab<N> in every lab: the block comes from here, the host's number from there)."""
+    return (
+        f"{READS}curl -s -o /dev/null -w '%{{http_code}}' "
+        f"http://127.0.{block}.$(hostname | tr -dc 0-9):30000/health_generate || true"
+    )
+
+
+def ssh_argv(lab: Any, i: int, control_dir: str, command: str) -> list[str]:
     """ssh to lab host i over a warm ControlMaster of this script's own (the baseline's connection)."""
     return [
         "ssh",
@@ -51,19 +60,21 @@ def ssh_argv(lab: Any, i: int, control_dir: str, remote: str) -> list[str]:
         f"ControlPath={control_dir}/%h",
         "-o",
         "ControlPersist=300",
-        f"root@127.0.1.{i}",
-        remote,
+        f"root@{lab.host(i).address}",
+        command,
     ]
 
 
 def ssh_script(lab, n: int, control_dir: str) -> float:
-    def one(i: int) -> bytes:
-        argv = ssh_argv(lab, i, control_dir, REMOTE)
+    command = remote(lab.identity.block)
+    argvs = [ssh_argv(lab, i, control_dir, command) for i in range(1, n + 1)]  # before the clock: reads a file
+
+    def one(argv: list[str]) -> bytes:
         return subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout
 
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
-        list(pool.map(one, range(1, n + 1)))
+        list(pool.map(one, argvs))
     return time.perf_counter() - started
 
 

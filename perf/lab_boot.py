@@ -11,7 +11,7 @@ import concurrent.futures
 import subprocess
 import time
 
-from _lab import Lab, LabHost, med, table
+from _lab import Lab, med, table
 
 
 def boot_once(n: int) -> tuple[float, float]:
@@ -22,7 +22,7 @@ def boot_once(n: int) -> tuple[float, float]:
     port_s = time.perf_counter() - started
 
     def ssh_true(i: int) -> None:
-        subprocess.run(lab.ssh_argv(LabHost(i), ["true"]), check=True, capture_output=True, timeout=60)
+        subprocess.run(lab.ssh_argv(lab.host(i), ["true"]), check=True, capture_output=True, timeout=60)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
         list(pool.map(ssh_true, range(1, n + 1)))

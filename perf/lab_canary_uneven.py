@@ -38,9 +38,8 @@ from _lab import KNOBFLEET, REPO, table
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO))
 from knobfleet.lab import loadgen, monitoring
-from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.nspawn import Lab
-from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST, LabRouter
+from knobfleet.lab.router_lab import LabRouter
 from knobfleet.telemetry.promconfig import Target
 
 RESULTS = REPO / "perf" / "results" / "lab_canary_uneven.json"
@@ -122,8 +121,8 @@ def main() -> int:
     lab.up(3, router=True)
     from tests.integration.conftest import wait_engines
 
-    wait_engines([LabHost(i).address for i in range(1, 4)], timeout=120)
-    monitoring.start_for_lab(lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+    wait_engines([lab.host(i).address for i in range(1, 4)], timeout=120)
+    monitoring.start_for_lab(lab, [Target("router", LabRouter(lab.dir).metrics_address, "router")])
     model = lab.router_model_dir()
     assert model
     spec = loadgen.LoadSpec(

@@ -3,7 +3,8 @@
 One run prints, per fleet size: `knobfleet drift` (cached probe), the same drift from an earlier tree (`--before
 DIR`, a checkout's python/ folder; optional; its probe process is timed alongside too) and the parallel ssh script
 of perf/drift_vs_ssh.py, interleaved, medians and ratios. On the first size it also measures, on lab1 alone, the
-host CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``: sshd, the
+host CPU of one probe from the host's own cgroup (cgroup v2 ``cpu.stat`` usage of ``knobfleet-lab/lab1``, or of
+``knobfleet-lab/s<slot>-lab1`` in a lab beyond slot 0: sshd, the
 shell, python, systemctl and the host's systemd answering it, everything the probe makes the host do), repeated
 `--cpu-runs` times one after the other, against the ssh script's commands and a bare `ssh true`; and the first probe
 of a host (no entry on the host, the controller knowing none: the bundle is sent, compiled and stored).
@@ -28,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from _lab import KNOBFLEET, REPO, boot, interleave, med, run, table
-from drift_vs_ssh import REMOTE, ssh_argv, ssh_script
+from drift_vs_ssh import remote, ssh_argv, ssh_script
 
 from knobfleet.lab.cgroups import CGROUP_PARENT
+from knobfleet.lab.hostfiles import LabHost
 
 HEADERS = ["hosts", "runs", "drift s", "ssh s", "ratio", "target", "drift before s", "ratio before"]
 HEADERS += ["--watch round s", "its ratio"]
@@ -39,15 +41,15 @@ CPU_HEADERS = ["hosts", "runs", "drift: knobfleet CPU ms", "ssh script: clients 
 TARGETS = {3: 1.2, 32: 1.15}
 
 
-def cpu_usec(host: str) -> int:
+def cpu_usec(host: LabHost) -> int:
     """CPU microseconds the lab host's cgroup has used (cgroup v2, hierarchical)."""
     for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-        stat = Path(base) / CGROUP_PARENT / host / "cpu.stat"
+        stat = Path(base) / CGROUP_PARENT / host.unique / "cpu.stat"
         if stat.exists():
             for line in stat.read_text().splitlines():
                 if line.startswith("usage_usec "):
                     return int(line.split()[1])
-    raise SystemExit(f"no cgroup v2 cpu.stat for {host}")
+    raise SystemExit(f"no cgroup v2 cpu.stat for {host.name} ({host.machine})")
 
 
 def env_for(pythonpath: str) -> dict[str, str]:
@@ -81,7 +83,7 @@ def with_cpu(fn: object, into: list[float]) -> object:
     return run_one
 
 
-def host_cpu(host: str, runs: int, one: object) -> tuple[float, float]:
+def host_cpu(host: LabHost, runs: int, one: object) -> tuple[float, float]:
     """(ms of the host's CPU per call, wall s per call) of ``one()`` run ``runs`` times, minus the host's idle use
     over as long a pause."""
     assert callable(one)
@@ -112,7 +114,7 @@ def _children_ms(times_output: str) -> list[float]:
     return out
 
 
-def process_cpu(lab: object, cdir: str, inv: Path, one: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
+def process_cpu(lab: Any, cdir: str, inv: Path, one: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
     """ms of CPU of the probe's own process (python and its children: systemctl) per cached probe, and of the ssh
     script's commands, measured on lab1 by bash's `times`."""
     import shlex
@@ -130,7 +132,7 @@ def process_cpu(lab: object, cdir: str, inv: Path, one: list[str], env: dict[str
         probe = _children_ms(got.stdout)[1:]  # the first run stores the entry for this interpreter
     finally:
         hv.unlink()
-    script = REMOTE.replace("$(hostname | tr -dc 0-9)", "1")
+    script = remote(lab.identity.block).replace("$(hostname | tr -dc 0-9)", "1")
     loop = f"for i in $(seq {runs}); do ( {script} ) >/dev/null 2>&1; done; times"
     got = subprocess.run(ssh_argv(lab, 1, cdir, f"bash -c {shlex.quote(loop)}"), capture_output=True, text=True)
     script_ms = _children_ms(got.stdout)[0] / runs
@@ -166,18 +168,19 @@ def main() -> None:
         cdir = tempfile.mkdtemp(prefix="kf-ssh-")
         drift = [*KNOBFLEET, "drift", "--json", "-i", str(inv)]
         if idx == 0:
+            lab1 = lab.host(1)  # read now: Lab.identity reads a file
             one = [*drift, "--limit", "lab1"]
             # the first probe of a host: no entry there, none known here
             firsts = []
             for _ in range(3):
                 subprocess.run(ssh_argv(lab, 1, cdir, "rm -rf /var/lib/knobfleet/.probe"), check=True)
                 shutil.rmtree(state_dir() / "cache" / "probecode", ignore_errors=True)
-                t0, c0 = time.perf_counter(), cpu_usec("lab1")
+                t0, c0 = time.perf_counter(), cpu_usec(lab1)
                 timed(one, now, (0, 2))
-                firsts.append(((cpu_usec("lab1") - c0) / 1000.0, time.perf_counter() - t0))
+                firsts.append(((cpu_usec(lab1) - c0) / 1000.0, time.perf_counter() - t0))
             timed(one, now, (0, 2))  # the entry is stored: what follows are hits
             true_argv = ssh_argv(lab, 1, cdir, "true")
-            script_argv = ssh_argv(lab, 1, cdir, REMOTE.replace("$(hostname | tr -dc 0-9)", "1"))
+            script_argv = ssh_argv(lab, 1, cdir, remote(lab.identity.block).replace("$(hostname | tr -dc 0-9)", "1"))
             paths_cpu = {
                 "drift, cached probe": lambda c=one: timed(c, now, (0, 2)),
                 "ssh true": lambda a=true_argv: timed(a),
@@ -186,7 +189,7 @@ def main() -> None:
             if before is not None:
                 paths_cpu["drift, --before tree"] = lambda c=one, e=before: timed(c, e, (0, 2))
             for name, fn in paths_cpu.items():
-                ms, wall = host_cpu("lab1", args.cpu_runs, fn)
+                ms, wall = host_cpu(lab1, args.cpu_runs, fn)
                 raw["cpu"][name] = {"host_cpu_ms": ms, "wall_s": wall}
                 cpu_rows.append([name, args.cpu_runs, f"{ms:.1f}", f"{wall:.3f}"])
             base = raw["cpu"]["ssh true"]["host_cpu_ms"]
@@ -203,11 +206,11 @@ def main() -> None:
             watch1.append("--rounds")
             rounds_cpu, rounds_wall = [], []
             for _ in range(3):
-                c0, t0 = cpu_usec("lab1"), time.perf_counter()
+                c0, t0 = cpu_usec(lab1), time.perf_counter()
                 timed([*watch1, str(1 + WATCH_ROUNDS)], now, (0, 2))
-                c1, t1 = cpu_usec("lab1"), time.perf_counter()
+                c1, t1 = cpu_usec(lab1), time.perf_counter()
                 timed([*watch1, "1"], now, (0, 2))
-                c2, t2 = cpu_usec("lab1"), time.perf_counter()
+                c2, t2 = cpu_usec(lab1), time.perf_counter()
                 rounds_cpu.append(((c1 - c0) - (c2 - c1)) / WATCH_ROUNDS / 1000.0)
                 rounds_wall.append(((t1 - t0) - (t2 - t1)) / WATCH_ROUNDS)
             raw["cpu"]["drift --watch, one more round"] = {"host_cpu_ms": med(rounds_cpu), "wall_s": med(rounds_wall)}

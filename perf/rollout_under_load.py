@@ -242,10 +242,10 @@ def main() -> None:
     if ns.bare and ns.mode == "integrated":
         raise SystemExit("--bare: choose --mode baseline or steps (there is no apply to integrate)")
     lab = Lab()
-    hosts = [LabHost(i) for i in range(1, ns.hosts + 1)]
+    hosts: list[LabHost] = []  # the lab's, once `up` has claimed its slot (their addresses are the slot's)
     bare: BareFleet | None = None
     state = Path(tempfile.mkdtemp(prefix="knobfleet-rollout-")) if ns.bare else lab.dir
-    lr = LabRouter(state, *((31200, 31209) if ns.bare else ()))
+    lr = LabRouter(state, *((31200, 31209) if ns.bare else ()))  # a lab's is made again after `up` (its ports)
     try:
         if ns.bare:
             from knobfleet.lab import vllm_install
@@ -257,6 +257,8 @@ def main() -> None:
         else:
             lab.down()
             lab.up(ns.hosts, router=True)
+            hosts = [lab.host(i) for i in range(1, ns.hosts + 1)]
+            lr = LabRouter(state)  # the ports of the slot `up` claimed
             model = lab.router_model_dir() or ""
             workers = lab.worker_urls(hosts)
             inv = inventory_for(ns.mode, lab, lab.dir / "inventory-baseline")

@@ -50,15 +50,24 @@ KNOBFLEET = [PY, "-m", "knobfleet"]
 HZ = os.sysconf("SC_CLK_TCK")
 SVC = "sglang-dsv4-decode"
 # What an operator's script reads: both files and their hashes, unit state, the current generation's meta,
-# environ + cmdline + stat of every process of the unit, the health URL (as perf/drift_vs_ssh.py).
-REMOTE = (
+# environ + cmdline + stat of every process of the unit, the health URL (``remote``; as perf/drift_vs_ssh.py).
+READS = (
     f"sha256sum /root/serve_dsv4_decode.sh /etc/systemd/system/{SVC}.service; "
     f"cat /root/serve_dsv4_decode.sh /etc/systemd/system/{SVC}.service /var/lib/knobfleet/{SVC}/current/meta.json; "
     f"systemctl show {SVC} -p ActiveState,SubState,MainPID,NRestarts,NeedDaemonReload,DropInPaths,ControlGroup; "
     f"cg=$(systemctl show -p ControlGroup --value {SVC}); "
     "for p in $(cat /sys/fs/cgroup/systemd$cg/cgroup.procs); do cat /proc/$p/environ /proc/$p/cmdline /proc/$p/stat; "
-    "done; curl -s -o /dev/null -w '%{http_code}' http://127.0.1.$(hostname | tr -dc 0-9):30000/health_generate || true"
+    "done; "
 )
+
+
+def remote(block: int) -> str:
+    """Mode ssh's command (its $REMOTE): READS and the host's engine health check, in a lab whose addresses are
+    127.0.<block>.N (a host's hostname is lab<N> in every lab: the block comes from here, the number from there)."""
+    return (
+        f"{READS}curl -s -o /dev/null -w '%{{http_code}}' "
+        f"http://127.0.{block}.$(hostname | tr -dc 0-9):30000/health_generate || true"
+    )
 
 
 # --- measuring one command ---------------------------------------------------------------------------------
@@ -232,7 +241,7 @@ def _ssh(ctx: Ctx, r: int) -> list[str]:
         f"-i {ctx.lab.key} -o UserKnownHostsFile={ctx.lab.known_hosts} -o StrictHostKeyChecking=yes "
         f"-o BatchMode=yes -o ControlMaster=auto -o ControlPath={ctx.ssh_cp}/%h -o ControlPersist=300"
     )
-    addrs = " ".join(f"127.0.1.{i}" for i in range(1, ctx.hosts + 1))
+    addrs = " ".join(ctx.lab.host(i).address for i in range(1, ctx.hosts + 1))
     script = f'for h in {addrs}; do ssh {opts} root@$h "$REMOTE" >/dev/null & done; wait'
     return ["bash", "-c", script]
 
@@ -271,9 +280,8 @@ RESETS = {"apply-serial"}
 def host_cost(lab: Lab, n: int, seconds: float) -> dict[str, Any]:
     """What the n idle lab hosts cost: CPU over ``seconds``, PSS, processes (all processes in their cgroups)."""
     from knobfleet.lab.cgroups import cgroup_dirs, cgroup_pids
-    from knobfleet.lab.hostfiles import LabHost
 
-    hosts = [LabHost(i) for i in range(1, n + 1)]
+    hosts = [lab.host(i) for i in range(1, n + 1)]
     pids = {h.name: cgroup_pids(cgroup_dirs(h)) + ([lab.pid(h)] if lab.pid(h) else []) for h in hosts}
     t0 = {p: _cpu_ticks(p) for ps in pids.values() for p in ps}
     time.sleep(seconds)
@@ -301,14 +309,16 @@ def host_cost(lab: Lab, n: int, seconds: float) -> dict[str, Any]:
 
 def grow(lab: Lab, n: int, env: dict[str, str]) -> tuple[Path, float]:
     """Boot lab1..labn (running hosts kept), wait for the engines, apply ctas512 to the new ones; returns the
-    inventory and how long the apply took."""
+    inventory and how long the apply took. Sets ``env``'s REMOTE (mode ssh's script) for the lab's address block,
+    known once it is up."""
     from tests.integration.conftest import wait_engines
 
     lab.up(n)
     for note in lab.notes:
         print(note, flush=True)
     lab.notes.clear()
-    wait_engines([f"127.0.1.{i}" for i in range(1, n + 1)], timeout=180)
+    env["REMOTE"] = remote(lab.identity.block)
+    wait_engines([lab.host(i).address for i in range(1, n + 1)], timeout=180)
     inv = lab.dir / "inventory"
     started = time.perf_counter()
     subprocess.run([*KNOBFLEET, "apply", "ctas512", "-i", str(inv), "--yes"], env=env, check=True, capture_output=True)
@@ -415,7 +425,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kf-scale-"))
     state = work / "state"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(KNOBFLEET_STATE_DIR=str(state), REMOTE=REMOTE)
+    env.update(KNOBFLEET_STATE_DIR=str(state))  # and REMOTE, for the lab's address block: grow() sets it
     os.environ["KNOBFLEET_STATE_DIR"] = str(state)  # this process's Lab and paths use it too
     subprocess.run([PY, "-m", "compileall", "-q", str(REPO / "python" / "knobfleet")], check=True, capture_output=True)
     lab = Lab(work / "lab")  # not <state>/lab: the repository's inventories/lab is left alone

@@ -33,10 +33,11 @@ def main() -> None:
     lab.down()
     lab.up(1, ("lab1",))
     inv = lab.dir / "inventory"
+    health = f"http://{lab.host(1).address}:8000/health"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen("http://127.0.1.1:8000/health", timeout=2) as r:
+            with urllib.request.urlopen(health, timeout=2) as r:
                 if r.status == 200:
                     break
         except OSError:

@@ -19,9 +19,13 @@ from typing import Any
 
 import pytest
 
-from knobfleet.lab.hostfiles import LabHost, port_taken
-from knobfleet.lab.neighbours import foreign
-from knobfleet.lab.nspawn import Lab, _port_open
+from knobfleet import labid
+from knobfleet.lab.nspawn import Lab
+
+# The id of this session's lab: the shard runner (tools/shards.py) gives each shard its own; a plain pytest run is
+# "it". The lab's slot, so its addresses, machine names and ports, are picked when it boots (knobfleet.lab.slots):
+# the suite runs beside a demo lab, another shard's lab or another checkout's.
+LAB_ID = labid.valid_id(os.environ.get("KNOBFLEET_TEST_LAB", "it"))
 
 
 def _cannot_run() -> str | None:
@@ -48,17 +52,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def lab_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("knobfleet-state")
     os.environ["KNOBFLEET_STATE_DIR"] = str(state)
-    for i in range(1, 4):
-        if _port_open(f"127.0.1.{i}", 22):
-            holder = foreign(state / "lab").get(LabHost(i).machine)
-            pytest.fail(f"integration tests boot their own lab: {port_taken(f'127.0.1.{i}', holder)}")
+    os.environ[labid.ENV] = LAB_ID  # every knobfleet command the tests run means this session's lab
     yield state
-    Lab(state / "lab").down()
+    Lab(lab_path(state)).down()
+
+
+def lab_path(state: Path) -> Path:
+    """The folder of this session's lab in the state folder ``state``."""
+    return labid.lab_dir(state, LAB_ID)
+
+
+def session_lab() -> Lab:
+    """This session's lab (its slot as it records it now)."""
+    return Lab(lab_path(Path(os.environ["KNOBFLEET_STATE_DIR"])))
 
 
 def ssh(lab: Lab, host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """An independent check over SSH, not through knobfleet."""
-    argv = lab.ssh_argv(LabHost(int(host.removeprefix("lab"))), [command])
+    argv = lab.ssh_argv(lab.named(host), [command])
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=check)
 
 
@@ -126,8 +137,8 @@ def respawn_sh(service: str, addr: str, timeout_s: int = 60) -> str:
 
 
 def addr(host: str) -> str:
-    """A lab host's loopback address (lab3 -> 127.0.1.3)."""
-    return LabHost(int(host.removeprefix("lab"))).address
+    """A host's loopback address in this session's lab (lab3 -> 127.0.<block>.3)."""
+    return session_lab().named(host).address
 
 
 def touch_later_sh(path: str, seconds: int = 2) -> str:
@@ -163,10 +174,10 @@ def wait_engines(addresses: list[str], timeout: float = 60) -> None:
 
 
 def boot_fleet(lab_state: Path, n: int) -> Fleet:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(n)
-    wait_engines([f"127.0.1.{i}" for i in range(1, n + 1)])
+    wait_engines([lab.host(i).address for i in range(1, n + 1)])
     return Fleet(lab, lab.dir / "inventory", [f"lab{i}" for i in range(1, n + 1)])
 
 

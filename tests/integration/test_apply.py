@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from knobfleet.fleet.inventory import load_hosts
-from knobfleet.lab.hostfiles import LabHost, serve_script
+from knobfleet.lab.hostfiles import serve_script
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
 from tests.integration.conftest import Fleet
@@ -72,7 +72,7 @@ def test_first_apply_adopts_and_makes_the_knob_live(fleet: Fleet) -> None:
             assert flag in cmdline
         # The hand-written script is generation 0, byte for byte.
         adopted = fleet.ssh(host, f"cat {STATE}/generations/0000/serve_dsv4_decode.sh").stdout
-        assert adopted == serve_script(LabHost(int(host[3:])))
+        assert adopted == serve_script(fleet.lab.named(host))
         meta0 = json.loads(fleet.ssh(host, f"cat {STATE}/generations/0000/meta.json").stdout)
         assert meta0["status"] == "adopted"
         meta1 = json.loads(fleet.ssh(host, f"cat {STATE}/current/meta.json").stdout)

@@ -97,7 +97,7 @@ def test_clean_fleet_reports_exit_0(fleet: Fleet) -> None:
 def test_faults_are_detected_named_and_repaired(fleet: Fleet, start: int) -> None:
     batch = list(zip(fleet.hosts, FAULTS[start : start + 3], strict=False))
     for host, (_, command, _) in batch:
-        fleet.ssh(host, command.replace("{addr}", f"127.0.1.{host[3:]}"))
+        fleet.ssh(host, command.replace("{addr}", addr(host)))
     code, report = drift(fleet)
     assert code == 2
     hosts = by_host(report)
@@ -125,7 +125,7 @@ def test_declared_profile_and_unreachable_host(fleet: Fleet, tmp_path: Path) -> 
     shutil.copytree(fleet.inventory, inv)
     hosts = (inv / "hosts.yml").read_text()
     hosts = hosts.replace("        lab3:\n", "        lab3:\n          knob_profile: ctas768\n")
-    hosts += "        lab9:\n          ansible_host: 127.0.1.9\n"
+    hosts += f"        lab9:\n          ansible_host: {addr('lab9')}\n"  # in this lab's block, not booted
     (inv / "hosts.yml").write_text(hosts)
     proc = subprocess.run(
         [sys.executable, "-m", "knobfleet", "drift", "--json", "-i", str(inv), "--prom", str(tmp_path / "kf.prom")],
@@ -195,7 +195,7 @@ def test_plan_apply_and_drift_agree_on_every_fault(fleet: Fleet, start: int) -> 
     fleet.knobfleet("apply", "ctas512", "--yes", check=True)
     batch = list(zip(fleet.hosts, FAULTS[start : start + 3], strict=False))
     for host, (_, command, _) in batch:
-        fleet.ssh(host, command.replace("{addr}", f"127.0.1.{host[3:]}"))
+        fleet.ssh(host, command.replace("{addr}", addr(host)))
     _, report = drift(fleet)
     drifted = {h["host"]: {f["kind"] for f in h["findings"]} for h in report["hosts"]}
     plan = json.loads(fleet.knobfleet("plan", "ctas512", "--json").stdout)

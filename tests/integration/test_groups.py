@@ -24,17 +24,18 @@ import yaml
 
 from knobfleet.lab.hostfiles import SERVICE, SIM_VERSION_FILE
 from knobfleet.lab.nspawn import Lab
-from tests.integration.conftest import Fleet, wait_until
+from tests.integration.conftest import Fleet, addr, lab_path, wait_until
 
 HOSTS = ["lab1", "lab2", "lab3", "lab4"]
 GROUP = {"lab1": ("lab-g1", 0), "lab2": ("lab-g1", 1), "lab3": ("lab-g2", 0), "lab4": ("lab-g2", 1)}
-HEAD = {"lab-g1": "127.0.1.1", "lab-g2": "127.0.1.3"}
+HEAD_HOST = {"lab-g1": "lab1", "lab-g2": "lab3"}
 SCRIPT = "/root/serve_dsv4_decode.sh"
 CTAS = "SGLANG_SM120_MMA_TARGET_CTAS"
 
 
-def addr(host: str) -> str:
-    return f"127.0.1.{host.removeprefix('lab')}"
+def heads() -> dict[str, str]:
+    """Each group's rank 0 address, in this session's lab."""
+    return {group: addr(host) for group, host in HEAD_HOST.items()}
 
 
 def server_info(head: str) -> dict[str, Any]:
@@ -51,13 +52,13 @@ def serving(head: str) -> bool:
 
 
 def wait_groups(timeout: float = 90) -> None:
-    for head in HEAD.values():
+    for head in heads().values():
         wait_until(lambda head=head: serving(head), timeout, f"group with rank 0 {head} serving")  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
 def gfleet(lab_state: Path) -> Iterator[Fleet]:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(4, group_size=2)
     wait_groups()
@@ -77,13 +78,13 @@ def live(f: Fleet, host: str) -> tuple[list[str], dict[str, str]]:
 
 
 def test_the_lab_groups_run_as_multi_node_engines(gfleet: Fleet) -> None:
-    for head in HEAD.values():
+    for head in heads().values():
         assert [(r["rank"], r["joined"]) for r in server_info(head)["ranks"]] == [(1, True)]
     # a follower's health is SGLang's dummy server: 200 whatever the engine does, and no API behind it
-    with urllib.request.urlopen("http://127.0.1.2:30000/health", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{addr('lab2')}:30000/health", timeout=5) as r:
         assert r.status == 200
     with pytest.raises(urllib.error.HTTPError):
-        urllib.request.urlopen("http://127.0.1.2:30000/get_server_info", timeout=5)
+        urllib.request.urlopen(f"http://{addr('lab2')}:30000/get_server_info", timeout=5)
 
 
 def test_plan_shows_each_group_as_one_unit(gfleet: Fleet) -> None:
@@ -120,7 +121,7 @@ def test_apply_restarts_each_group_as_a_unit_with_each_ranks_flags(gfleet: Fleet
         assert main_pid(gfleet, host) != before[host]
         assert env["SGLANG_SM120_MMA_TARGET_CTAS"] == "512"
         assert "--nnodes=2" in argv and f"--node-rank={rank}" in argv, argv
-        assert f"--dist-init-addr={HEAD[group]}:5000" in argv and f"--host={addr(host)}" in argv
+        assert f"--dist-init-addr={heads()[group]}:5000" in argv and f"--host={addr(host)}" in argv
     wait_groups()
     drift = gfleet.knobfleet("drift", "--json")
     assert drift.returncode == 0, drift.stdout + drift.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Fleet, boot_fleet
+from tests.integration.conftest import Fleet, addr, boot_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = "/root/serve_dsv4_decode.sh"
@@ -28,7 +28,9 @@ def one(lab_state: Path) -> Iterator[Fleet]:
 def inventory_yaml() -> str:
     """localhost only, with the lab's host vars (the engine listens on the host's own loopback address)."""
     lab_vars = (REPO / "inventories" / "lab" / "group_vars" / "all" / "main.yml").read_text()
-    lab_vars = lab_vars.replace('knob_serve_listen_host: "{{ ansible_host }}"', "knob_serve_listen_host: 127.0.1.1")
+    lab_vars = lab_vars.replace(
+        'knob_serve_listen_host: "{{ ansible_host }}"', f"knob_serve_listen_host: {addr('lab1')}"
+    )
     lab_vars = lab_vars.replace("ansible_python_interpreter: /usr/bin/python3", "")
     return lab_vars + "\nansible_connection: local\nansible_python_interpreter: /usr/bin/python3\n"
 

@@ -11,7 +11,7 @@ import pytest
 
 from knobfleet.lab import monitoring
 from knobfleet.telemetry.prom import Prometheus
-from tests.integration.conftest import Fleet, boot_fleet, empty_panels, wait_until
+from tests.integration.conftest import Fleet, addr, boot_fleet, empty_panels, wait_until
 
 SCRIPT = "/root/serve_dsv4_decode.sh"
 
@@ -21,7 +21,7 @@ def watched(lab_state: Path) -> Iterator[tuple[Fleet, Prometheus]]:
     fleet = boot_fleet(lab_state, 2)
     monitoring.start_for_lab(fleet.lab)
     try:
-        yield fleet, Prometheus(monitoring.prometheus_url())
+        yield fleet, Prometheus(monitoring.prometheus_url(fleet.lab.dir))
     finally:
         fleet.lab.down()
         assert not monitoring.running(fleet.lab.dir)
@@ -83,7 +83,7 @@ def test_load_profile_measures_where_the_live_load_is(watched: tuple[Fleet, Prom
     started = time.time()
     client = REPO / "roles" / "knob_bench" / "files" / "client.py"
     subprocess.run(
-        [sys.executable, str(client), "--url", "http://127.0.1.1:30000", "--conc", "60,76", "--n-mult", "3",
+        [sys.executable, str(client), "--url", f"http://{addr('lab1')}:30000", "--conc", "60,76", "--n-mult", "3",
          "--max-tokens", "256", "--warmup", "0", "--timeout", "120", "--out", "/dev/null"],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip

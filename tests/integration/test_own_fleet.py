@@ -27,7 +27,7 @@ import yaml
 
 from knobfleet import collection
 from tests.conftest import REPO
-from tests.integration.conftest import Fleet, boot_fleet
+from tests.integration.conftest import Fleet, addr, boot_fleet
 
 JUMP_NAME = "lab2.jumponly"
 
@@ -66,10 +66,10 @@ def write_inventory(path: Path, fleet: Fleet, jump_cfg: Path, known_hosts: Path,
     """lab1 directly (ssh settings from the project's ansible.cfg); lab2 only through lab1."""
     common = _lab_vars()
     hosts: dict[str, dict[str, object]] = {
-        "lab1": {"ansible_host": "127.0.1.1", "knob_serve_listen_host": "127.0.1.1"},
+        "lab1": {"ansible_host": addr("lab1"), "knob_serve_listen_host": addr("lab1")},
         "lab2": {
             "ansible_host": JUMP_NAME,
-            "knob_serve_listen_host": "127.0.1.2",
+            "knob_serve_listen_host": addr("lab2"),
             "ansible_ssh_common_args": f"-F {jump_cfg} -o ProxyJump=lab1-jump -o UserKnownHostsFile={known_hosts} "
             "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -o ConnectTimeout=10",
         },
@@ -148,16 +148,17 @@ def installed(lab_state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         env=env,
     )
     # lab2 only behind lab1: a name lab1 resolves, this machine does not; its host key under that name.
-    fleet.ssh("lab1", f"echo '127.0.1.2 {JUMP_NAME}' >> /etc/hosts")
+    fleet.ssh("lab1", f"echo '{addr('lab2')} {JUMP_NAME}' >> /etc/hosts")
     with pytest.raises(socket.gaierror):
         socket.getaddrinfo(JUMP_NAME, 22)
     known = proj / "known_hosts"
     lines = fleet.lab.known_hosts.read_text().splitlines()
-    lab2_key = next(ln for ln in lines if ln.split()[0] in ("127.0.1.2", "[127.0.1.2]:22"))
+    lab2_key = next(ln for ln in lines if ln.split()[0] in (addr("lab2"), f"[{addr('lab2')}]:22"))
     known.write_text("\n".join([*lines, f"{JUMP_NAME} {' '.join(lab2_key.split()[1:])}"]) + "\n")
     jump_cfg = proj / "jump_ssh_config"
     jump_cfg.write_text(
-        f"Host lab1-jump\n  HostName 127.0.1.1\n  User root\n  IdentityFile {fleet.lab.key}\n  IdentitiesOnly yes\n"
+        f"Host lab1-jump\n  HostName {addr('lab1')}\n  User root\n  IdentityFile {fleet.lab.key}\n"
+        "  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
     )
     # The fleet-wide ssh settings live in the project's ansible.cfg, as a user keeps them.

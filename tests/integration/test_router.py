@@ -17,20 +17,20 @@ import pytest
 from knobfleet.fleet.router import DrainStep, Outcome, ReadmitStep
 from knobfleet.fleet.router_kinds import MonotonicClock, SGLangRouter, engine_inflight
 from knobfleet.lab import loadgen
-from knobfleet.lab.hostfiles import SERVICE, LabHost
+from knobfleet.lab.hostfiles import SERVICE
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
-from tests.integration.conftest import Fleet, empty_panels, restart_sh, signal_after, wait_engines
+from tests.integration.conftest import Fleet, addr, empty_panels, lab_path, restart_sh, signal_after, wait_engines
 
 N = 3  # three stand-ins behind the router: the rolling apply keeps two serving while one restarts
 
 
 @pytest.fixture(scope="module")
 def rfleet(lab_state: Path) -> Iterator[Fleet]:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(N, router=True)
-    wait_engines([LabHost(i).address for i in range(1, N + 1)])
+    wait_engines([lab.host(i).address for i in range(1, N + 1)])
     yield Fleet(lab, None, [f"lab{i}" for i in range(1, N + 1)])
     lab.down()
 
@@ -63,7 +63,7 @@ def router_log(fleet: Fleet) -> str:
 def test_router_fronts_every_engine_from_a_local_tokenizer(rfleet: Fleet) -> None:
     router = SGLangRouter(LabRouter(rfleet.lab.dir).url)
     workers = router.list_workers()
-    urls = rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
+    urls = rfleet.lab.worker_urls([rfleet.lab.host(i) for i in range(1, N + 1)])
     assert sorted(w.url for w in workers) == sorted(urls)
     assert all(w.healthy and w.id for w in workers)
     assert router.detect() == "0.3"
@@ -87,7 +87,7 @@ def test_drain_restart_readmit_under_load_drops_nothing(rfleet: Fleet) -> None:
     load.start()
     try:
         assert started.wait(10)
-        host = LabHost(2)
+        host = rfleet.lab.host(2)
         worker = f"http://{host.address}:30000"
         router = SGLangRouter(lr.url)
         clock = MonotonicClock()
@@ -123,7 +123,7 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
     assert out.outcome is Outcome.UNKNOWN_WORKER and out.in_router
     assert "\n" not in out.message and stranger in out.message
     gone = SGLangRouter("http://127.0.0.1:9")  # the discard port: nothing listens there
-    out = DrainStep("lab1", gone, "http://127.0.1.1:30000", lambda: 0, clock).do()
+    out = DrainStep("lab1", gone, f"http://{addr('lab1')}:30000", lambda: 0, clock).do()
     assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
 
 
@@ -132,7 +132,7 @@ def test_a_worker_left_out_is_drift_and_router_readd_puts_it_back(rfleet: Fleet)
     (out_of_router, exit 2) from the router's own list, `router status` shows it OUT, `router readd` puts it back
     once its engine answers, and drift is clean again."""
     router = SGLangRouter(LabRouter(rfleet.lab.dir).url)
-    worker = f"http://{LabHost(3).address}:30000"
+    worker = f"http://{addr('lab3')}:30000"
     router.remove(worker)
     try:
         drifted = rfleet.knobfleet("drift", "--json")
@@ -197,7 +197,7 @@ def rolling_apply_and_rollback(rfleet: Fleet, by_url: bool) -> None:
     assert summary["sent"] == len(records) >= 800
     assert sum(r.stream for r in records) >= 300
     router = SGLangRouter(lr.url)
-    urls = sorted(rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)]))
+    urls = sorted(rfleet.lab.worker_urls([rfleet.lab.host(i) for i in range(1, N + 1)]))
     assert sorted(w.url for w in router.list_workers() if w.healthy) == urls
     log = router_log(rfleet)[before:]
     assert download_attempts(log) == []
@@ -221,10 +221,9 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
     printed rollback; drift stays in sync on the slow host; no request fails; each canary leaves its record. (The
     judge's own promote/rollback actions are held by tests/unit/experiment/test_canary_run.py.)"""
     from knobfleet.lab import monitoring
-    from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
 
-    monitoring.start_for_lab(rfleet.lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+    monitoring.start_for_lab(rfleet.lab, [Target("router", LabRouter(rfleet.lab.dir).metrics_address, "router")])
     lr = LabRouter(rfleet.lab.dir)
     model = rfleet.lab.router_model_dir()
     assert model
@@ -306,7 +305,7 @@ def canary_board_has_data(doc: dict[str, Any]) -> None:
     from knobfleet.lab import monitoring
     from knobfleet.telemetry.prom import Prometheus
 
-    prom = Prometheus(f"http://{monitoring.PROM_LISTEN}")
+    prom = Prometheus(monitoring.prometheus_url(rfleet.lab.dir))
     want = doc["intervals"]["tput"]["high"]
     expr = 'knobfleet_canary_interval_high{profile="nosplit",metric="tput"}'
     deadline = time.monotonic() + 30
@@ -346,7 +345,6 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
     import signal
 
     from knobfleet.lab import monitoring
-    from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
 
     lr = LabRouter(rfleet.lab.dir)
@@ -358,7 +356,7 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
     stop = threading.Event()
     load = None
     if command == "canary":
-        monitoring.start_for_lab(rfleet.lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+        monitoring.start_for_lab(rfleet.lab, [Target("router", LabRouter(rfleet.lab.dir).metrics_address, "router")])
         model = rfleet.lab.router_model_dir()
         assert model
         spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=2000, max_seconds=240.0, max_tokens=64)
@@ -389,7 +387,7 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
     if command == "canary" and sent:
         assert now == before, (now, err[-2000:])  # interrupted: the canaries were put back
     router = SGLangRouter(lr.url)
-    urls = sorted(rfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)]))
+    urls = sorted(rfleet.lab.worker_urls([rfleet.lab.host(i) for i in range(1, N + 1)]))
     deadline = time.monotonic() + 30  # a worker the interrupted run put back turns healthy at the router's check
     while sorted(w.url for w in router.list_workers() if w.healthy) != urls and time.monotonic() < deadline:
         time.sleep(1)

@@ -12,19 +12,18 @@ from pathlib import Path
 import pytest
 
 from knobfleet.fleet.router_kinds import SGLangRouter
-from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
-from tests.integration.conftest import Fleet, wait_engines
+from tests.integration.conftest import Fleet, lab_path, wait_engines
 from tests.integration.test_router import N, rolling_apply_and_rollback, router_log
 
 
 @pytest.fixture(scope="module")
 def sfleet(lab_state: Path) -> Iterator[Fleet]:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(N, router="smg")
-    wait_engines([LabHost(i).address for i in range(1, N + 1)])
+    wait_engines([lab.host(i).address for i in range(1, N + 1)])
     yield Fleet(lab, None, [f"lab{i}" for i in range(1, N + 1)])
     lab.down()
 
@@ -34,7 +33,7 @@ def test_smg_fronts_every_engine_and_the_lab_says_which_router_it_runs(sfleet: F
     assert (info["kind"], info["version"]) == ("smg", "1.13.0")
     router = SGLangRouter(LabRouter(sfleet.lab.dir).url)
     assert router.detect() == "0.3"  # the worker API of sglang-router >= 0.3: ids, 202 jobs
-    urls = sfleet.lab.worker_urls([LabHost(i) for i in range(1, N + 1)])
+    urls = sfleet.lab.worker_urls([sfleet.lab.host(i) for i in range(1, N + 1)])
     assert sorted(w.url for w in router.list_workers() if w.healthy) == sorted(urls)
     status = json.loads(sfleet.knobfleet("lab", "status", "--json").stdout)
     services = {s["name"]: s["state"] for s in status["services"]}  # Prometheus too, where an earlier module ran it

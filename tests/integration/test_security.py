@@ -44,7 +44,7 @@ def controller_files(state: Path) -> list[Path]:
     where other processes' /tmp comes and goes), which the walk never enters."""
     out = []
     for root, dirs, files in os.walk(state):
-        if Path(root) == state / "lab":
+        if (Path(root) / "identity.json").is_file() or Path(root) == state / "lab":
             dirs[:] = [d for d in dirs if d != "hosts"]
         out += [Path(root) / f for f in files]
     return out

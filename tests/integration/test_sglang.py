@@ -28,7 +28,7 @@ from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
 from knobfleet.lab.sgl_kernel_placeholder import MARK
 from knobfleet.profiles.store import ProfileStore
-from tests.integration.conftest import Fleet, addr, empty_panels, touch_later_sh
+from tests.integration.conftest import Fleet, addr, empty_panels, lab_path, touch_later_sh
 
 HOSTS = ["lab1", "lab2"]
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
@@ -51,7 +51,7 @@ def healthy(hosts: list[str], timeout: float) -> bool:
 
 @pytest.fixture(scope="module")
 def sfleet(lab_state: Path) -> Iterator[Fleet]:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(len(HOSTS), router=True, sglang=tuple(HOSTS))  # the router waits until both are ready (up to 300 s)
     assert healthy(HOSTS, 300), "the hand-written SGLang services never became healthy"
@@ -298,10 +298,9 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
     the stand-in's test, tests/integration/test_router.py: on 2 shared cores real SGLang's windows are too noisy
     for a verdict other than inconclusive in a lab-sized run, docs/SGLANG.md.)"""
     from knobfleet.lab import monitoring
-    from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
     from knobfleet.telemetry.promconfig import Target
 
-    monitoring.start_for_lab(sfleet.lab, [Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router")])
+    monitoring.start_for_lab(sfleet.lab, [Target("router", LabRouter(sfleet.lab.dir).metrics_address, "router")])
     load, records, stop = load_through_router(sfleet, seconds=560.0, rate=3.0)
     try:
         # a few scrapes of both engines first; 30 s windows: at 20 s one baseline window finished 18 of the 20
@@ -317,7 +316,7 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
         # real SGLang's own series behind every panel of its version's dashboard, after the canary's traffic
         from knobfleet.telemetry.prom import Prometheus
 
-        empty = empty_panels(Prometheus(f"http://{monitoring.PROM_LISTEN}"), "sglang-0.5.23.json")
+        empty = empty_panels(Prometheus(monitoring.prometheus_url(sfleet.lab.dir)), "sglang-0.5.23.json")
         assert empty == [], "\n".join(empty)
     finally:
         stop.set()

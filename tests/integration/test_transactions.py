@@ -156,8 +156,8 @@ def test_serial_rollout_stops_at_failing_batch_and_rollback_fleet(fleet: Fleet, 
         (inv / "hosts.yml")
         .read_text()
         .replace(
-            "          ansible_host: 127.0.1.2\n",
-            "          ansible_host: 127.0.1.2\n          knob_serve_host_env: {SGLANG_SIM_GPU: rtx-pro-6000, "
+            f"          ansible_host: {addr('lab2')}\n",
+            f"          ansible_host: {addr('lab2')}\n          knob_serve_host_env: {{SGLANG_SIM_GPU: rtx-pro-6000, "
             "SGLANG_SIM_STARTUP_S: '1.5', SGLANG_SIM_TIME_SCALE: '0.02', SGLANG_SIM_FAIL: start}\n",
         )
     )
@@ -301,9 +301,7 @@ def test_random_operation_sequences_keep_record_and_live_state_in_agreement(flee
 
 def container_init(fleet: Fleet, host: str) -> int:
     """PID (in this machine's namespace) of the lab host's systemd, the child of its nspawn."""
-    from knobfleet.lab.hostfiles import LabHost
-
-    nspawn = fleet.lab.pid(LabHost(int(host[3:])))
+    nspawn = fleet.lab.pid(fleet.lab.named(host))
     assert nspawn is not None
     children = Path(f"/proc/{nspawn}/task/{nspawn}/children").read_text().split()
     return int(children[0])
@@ -322,10 +320,9 @@ def in_host(fleet: Fleet, host: str, command: str) -> subprocess.CompletedProces
 def cut_ssh(fleet: Fleet, host: str) -> None:
     """Stop the host's sshd and kill its remaining sshd sessions (ours, found by the host's cgroup)."""
     from knobfleet.lab.cgroups import cgroup_dirs, cgroup_pids
-    from knobfleet.lab.hostfiles import LabHost
 
     assert in_host(fleet, host, "systemctl stop ssh.service ssh.socket").returncode == 0
-    for pid in cgroup_pids(cgroup_dirs(LabHost(int(host[3:])))):
+    for pid in cgroup_pids(cgroup_dirs(fleet.lab.named(host))):
         try:
             if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
                 os.kill(pid, signal.SIGKILL)
@@ -362,7 +359,7 @@ def test_ssh_cut_mid_rollout_stops_later_batches(fleet: Fleet) -> None:
     lab2 = next(h for h in json.loads(out)["hosts"] if h["host"] == "lab2")
     assert "unreachable" in lab2["message"]
     # lab2 is wholly on its old generation: read it from the host side, not over SSH
-    root = fleet.lab.host_dir(__import__("knobfleet.lab.hostfiles", fromlist=["LabHost"]).LabHost(2)) / "root"
+    root = fleet.lab.host_dir(fleet.lab.host(2)) / "root"
     assert os.readlink(root / STATE.lstrip("/") / "current") == f"generations/{before['lab2']['current']:04d}"
     assert not (root / STATE.lstrip("/") / "lock").exists()
     assert host_state(fleet, "lab3")["current"] == before["lab3"]["current"]

@@ -20,16 +20,14 @@ import pytest
 from knobfleet.lab.hostfiles import VLLM_PORT, VLLM_SCRIPT_PATH, VLLM_SERVICE
 from knobfleet.lab.nspawn import Lab
 from tests.conftest import REPO
-from tests.integration.conftest import Fleet, touch_later_sh
-
-ADDR = "127.0.1.1"
+from tests.integration.conftest import Fleet, addr, lab_path, touch_later_sh
 
 
 def healthy(timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://{ADDR}:{VLLM_PORT}/health", timeout=2) as r:
+            with urllib.request.urlopen(f"http://{addr('lab1')}:{VLLM_PORT}/health", timeout=2) as r:
                 if r.status == 200:
                     return True
         except OSError:
@@ -40,7 +38,7 @@ def healthy(timeout: float) -> bool:
 
 @pytest.fixture(scope="module")
 def vfleet(lab_state: Path) -> Iterator[Fleet]:
-    lab = Lab(lab_state / "lab")
+    lab = Lab(lab_path(lab_state))
     lab.down()
     lab.up(1, ("lab1",))
     assert healthy(300), "the hand-written vLLM service never became healthy"
@@ -63,7 +61,7 @@ def in_sync(fleet: Fleet) -> None:
 
 
 def server_info() -> dict[str, Any]:
-    url = f"http://{ADDR}:{VLLM_PORT}/server_info?config_format=json"
+    url = f"http://{addr('lab1')}:{VLLM_PORT}/server_info?config_format=json"
     with urllib.request.urlopen(url, timeout=10) as r:
         data: dict[str, Any] = json.loads(r.read())
     return data
@@ -201,7 +199,7 @@ def test_a_stopped_worker_is_reported_by_verify(vfleet: Fleet) -> None:
     (worker, *_) = pids_of(vfleet, "VLLM::Worker") or pids_of(vfleet, "VLLM::EngineCor")
     vfleet.ssh("lab1", f"kill -STOP {worker}")
     try:
-        with urllib.request.urlopen(f"http://{ADDR}:{VLLM_PORT}/health", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{addr('lab1')}:{VLLM_PORT}/health", timeout=10) as r:
             assert r.status == 200  # what made the hang invisible before
         started = time.monotonic()
         proc = kf(vfleet, "verify", "--json")

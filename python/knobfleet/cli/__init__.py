@@ -54,6 +54,7 @@ environment:
   KNOBFLEET_FORKS                                        hosts probed at once (drift, verify: --forks)
   KNOBFLEET_VERBOSE=1|2, KNOBFLEET_EXAMPLES=1            as -v / -vv and --examples
   KNOBFLEET_HOME, KNOBFLEET_STATE_DIR                    project and state folders
+  KNOBFLEET_LAB=ID                                       the lab commands mean (lab up --id ID), when several run
   KNOBFLEET_INVENTORY_CACHE=0                            re-read the inventory and host views every time
   KNOBFLEET_HEADSTART=0                                  drift/verify: no probe started before the imports
   KNOBFLEET_SSH_MUX=0                                    drift/verify: ssh clients, not sessions of the ControlMaster

@@ -6,10 +6,14 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from knobfleet.cli import types
 from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_OK, KnobfleetError
+
+if TYPE_CHECKING:
+    from knobfleet.lab.nspawn import Lab
 
 
 def _out(text: str) -> None:
@@ -29,11 +33,21 @@ def paths_display(path: object) -> str:
     return paths.display(Path(str(path)))
 
 
-def cmd_lab_up(args: argparse.Namespace) -> int:
-    from knobfleet import report
+def _lab(args: argparse.Namespace) -> Lab:
+    """The lab a ``lab`` subcommand acts on: --id's, else the one the command means (``labid.selected``)."""
+    from knobfleet import labid, paths
     from knobfleet.lab.nspawn import Lab
 
-    lab = Lab()
+    lab_id = getattr(args, "id", None)
+    return Lab(labid.lab_dir(paths.state_dir(), labid.valid_id(lab_id))) if lab_id else Lab()
+
+
+def cmd_lab_up(args: argparse.Namespace) -> int:
+    from knobfleet import labid, paths, report
+    from knobfleet.lab import slots
+    from knobfleet.lab.nspawn import Lab
+
+    lab = _lab(args) if args.id else Lab(slots.for_up(paths.state_dir()))
     started = time.monotonic()
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
     sglang = tuple(h for h in (args.sglang or "").split(",") if h)
@@ -44,7 +58,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     took = time.monotonic() - started
     from knobfleet.ops.fleet import default_inventory
 
-    used = default_inventory()
+    used = default_inventory() if lab.identity.slot == 0 else lab.dir / "inventory"
     _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
     if args.monitoring:
         from knobfleet.lab import monitoring
@@ -52,9 +66,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
 
         extra = []
         if args.router:  # the router's own metrics (smg_*: requests, errors, worker health)
-            from knobfleet.lab.router_lab import PROMETHEUS_PORT, ROUTER_HOST
+            from knobfleet.lab.router_lab import LabRouter
 
-            extra.append(Target("router", f"{ROUTER_HOST}:{PROMETHEUS_PORT}", "router"))
+            extra.append(Target("router", LabRouter(lab.dir).metrics_address, "router"))
         url = monitoring.start_for_lab(lab, extra)
         _out(
             f"lab: Prometheus {url} (node_exporter on each host; drift textfile: "
@@ -64,6 +78,12 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
         f"lab: {sum(h.state == 'running' for h in hosts)} host(s) answering SSH after {took:.1f}s; "
         f"inventory: {paths_display(used)} (the default of every command while this lab runs)"
     )
+    if lab.identity.id != labid.DEFAULT_ID:
+        _out(
+            f"lab: id {lab.identity.id}, at {lab.identity.addresses(len(hosts))}; commands use it while it is the "
+            f"only lab of this checkout that runs, or with {labid.ENV}={lab.identity.id} (`lab down --id "
+            f"{lab.identity.id}` stops it)"
+        )
     if args.router:
         from knobfleet.lab.router_lab import LabRouter
 
@@ -75,20 +95,23 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
 
 
 def cmd_lab_down(args: argparse.Namespace) -> int:
+    from knobfleet import labid, paths
     from knobfleet.lab.nspawn import Lab
 
-    lab = Lab()
-    stopped = lab.down()
-    _notes(lab.notes)
-    _out(f"lab: stopped {len(stopped)} host(s){': ' + ', '.join(stopped) if stopped else ''}")
+    every = [Lab(folder) for _, folder in labid.ids(paths.state_dir()) if folder.is_dir()] if args.all else []
+    labs = every if args.all else [_lab(args)]
+    for lab in labs:
+        stopped = lab.down()
+        _notes(lab.notes)
+        which = "" if lab.identity.id == labid.DEFAULT_ID and not args.all else f" {lab.identity.id}"
+        _out(f"lab{which}: stopped {len(stopped)} host(s){': ' + ', '.join(stopped) if stopped else ''}")
     return EXIT_OK
 
 
 def cmd_lab_status(args: argparse.Namespace) -> int:
     from knobfleet import report
-    from knobfleet.lab.nspawn import Lab
 
-    lab = Lab()
+    lab = _lab(args)
     hosts = lab.status()
     services = lab.services()
     speeds = {h.name: lab.host_speed(h.name) for h in hosts if h.state == "running"}
@@ -96,6 +119,7 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         _out(
             report.to_json(
                 {
+                    "lab": {**lab.identity.as_json(), "dir": str(lab.dir)},
                     "services": [s.as_json() for s in services],
                     "hosts": [
                         {
@@ -136,9 +160,7 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
 
 
 def cmd_lab_speed(args: argparse.Namespace) -> int:
-    from knobfleet.lab.nspawn import Lab
-
-    lab = Lab()
+    lab = _lab(args)
     factor = lab.set_host_speed(args.host, args.factor)
     how = "as fast as the others" if factor == 1.0 else f"{abs(1 - factor):.0%} {'slower' if factor < 1 else 'faster'}"
     _out(f"lab: {args.host} runs at speed {factor:g} ({how}); its engine reads it within a second, no restart")
@@ -146,20 +168,21 @@ def cmd_lab_speed(args: argparse.Namespace) -> int:
 
 
 def cmd_lab_ssh(args: argparse.Namespace) -> int:
-    from knobfleet.lab.hostfiles import LabHost
-    from knobfleet.lab.nspawn import Lab
-
     name: str = args.host
     if not (name.startswith("lab") and name[3:].isdigit()):
         raise KnobfleetError(f"lab ssh: {name!r} is not a lab host; use lab1, lab2, …")
-    lab = Lab()
-    host = LabHost(int(name[3:]))
+    lab = _lab(args)
+    host = lab.named(name)
     if lab.pid(host) is None:
         raise KnobfleetError(f"lab ssh: {name} is not running; `knobfleet lab up` first")
     command = [c for c in args.command if c != "--"]
     argv = lab.ssh_argv(host, command)
     os.execvp(argv[0], argv)
     return EXIT_OK  # pragma: no cover
+
+
+def _id_opt(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--id", metavar="NAME", default=None, help=f"lab id: {what} ($KNOBFLEET_LAB also names one)")
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
@@ -202,13 +225,19 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--monitoring",
         action="store_true",
-        help="also start Prometheus on 127.0.0.1:19090 (scraping every engine, node_exporter on each host and "
-        "the controller's drift textfile) with the shipped alert rules",
+        help="also start Prometheus on 127.0.0.1:19090 (the default lab's; other labs move it by 100 a slot), "
+        "scraping every engine, node_exporter on each host and the controller's drift textfile, with the shipped "
+        "alert rules",
     )
+    _id_opt(p, "start the lab of that name beside any other (its own addresses, machines, ports and inventory); "
+            "default: the default lab (lab1..N at 127.0.1.N) when it is free, else the first free one")  # fmt: skip
     p.set_defaults(func=cmd_lab_up)
     p = lsub.add_parser("down", help="stop every lab host; leave no mounts or processes")
+    _id_opt(p, "the lab to stop (default: this checkout's running lab)")
+    p.add_argument("--all", action="store_true", help="stop every lab this checkout started")
     p.set_defaults(func=cmd_lab_down)
     p = lsub.add_parser("status", help="lab hosts and their state")
+    _id_opt(p, "the lab to show (default: this checkout's running lab)")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_lab_status)
     p = lsub.add_parser(
@@ -218,8 +247,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("host", help="lab1, lab2, … (a running host of this lab)")
     p.add_argument("factor", type=types.number(0.1, 10.0), help="relative speed, 0.1 to 10 (1 = reset)")
+    _id_opt(p, "the lab of that host (default: this checkout's running lab)")
     p.set_defaults(func=cmd_lab_speed)
     p = lsub.add_parser("ssh", help="ssh into a lab host (strict host keys)")
     p.add_argument("host", help="lab1, lab2, …")
+    _id_opt(p, "the lab of that host (default: this checkout's running lab)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command to run there (default: a shell)")
     p.set_defaults(func=cmd_lab_ssh)

@@ -4,7 +4,6 @@ live traffic through the router, then promoted or rolled back)."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from knobfleet.cli.common import Sub, inventory_opts, via_opt, yes_opt
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, UsageError
 
-DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"  # the lab's (`lab up --monitoring`)
+DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"  # the default lab's (`lab up --monitoring`); other labs move it
 
 
 def duration(text: str) -> float:
@@ -43,7 +42,7 @@ def cmd_load_profile(args: argparse.Namespace) -> int:
     if args.step >= args.window:
         raise UsageError(f"--step {args.step:g}s: must be shorter than --window ({args.window:g}s)")
     host_regex = args.limit or ".+"
-    result = load_profile(Prometheus(args.prometheus), args.buckets, args.window, args.step, host_regex)
+    result = load_profile(Prometheus(_prometheus(args)), args.buckets, args.window, args.step, host_regex)
     p = result.profile
     if args.json:
         _out(
@@ -135,7 +134,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     opts = CanaryOptions(
         hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
     )
-    prom = Prometheus(args.prometheus)  # a URL that is not http(s): one line, before the question
+    prom = Prometheus(_prometheus(args))  # a URL that is not http(s): one line, before the question
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
     swap = (
@@ -200,12 +199,22 @@ def cmd_canary(args: argparse.Namespace) -> int:
 PRE_WINDOWS = 3  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
 
 
+def _prometheus(args: argparse.Namespace) -> str:
+    """--prometheus, else $KNOBFLEET_PROMETHEUS, else the running lab's (its port moves with the lab's slot)."""
+    if args.prometheus:
+        return str(args.prometheus)
+    from knobfleet.tune.stages import default_prometheus
+
+    return default_prometheus()
+
+
 def _prometheus_opt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prometheus",
-        default=os.environ.get("KNOBFLEET_PROMETHEUS") or DEFAULT_PROMETHEUS,
+        default=None,
         metavar="URL",
-        help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the lab's {DEFAULT_PROMETHEUS})",
+        help=f"Prometheus to read (default: $KNOBFLEET_PROMETHEUS, else the running lab's: {DEFAULT_PROMETHEUS} for "
+        "the default lab)",
     )
 
 

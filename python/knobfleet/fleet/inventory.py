@@ -402,7 +402,9 @@ def default() -> Path:
             f"{Path.cwd()}: no knobfleet project here or above (no knobfleet.toml) and no inventory given; "
             "pass -i INVENTORY, create a project with `knobfleet init DIR`, or pass --examples for the built-in lab"
         )
-    lab_dir = paths.state_dir() / "lab"
+    from knobfleet import labid
+
+    lab_dir = labid.selected(paths.state_dir())
     up = set()
     for pid_file in (lab_dir / "run").glob("*.pid") if (lab_dir / "run").is_dir() else ():
         try:
@@ -411,7 +413,8 @@ def default() -> Path:
         except (OSError, ValueError):
             continue
     written = lab_dir / "inventory"
-    if up and (written / "hosts.yml").is_file() and (up != {"lab1", "lab2", "lab3"} or _carries_more(written)):
+    other = labid.of(lab_dir).slot != 0  # another lab's addresses: inventories/lab names 127.0.1.1-3
+    if up and (written / "hosts.yml").is_file() and (other or up != {"lab1", "lab2", "lab3"} or _carries_more(written)):
         return written
     return paths.default_inventory()
 

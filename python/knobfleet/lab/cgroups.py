@@ -21,7 +21,7 @@ def cgroup_dirs(host: LabHost) -> list[Path]:
     out: list[Path] = []
     for base in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
         if (base / "cgroup.procs").exists() and not (base == Path("/sys/fs/cgroup") and out):
-            out.append(base / CGROUP_PARENT / host.name)
+            out.append(base / CGROUP_PARENT / host.unique)
     return out
 
 

@@ -118,7 +118,11 @@ KEEP_WANTS = (
 
 @dataclass(frozen=True)
 class LabHost:
+    """Host ``index`` of the lab in ``slot`` (``labid``): its name is the lab's own (lab1..N in every lab), its
+    address, machine name and cgroups are the slot's (127.0.<slot+1>.N; the default lab, slot 0, at 127.0.1.N)."""
+
     index: int
+    slot: int = 0
 
     @property
     def name(self) -> str:
@@ -128,11 +132,16 @@ class LabHost:
     def address(self) -> str:
         if not 1 <= self.index <= 254:
             raise ValueError("lab host index must be 1..254")
-        return f"127.0.1.{self.index}"
+        return f"127.0.{self.slot + 1}.{self.index}"
 
     @property
     def machine(self) -> str:
-        return f"knobfleet-{self.name}"
+        return f"knobfleet-{self.unique}"
+
+    @property
+    def unique(self) -> str:
+        """The host's name among the labs of every checkout: ``labN`` in slot 0, ``s<slot>-labN`` beyond."""
+        return self.name if self.slot == 0 else f"s{self.slot}-{self.name}"
 
 
 def lab_running(cmdline: list[bytes]) -> tuple[str, Path] | None:
@@ -188,7 +197,7 @@ def lab_groups(count: int, size: int) -> dict[str, dict[str, Any]]:
 def rank_of(host: LabHost, size: int) -> tuple[int, LabHost]:
     """``host``'s rank in its lab group and the group's rank 0."""
     rank = (host.index - 1) % size
-    return rank, LabHost(host.index - rank)
+    return rank, LabHost(host.index - rank, host.slot)
 
 
 def serve_script(host: LabHost, model_path: str = SIM_MODEL_PATH, group_size: int = 0) -> str:

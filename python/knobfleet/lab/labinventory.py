@@ -68,13 +68,13 @@ def write_inventory(lab: Lab, hosts: list[LabHost]) -> Path:
     router_yml = inv / "group_vars" / "all" / "router.yml"
     model = lab.router_model_dir()
     if model:
-        from knobfleet.lab.router_lab import router_group_vars
+        from knobfleet.lab.router_lab import LabRouter, router_group_vars
 
-        write(router_yml, router_group_vars(model))
+        write(router_yml, router_group_vars(model, LabRouter(lab.dir).port))
     else:
         router_yml.unlink(missing_ok=True)
     write(inv / "group_vars" / "all" / "lab_ssh.yml", lab.ssh_vars())
-    if lab.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
+    if lab.identity.slot == 0 and lab.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
         write(default / "lab_ssh.yml", lab.ssh_vars())
     return inv
 

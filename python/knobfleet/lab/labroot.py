@@ -28,7 +28,7 @@ def prepare(lab: Lab, host: LabHost) -> None:
     unit), the units a lab host does without masked, and the stand-in installed."""
     hdir = lab.host_dir(host)
     hdir.mkdir(parents=True, exist_ok=True)
-    run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", f"knobfleet-{host.name}", str(hdir)])
+    run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", host.machine, str(hdir)])
     for sub in ("upper", "work", "root"):
         (hdir / sub).mkdir()
     run(
@@ -36,7 +36,7 @@ def prepare(lab: Lab, host: LabHost) -> None:
             "mount",
             "-t",
             "overlay",
-            f"knobfleet-{host.name}",
+            host.machine,
             "-o",
             f"lowerdir=/,upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
             str(hdir / "root"),

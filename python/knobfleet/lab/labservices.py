@@ -44,7 +44,7 @@ def services(lab: Lab) -> list[Service]:
         out.append(Service("router metrics", info.metrics_url, state, info.pid))
     if (monitoring.monitoring_dir(lab.dir) / "run").is_dir():
         up = monitoring.running(lab.dir)
-        out.append(Service("prometheus", monitoring.prometheus_url(), "running" if up else "stopped"))
+        out.append(Service("prometheus", monitoring.prometheus_url(lab.dir), "running" if up else "stopped"))
     return out
 
 
@@ -59,7 +59,8 @@ def router_kind(lab: Lab) -> str:
 def worker_urls(lab: Lab, hosts: list[LabHost]) -> list[str]:
     """The engine URL of each host, as the router fronts it."""
     vllm_hosts = lab.vllm_host_names()
-    return [f"http://{h.address}:{hostfiles.VLLM_PORT if h.name in vllm_hosts else 30000}" for h in hosts]
+    port = {True: hostfiles.VLLM_PORT, False: hostfiles.SGLANG_PORT}
+    return [f"http://{h.address}:{port[h.name in vllm_hosts]}" for h in hosts]
 
 
 def start_router(lab: Lab, hosts: list[LabHost]) -> None:

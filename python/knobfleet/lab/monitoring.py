@@ -1,11 +1,14 @@
 """``lab up --monitoring``: a real Prometheus (Debian's 2.42) and node_exporters, on loopback only.
 
-- Prometheus runs on this machine at ``127.0.0.1:19090`` (not 9090, so a Prometheus of the machine's own keeps
+- Prometheus runs on this machine at ``127.0.0.1:19090`` for the default lab, moved by 100 per slot for the
+  others (``labid``) (not 9090, so a Prometheus of the machine's own keeps
   its port) with the config ``telemetry.promconfig`` generates from the lab inventory and the shipped rules
   (``monitoring/rules``). It scrapes every engine's ``/metrics``, node_exporter on each lab host, and the
   controller's node_exporter.
-- Each lab host runs node_exporter as a transient systemd unit bound to its own address (``127.0.1.N:9100``).
-- The drift textfile goes to a controller-side node_exporter (``127.0.0.1:19100``, textfile collector only):
+- Each lab host runs node_exporter as a transient systemd unit bound to its own address (``127.0.1.N:9100`` in
+  the default lab).
+- The drift textfile goes to a controller-side node_exporter (``127.0.0.1:19100`` for the default lab, textfile
+  collector only):
   ``drift --prom`` describes the fleet as this controller sees it, so it lives with the controller, and the
   "host unreachable" alert keeps working when the host that would otherwise carry the file is the one down.
 
@@ -26,15 +29,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from knobfleet import paths
+from knobfleet import labid, paths
 from knobfleet.errors import LabError
 from knobfleet.telemetry.promconfig import Settings, Target, drift_target, engine_target, node_target, render
 
 if TYPE_CHECKING:
     from knobfleet.lab.nspawn import Lab
 
-PROM_LISTEN = "127.0.0.1:19090"
-CONTROLLER_NODE_LISTEN = "127.0.0.1:19100"
+# The default lab's ports; every other lab's are moved by its slot (``labid``), so labs run side by side.
+PROM_PORT = 19090
+CONTROLLER_NODE_PORT = 19100
+LISTEN_HOST = "127.0.0.1"
 NODE_PORT = 9100
 PROMETHEUS = "/usr/bin/prometheus"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
@@ -60,20 +65,39 @@ def textfile_dir(lab_dir: Path) -> Path:
     return monitoring_dir(lab_dir) / "textfile"
 
 
-def prometheus_url() -> str:
-    return f"http://{PROM_LISTEN}"
+def prom_listen(lab_dir: Path) -> str:
+    """Where the Prometheus of the lab in ``lab_dir`` listens: 127.0.0.1:19090 for the default lab."""
+    return f"{LISTEN_HOST}:{labid.of(lab_dir).port(PROM_PORT)}"
+
+
+def controller_node_listen(lab_dir: Path) -> str:
+    """Where the lab's controller-side node_exporter (the drift textfile) listens: 127.0.0.1:19100 for the default."""
+    return f"{LISTEN_HOST}:{labid.of(lab_dir).port(CONTROLLER_NODE_PORT)}"
+
+
+def prometheus_url(lab_dir: Path | None = None) -> str:
+    """The URL of the Prometheus of the lab in ``lab_dir``; by default of the lab a command means
+    (``labid.selected``: KNOBFLEET_LAB, else the one running in this checkout)."""
+    if lab_dir is None:
+        lab_dir = labid.selected(paths.state_dir())
+    return f"http://{prom_listen(lab_dir)}"
 
 
 def rules_source() -> Path:
     return paths.data_root() / "monitoring" / "rules"
 
 
-def targets(engines: list[Endpoint], node_hosts: list[tuple[str, str]], extra: Sequence[Target] = ()) -> list[Target]:
-    """Every scrape target of the lab: engines, each host's node_exporter, the controller's, and ``extra``
-    (the router's metrics port when the lab has one)."""
+def targets(
+    engines: list[Endpoint],
+    node_hosts: list[tuple[str, str]],
+    extra: Sequence[Target] = (),
+    controller_node: str = f"{LISTEN_HOST}:{CONTROLLER_NODE_PORT}",
+) -> list[Target]:
+    """Every scrape target of the lab: engines, each host's node_exporter, the controller's (at
+    ``controller_node``), and ``extra`` (the router's metrics port when the lab has one)."""
     out = [engine_target(e.host, e.address, e.port, e.engine) for e in engines]
     out += [node_target(name, address, NODE_PORT) for name, address in node_hosts]
-    out.append(drift_target(CONTROLLER_NODE_LISTEN))
+    out.append(drift_target(controller_node))
     return out + list(extra)
 
 
@@ -140,7 +164,7 @@ def start(
     for rules in sorted(rules_source().glob("*.yml")):
         shutil.copy2(rules, mdir / "rules" / rules.name)
     config = render(
-        targets(engines, node_hosts, list(extra)),
+        targets(engines, node_hosts, list(extra), controller_node_listen(lab_dir)),
         Settings(LAB_INTERVAL_S, LAB_INTERVAL_S, ("rules/*.yml",), loopback_only=True),
     )
     (mdir / "prometheus.yml").write_text(config, encoding="utf-8")
@@ -149,7 +173,7 @@ def start(
         "node-exporter",
         [
             NODE_EXPORTER,
-            f"--web.listen-address={CONTROLLER_NODE_LISTEN}",
+            f"--web.listen-address={controller_node_listen(lab_dir)}",
             "--collector.disable-defaults",
             "--collector.textfile",
             f"--collector.textfile.directory={textfile_dir(lab_dir)}",
@@ -182,18 +206,18 @@ def start(
             f"--config.file={mdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={mdir / 'tsdb'}",
             "--storage.tsdb.retention.time=1d",
-            f"--web.listen-address={PROM_LISTEN}",
+            f"--web.listen-address={prom_listen(lab_dir)}",
             "--web.enable-lifecycle",
         ],
     )
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while _get(f"{prometheus_url()}/-/ready") != 200:
+    while _get(f"{prometheus_url(lab_dir)}/-/ready") != 200:
         if time.monotonic() > deadline:
             tail = (run / "prometheus.log").read_text(errors="replace")[-600:]
             stop(lab_dir)
             raise LabError(f"lab up --monitoring: Prometheus not ready after {READY_TIMEOUT_S:.0f}s: {tail}")
         time.sleep(0.2)
-    return prometheus_url()
+    return prometheus_url(lab_dir)
 
 
 def running(lab_dir: Path) -> bool:
@@ -232,7 +256,6 @@ def stop(lab_dir: Path) -> list[str]:
 def start_for_lab(lab: Lab, extra: Sequence[Target] = ()) -> str:
     """Monitoring for the running lab: its inventory's engines and its hosts' node_exporters."""
     from knobfleet.fleet.inventory import load_hosts
-    from knobfleet.lab.hostfiles import LabHost
 
     up = [h for h in lab.status() if h.state == "running"]
     if not up:
@@ -241,6 +264,6 @@ def start_for_lab(lab: Lab, extra: Sequence[Target] = ()) -> str:
     engines = [Endpoint(h.host, h.listen_host or h.address, h.port, h.engine) for h in hosts]
 
     def ssh_argv(name: str, command: list[str]) -> list[str]:
-        return lab.ssh_argv(LabHost(int(name.removeprefix("lab"))), command)
+        return lab.ssh_argv(lab.named(name), command)
 
     return start(lab.dir, engines, [(h.name, h.address) for h in up], ssh_argv, extra)

@@ -1,9 +1,9 @@
 """Other checkouts' labs on this machine.
 
-Lab hosts of every checkout share their machine names (``knobfleet-labN``), cgroups (``knobfleet-lab/labN``) and
-addresses (127.0.1.N). So before ``up`` boots a host or ``down`` cleans one, the lab asks which lab's
+Each lab claims a slot (``labid``, ``slots``), and the slot picks its machine names, cgroups and addresses, so labs of
+two checkouts do not meet. Still, before ``up`` boots a host or ``down`` cleans one, the lab asks which lab's
 systemd-nspawn runs that machine now, read from each nspawn's ``--directory`` (``hostfiles.lab_running``), and
-leaves another checkout's alone.
+leaves another checkout's alone: a lab of 0.2.3 claimed no slot, and a slot's claim may have been lost.
 """
 
 from __future__ import annotations

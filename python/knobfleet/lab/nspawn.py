@@ -1,6 +1,9 @@
 """Boot, inspect and tear down lab hosts: systemd-nspawn containers over an overlay of this machine's root.
 
-Layout under the lab state dir (``.state/lab`` in a checkout, git-ignored)::
+Layout under the lab's folder (``.state/lab`` in a checkout for the default lab, ``.state/labs/<id>`` for lab
+``--id <id>``; git-ignored)::
+
+    identity.json         the lab's id and slot (``identity``: its addresses, machine names, cgroups and ports)
 
     ssh/id_ed25519[.pub]  ssh/known_hosts      the lab's key pair and host keys (strict checking)
     hosts/labN/           a tmpfs holding upper/ work/ root/ (root = the overlay the container boots)
@@ -25,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knobfleet import paths
+from knobfleet import labid, paths
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles, labinventory, labroot, labservices, labspeed, limits, neighbours
+from knobfleet.lab import hostfiles, labinventory, labroot, labservices, labspeed, limits, neighbours, options, slots
 from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import TMPFS_SIZE as TMPFS_SIZE
@@ -36,7 +39,7 @@ from knobfleet.lab.labroot import write as _write
 from knobfleet.lab.labservices import Service as Service
 
 BOOT_TIMEOUT_S = 90.0
-MAX_HOSTS = 64
+MAX_HOSTS = options.MAX_HOSTS
 # What systemd-nspawn keeps per machine under /run; it refuses to remove it when /run is not a tmpfs
 # ("Attempted to remove disk file system under ..."), so `lab down` removes what is left of its own machines.
 NSPAWN_RUN = Path("/run/systemd/nspawn")
@@ -52,7 +55,8 @@ class HostStatus:
 
 class Lab:
     def __init__(self, state: Path | None = None) -> None:
-        self.dir = (state or paths.state_dir() / "lab").resolve()
+        """The lab in the folder ``state``; by default the one a command means (``labid.selected``)."""
+        self.dir = (state or labid.selected(paths.state_dir())).resolve()
         self.vllm: Any = None  # a vllm_install.VllmInstall while booting vLLM hosts
         self.vllm_hosts: set[str] = set()
         self.sglang: Any = None  # a sglang_install.SglangInstall while booting real-SGLang hosts
@@ -64,6 +68,21 @@ class Lab:
         self.notes: list[str] = []  # what up/down changed outside the lab (kernel limits), for the operator
 
     # --- queries --------------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> labid.Identity:
+        """The lab's id and slot as its folder records them (read each time: ``up`` in another process may claim)."""
+        return labid.of(self.dir)
+
+    def host(self, index: int) -> LabHost:
+        """Host ``index`` of this lab (lab1 is 1), at this lab's addresses."""
+        return LabHost(index, self.identity.slot)
+
+    def named(self, name: str) -> LabHost:
+        """The host of this lab called ``name`` (lab1, lab2, …); ValueError for any other name."""
+        if not (name.startswith("lab") and name[3:].isdigit()):
+            raise ValueError(f"{name!r} is not a lab host name (lab1, lab2, …)")
+        return self.host(int(name[3:]))
 
     def host_dir(self, host: LabHost) -> Path:
         return self.dir / "hosts" / host.name
@@ -92,7 +111,7 @@ class Lab:
                         continue
                     if stem.startswith("lab") and stem[3:].isdigit():
                         found.add(int(stem[3:]))
-        return [LabHost(i) for i in sorted(found)]
+        return [self.host(i) for i in sorted(found)]
 
     def status(self) -> list[HostStatus]:
         out = []
@@ -165,8 +184,10 @@ class Lab:
         Hosts named in ``sglang`` run real SGLang 0.5.23 (CPU path, the same tiny model; ``sglang_install``).
         ``group_size``: the hosts form engine groups of that many consecutive hosts (one multi-node engine each,
         ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
-        hosts = _hosts_to_boot(count, vllm, router, group_size, sglang)
+        options.hosts_to_boot(count, vllm, router, group_size, sglang)  # the options, checked before anything changes
         self.preflight()
+        self.claim()
+        hosts = options.hosts_to_boot(count, vllm, router, group_size, sglang, self.identity.slot)
         neighbours.check_free(hosts, self.dir)  # before anything here or in another checkout's lab changes
         self.ensure_keys()
         self._install_engines(vllm, router, sglang)
@@ -182,6 +203,10 @@ class Lab:
         if router:
             self.start_router(hosts)
         return self.status()
+
+    def claim(self) -> labid.Identity:
+        """This lab's slot on the machine (``slots.claim``): the one it holds, else a free one, recorded."""
+        return slots.claim(self.dir, self.identity.id, slots.taken_slots(self.dir))
 
     def _install_engines(self, vllm: tuple[str, ...], router: bool | str, sglang: tuple[str, ...]) -> None:
         """The real engines and the router ``up`` needs, installed (once, cached) before any host boots."""
@@ -229,7 +254,8 @@ class Lab:
         """Boot the hosts that are not running yet: the kernel limits they need raised, each one's leftovers cleaned,
         its root prepared (``labroot``) and systemd-nspawn started."""
         try:
-            self.notes += [c.message() for c in limits.raise_for(len(new), self.dir / "run")]
+            with slots.locked():  # the record is machine-wide: the last lab down puts the limits back
+                self.notes += [c.message() for c in limits.raise_for(len(new), slots.REGISTRY)]
         except OSError as exc:
             raise LabError(
                 f"lab up: cannot raise the inotify limits {len(new)} hosts need ({exc}); raise "
@@ -423,9 +449,8 @@ class Lab:
             self._cleanup(host, shared=host.machine not in others)
             stopped.append(host.name)
         if not any(self.pid(h) is not None for h in self.known()):
-            restored = limits.restore(self.dir / "run")
-            if restored:
-                self.notes.append(f"lab: put back {', '.join(restored)}")
+            slots.release(self.dir)
+            self.notes += slots.put_limits_back(self.dir)
         return stopped
 
     def _cleanup(self, host: LabHost, shared: bool = True) -> None:
@@ -447,31 +472,6 @@ class Lab:
         for leftover in (NSPAWN_RUN / sub / host.machine for sub in ("propagate", "unix-export")):
             if leftover.is_dir() and not leftover.is_symlink() and not _mounted_under(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _hosts_to_boot(
-    count: int, vllm: tuple[str, ...], router: bool | str, group_size: int, sglang: tuple[str, ...]
-) -> list[LabHost]:
-    """lab1..labN, once ``up``'s options are checked: 1..MAX_HOSTS hosts, groups that divide them (and no real
-    engine or router with groups), ``--vllm`` and ``--sglang`` naming hosts among them, never the same one."""
-    if not 1 <= count <= MAX_HOSTS:
-        raise LabError(f"lab up: -n {count}: choose 1..{MAX_HOSTS} hosts")
-    if group_size and (group_size < 2 or count % group_size):
-        raise LabError(f"lab up: --groups {group_size}: a group size of 2 or more that divides -n {count}")
-    if group_size and (vllm or router or sglang):
-        raise LabError(
-            "lab up: --groups runs the stand-in as multi-node engines; it does not combine with --vllm, "
-            "--sglang or --router"
-        )
-    hosts = [LabHost(i) for i in range(1, count + 1)]
-    for opt, names in (("--vllm", vllm), ("--sglang", sglang)):
-        unknown = sorted(set(names) - {h.name for h in hosts})
-        if unknown:
-            raise LabError(f"lab up: {opt} {','.join(unknown)}: not among lab1..lab{count}")
-    both = sorted(set(vllm) & set(sglang))
-    if both:
-        raise LabError(f"lab up: {','.join(both)} named by both --vllm and --sglang; a host runs one engine")
-    return hosts
 
 
 def _mounted(path: Path) -> bool:

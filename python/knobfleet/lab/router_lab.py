@@ -1,8 +1,9 @@
 """SGLang's router in front of the lab's engines (``knobfleet lab up --router``): loopback only, no egress.
 
 The router (``router_install``: sglang-router, pinned, cached) runs on this machine, not in a lab host: it
-listens on 127.0.0.1:ROUTER_PORT, its Prometheus metrics on 127.0.0.1:PROMETHEUS_PORT, and fronts
-``http://127.0.1.N:<engine port>`` of every lab host. Its state lives next to the lab's::
+listens on 127.0.0.1:ROUTER_PORT, its Prometheus metrics on 127.0.0.1:PROMETHEUS_PORT (the default lab's; the
+other labs' move by their slot, ``labid``), and fronts
+``http://127.0.<block>.N:<engine port>`` of every lab host. Its state lives next to the lab's::
 
     run/router.pid  run/router.log  router.json (url, metrics url, workers, model dir)
 
@@ -110,10 +111,15 @@ class RouterInfo:
 class LabRouter:
     """Start, wait for, stop the lab's router. State under ``<lab state>/run`` and ``router.json``."""
 
-    def __init__(self, lab_dir: Path, port: int = ROUTER_PORT, prometheus_port: int = PROMETHEUS_PORT) -> None:
+    def __init__(self, lab_dir: Path, port: int | None = None, prometheus_port: int | None = None) -> None:
+        """The router of the lab in ``lab_dir``, on that lab's ports (``labid``: ROUTER_PORT and PROMETHEUS_PORT
+        for the default lab, moved by its slot for the others) unless given."""
+        from knobfleet import labid
+
+        ident = labid.of(lab_dir)
         self.dir = lab_dir
-        self.port = port
-        self.prometheus_port = prometheus_port
+        self.port = port if port is not None else ident.port(ROUTER_PORT)
+        self.prometheus_port = prometheus_port if prometheus_port is not None else ident.port(PROMETHEUS_PORT)
         self.pid_file = lab_dir / "run" / "router.pid"
         self.log = lab_dir / "run" / "router.log"
         self.info_file = lab_dir / "router.json"
@@ -121,6 +127,11 @@ class LabRouter:
     @property
     def url(self) -> str:
         return f"http://{ROUTER_HOST}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        """host:port of the router's own Prometheus metrics, as a scrape target."""
+        return f"{ROUTER_HOST}:{self.prometheus_port}"
 
     def pid(self) -> int | None:
         """The router's PID if that process is alive and is the router we started (PID and start time match:

@@ -14,14 +14,21 @@ from knobfleet.profiles.model import Profile
 from knobfleet.tune.campaign import SweepRowError, json_kind, row_problem
 from knobfleet.tune.space import Space
 
-DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
+
+def default_prometheus() -> str:
+    """The Prometheus a SPACE reads when its live stage names none: $KNOBFLEET_PROMETHEUS, else the lab's."""
+    import os
+
+    from knobfleet.lab.monitoring import prometheus_url
+
+    return os.environ.get("KNOBFLEET_PROMETHEUS") or prometheus_url()
 
 
 @dataclass
 class HostStages:
     space: Space
     inventory: Path
-    prometheus: str = DEFAULT_PROMETHEUS
+    prometheus: str = ""  # "" = the live stage's, else default_prometheus()
     on_event: Any = None
 
     def _engine_host(self) -> Any:
@@ -41,13 +48,18 @@ class HostStages:
         from knobfleet.telemetry.prom import Prometheus
 
         conc = list(self.space.engine.conc)
-        result = load_profile(Prometheus(self.prometheus), conc, 600.0, 5.0, ".+")
+        prom = self.prometheus_url()
+        result = load_profile(Prometheus(prom), conc, 600.0, 5.0, ".+")
         weights = {int(b): float(w) for b, w in result.profile.weights.items()}
         if sum(weights.values()) <= 0:
             raise KnobfleetError(
-                f"traffic: live: no load in {self.prometheus} over the last 10 min at {conc}; give traffic weights"
+                f"traffic: live: no load in {prom} over the last 10 min at {conc}; give traffic weights"
             )
         return weights
+
+    def prometheus_url(self) -> str:
+        """The Prometheus this campaign reads: ``stages.live.prometheus``, else the one given, else the default."""
+        return self.space.live.prometheus or self.prometheus or default_prometheus()
 
     def kernel_rows(self, ctas: list[int], block_h: list[int], batches: list[int]) -> list[dict[str, Any]]:
         from knobfleet.kernel import commands
@@ -119,7 +131,7 @@ class HostStages:
         opts = CanaryOptions(hosts=live.hosts, window_s=live.window_s, settings=settings, advisory=live.advisory)
         door = fleet.door(self.inventory)
         hosts = fleet.hosts(self.inventory, None)
-        report = canary(winner, hosts, door, Prometheus(live.prometheus or self.prometheus), opts, keep=RecordKeeper())
+        report = canary(winner, hosts, door, Prometheus(self.prometheus_url()), opts, keep=RecordKeeper())
         return report.as_json()
 
     def rollout(self, winner: Profile) -> dict[str, Any]:
