@@ -43,18 +43,25 @@ def exchange(
     conn = cls(parts.hostname, parts.port, timeout=timeout_s)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     expired = threading.Event()
+    held: list[socket.socket] = []  # the connected socket, kept: http.client drops conn.sock once an answer says the
+    # connection will close (HTTP/1.0, Connection: close) and reads the body through its own file object
 
     def cut() -> None:
         expired.set()
-        sock = conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):  # already closed
-                sock.shutdown(socket.SHUT_RDWR)
+        for sock in [*held, conn.sock]:
+            if sock is not None:
+                with contextlib.suppress(OSError):  # already closed
+                    sock.shutdown(socket.SHUT_RDWR)
 
     timer = threading.Timer(timeout_s, cut)
     timer.daemon = True
     timer.start()
     try:
+        conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
+            if expired.is_set():  # the timer fired while connecting: cut what it could not see
+                cut()
         conn.request(method, target, body=body, headers=dict(headers or {}))
         resp = conn.getresponse()
         chunks: list[bytes] = []

@@ -42,6 +42,13 @@ def serve(behaviour: str) -> Iterator[str]:
                     while not stop.is_set():
                         conn.sendall(b" ")
                         time.sleep(0.05)
+                elif behaviour in ("http10-trickle-body", "close-trickle-body"):
+                    # the connection is to close after this answer: http.client drops conn.sock (issue 56)
+                    head = b"HTTP/1.0 200 OK\r\n" if behaviour.startswith("http10") else head + b"Connection: close\r\n"
+                    conn.sendall(head + b"\r\n")
+                    while not stop.is_set():
+                        conn.sendall(b" ")
+                        time.sleep(0.05)
                 elif behaviour == "endless-chunks":
                     conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
                     while not stop.is_set():
@@ -72,7 +79,9 @@ def serve(behaviour: str) -> Iterator[str]:
         srv.close()
 
 
-@pytest.fixture(params=["trickle-headers", "trickle-body", "endless-chunks", "silent"])
+@pytest.fixture(
+    params=["trickle-headers", "trickle-body", "http10-trickle-body", "close-trickle-body", "endless-chunks", "silent"]
+)
 def hostile(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from serve(request.param)
 
