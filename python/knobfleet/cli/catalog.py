@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from knobfleet.cli import types
 from knobfleet.cli.common import Sub
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, KnobfleetError, UsageError
@@ -106,6 +107,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--out-dir",
+        type=types.output_dir,
         default=None,
         metavar="DIR",
         help="write DIR/ENGINE.yaml instead (default: the shipped profiles/catalogs/generated)",

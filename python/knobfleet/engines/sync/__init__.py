@@ -129,13 +129,24 @@ def sync(engine: str, out_dir: Path, version: str | None = None, from_install: P
 
     Writes only when the text changed (atomic rename), so an unchanged catalog keeps its mtime.
     """
-    text = render_dump(dump(engine, version, from_install))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from knobfleet import safefile
+
     kept = version is not None and version != pinned_version(engine)  # another version: kept next to the pinned one
     path = out_dir / (f"{engine}@{version}.yaml" if kept else f"{engine}.yaml")
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return path
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:  # before the dump's minutes: a planted symlink, FIFO or device at the output is refused, never followed
+        safefile.check_output_dir(out_dir)
+        safefile.check_output(path)
+    except safefile.FileRefused as exc:
+        from knobfleet.errors import KnobfleetError
+        from knobfleet.rules import shown
+
+        raise KnobfleetError(f"catalog sync: {shown(str(path))}: {exc}; nothing was written") from None
+    text = render_dump(dump(engine, version, from_install))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:  # unchanged: keep its mtime (a regular file, read bounded; anything else is replaced below)
+        if path.is_file() and safefile.read_text(path, len(text.encode()) + 1) == text:
+            return path
+    except safefile.FileRefused:
+        pass
+    safefile.write_text(path, text)  # atomic, through a random temp name in the folder
     return path
