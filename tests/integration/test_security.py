@@ -4,11 +4,13 @@ artifact on the controller, and is readable on the host by root only."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.integration.conftest import Fleet, addr, restart_sh
@@ -244,3 +246,65 @@ def test_a_secret_launch_flag_from_host_vars_applies_and_shows_nowhere(
     modes = fleet.ssh("lab2", f"stat -c '%a %U' {state} /root/serve_dsv4_decode.sh").stdout.split("\n")
     assert modes[0].split() == ["700", "root"] and modes[1].split() == ["700", "root"]
     fleet.knobfleet("apply", "ctas512", "--limit", "lab2", "--yes", check=True)
+
+
+# Issue 56: what the new generation will execute is checked before the running engine is stopped. The guard reads
+# the rendered serve script, so knob_serve_launcher and a pinned version's knob_serve_launchers entry (both end up
+# as its exec line) meet the same check; tests/unit/roles/test_knob_guards_launcher.py covers every shape.
+OPEN_LAUNCHERS = [
+    ("a 0777 copy of python3", "install -d -m 0755 /srv/kfl && install -m 0777 /usr/bin/python3 /srv/kfl/py"),
+    ("a symlink into a folder nobody owns", "install -d -o nobody /srv/kfl-n && install -m 0755 /usr/bin/python3 "
+     "/srv/kfl-n/py && install -d -m 0755 /srv/kfl && ln -s /srv/kfl-n/py /srv/kfl/py"),
+    ("a folder nobody owns on its path", "install -d -m 0755 -o nobody /srv/kfl && install -m 0755 /usr/bin/python3 "
+     "/srv/kfl/py"),
+]  # fmt: skip
+
+
+def _engine(fleet: Fleet, host: str) -> str:
+    return fleet.ssh(host, f"systemctl show -p MainPID --value {SVC}").stdout.strip()
+
+
+@pytest.mark.parametrize(("case", "setup"), OPEN_LAUNCHERS, ids=[c[0] for c in OPEN_LAUNCHERS])
+def test_a_launcher_another_user_can_change_is_refused_before_anything_stops(
+    fleet: Fleet, tmp_path: Path, case: str, setup: str
+) -> None:
+    host = "lab3"
+    fleet.ssh(host, setup)
+    try:
+        before = _engine(fleet, host)
+        inv = _inventory(
+            fleet, tmp_path, host, {"knob_serve_launcher": ["/srv/kfl/py", "-m", "sglang_sim.launch_server"]}
+        )
+        code, out = kf(fleet, inv, "apply", "ctas512", "--limit", host, "--yes")
+        assert code == 1 and "launches /srv/kfl/py as root" in out and "any such user can run code as root" in out, out
+        assert _engine(fleet, host) == before, case  # never stopped
+        assert fleet.ssh(host, f"test -e {STATE}/lock", check=False).returncode == 1
+    finally:
+        fleet.ssh(host, "rm -rf /srv/kfl /srv/kfl-n")
+
+
+def test_rollback_to_a_generation_whose_launcher_is_gone_is_refused_while_the_engine_serves(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    host = "lab3"
+    fleet.ssh(host, "install -d -m 0755 /opt/kf-gone && install -m 0755 /usr/bin/python3 /opt/kf-gone/python3")
+    inv = _inventory(
+        fleet, tmp_path, host, {"knob_serve_launcher": ["/opt/kf-gone/python3", "-m", "sglang_sim.launch_server"]}
+    )
+    code, out = kf(fleet, inv, "apply", "ctas512", "--limit", host, "--yes")
+    assert code == 0, out
+    pinned = int(fleet.ssh(host, f"readlink {STATE}/current").stdout.strip().rsplit("/", 1)[-1])
+    fleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", check=True)  # the default launcher again
+    fleet.ssh(host, "rm -rf /opt/kf-gone")  # the install of the earlier generation removed
+    before = _engine(fleet, host)
+    proc = fleet.knobfleet("rollback", "--to", str(pinned), "--limit", host, "--yes")
+    out = proc.stdout + proc.stderr
+    assert (
+        proc.returncode != 0 and f"generation {pinned:04d} launches /opt/kf-gone/python3, which does not exist" in out
+    )
+    assert _engine(fleet, host) == before  # still the running engine, never stopped
+    assert (
+        fleet.ssh(host, f"curl -fs -o /dev/null http://{addr(host)}:30000/health_generate", check=False).returncode == 0
+    )
+    drift = json.loads(fleet.knobfleet("drift", "--json", "--limit", host).stdout)
+    assert drift["hosts"][0]["profile"] == "ctas768" and drift["hosts"][0]["findings"] == [], drift

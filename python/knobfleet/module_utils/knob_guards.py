@@ -14,6 +14,7 @@ import stat
 from .knob_fs import UnsafePath, kind_of, read_stat, writable_by_others
 from .knob_observe import dropins
 from .knob_rules import refusal
+from .knob_shell import script_env_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -185,3 +186,102 @@ def check_ledger(module: Module, store: Store) -> None:
             % (store.ledger, "hard-linked" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)),
             refused=True,
         )
+
+
+INTERPRETERS = ("python", "bash", "sh", "dash", "perl", "node", "ruby")  # their first path argument is code too
+# The launcher checks (gone, or changeable by another user) on: unit tests of the transaction, whose serve scripts
+# launch fictional engines (/usr/bin/engine), turn them off; tests/unit/roles/test_knob_guards_launcher.py keeps them.
+LAUNCHER_CHECKS = True
+
+
+def exec_path_problem(path: str) -> str | None:
+    """Why root must not run the file ``path`` (absolute): a part of it missing, or a file, folder or symlink on
+    the way to it (every hop of every symlink followed) that a user other than root can change. None when only root
+    can. The rules are ``writable_by_others``' (a sticky bit protects a folder's entries, not the folder's last)."""
+    pending = [x for x in path.split("/") if x]
+    walked, hops = "/", 0
+    try:
+        st = os.lstat("/")
+    except OSError:
+        return None
+    while True:
+        last = not pending
+        if not stat.S_ISLNK(st.st_mode):
+            if st.st_uid != 0:
+                return "%s is owned by uid %d" % (walked, st.st_uid)
+            guarded = stat.S_ISDIR(st.st_mode) and not last and st.st_mode & stat.S_ISVTX
+            if st.st_mode & 0o002 and not guarded:
+                return "%s is writable by every user (mode %04o)" % (walked, st.st_mode & 0o7777)
+            if st.st_mode & 0o020 and st.st_gid != 0 and not guarded:
+                return "%s is writable by group %d (mode %04o)" % (walked, st.st_gid, st.st_mode & 0o7777)
+        if last:
+            return None
+        part = pending.pop(0)
+        if part in (".", ".."):
+            walked = os.path.dirname(walked) if part == ".." else walked
+            st = os.lstat(walked)
+            continue
+        nxt = os.path.join(walked, part)
+        try:
+            st = os.lstat(nxt)
+        except OSError:
+            return "%s does not exist" % nxt
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid != 0:
+                return "%s is a symlink owned by uid %d" % (nxt, st.st_uid)
+            hops += 1
+            if hops > 40:
+                return "%s: too many levels of symlinks" % path
+            target = os.readlink(nxt)
+            pending = [x for x in target.split("/") if x] + pending
+            if target.startswith("/"):
+                walked = "/"
+            st = os.lstat(walked)
+            continue
+        walked = nxt
+
+
+def launcher_paths(script_text: str) -> list[str]:
+    """The files a serve script runs: its exec's program, and the first argument of an interpreter when that is an
+    absolute path (``python3 /opt/x/serve.py``)."""
+    argv = script_env_argv(script_text)[1]
+    if not argv:
+        return []
+    out = [argv[0]]
+    name = os.path.basename(argv[0])
+    if len(argv) > 1 and argv[1].startswith("/") and any(name.startswith(i) for i in INTERPRETERS):
+        out.append(argv[1])
+    return out
+
+
+def check_launcher(module: Module, p: dict[str, Any], script_text: str, what: str) -> str | None:
+    """Refuse, before anything stops, a serve script (``what``: "the new generation", "generation 0003") whose
+    launcher is gone, or that root would run from a file another user can change (the launcher, a folder or a
+    symlink on its path). ``allow_writable_script_dir`` turns the second into a warning."""
+    if not LAUNCHER_CHECKS:
+        return None
+    for i, path in enumerate(launcher_paths(script_text)):
+        if not path.startswith("/"):
+            continue  # found through PATH when the engine starts, as the unit's environment says
+        if i == 0 and not os.path.lexists(path):
+            module.fail_json(
+                msg="%s launches %s, which does not exist on this host (an install removed?); install it or name "
+                "another launcher (knob_serve_launcher, knob_serve_launchers); nothing was changed" % (what, path),
+                refused=True,
+                launcher_missing=path,
+            )
+        if (p.get("service_user") or "root") != "root" or not os.path.lexists(path):
+            continue
+        found = exec_path_problem(path)
+        if found is None:
+            continue
+        text = "%s launches %s as root, and %s: any such user can run code as root" % (what, path, found)
+        if not p.get("allow_writable_script_dir"):
+            module.fail_json(
+                msg="%s; make it root-only (chown root; chmod go-w) or set knob_serve_allow_writable_script_dir: "
+                "true; nothing was changed" % text,
+                refused=True,
+            )
+        module.warn(text)
+        return text
+    return None

@@ -13,6 +13,7 @@ import os
 from .knob_fs import Install
 from .knob_fs import exists as fs_exists
 from .knob_fs import unlink as fs_unlink
+from .knob_guards import check_launcher
 from .knob_store import (
     SCRIPT_MODE,
     UNIT_MODE,
@@ -45,6 +46,9 @@ def restore(module: Module, store: Store, p: dict[str, Any]) -> dict[str, Any]:
             )
         return uninstall(module, store, p, target, current)
     plan = restore_plan(module, store, target, files)
+    script = next((data for path, data, *_ in plan if path == (files.get("script") or {}).get("path")), None)
+    if script is not None and target != current:  # what it would execute, before anything stops
+        check_launcher(module, p, script.decode("utf-8", "replace"), "generation %04d" % target)
     if module.check_mode:
         return {"changed": target != current, "generation": target, "previous": current}
     put_in_place(module, store, target, current, plan)

@@ -17,6 +17,7 @@ from .knob_commit import commit, observed, stage
 from .knob_guards import (
     adopt_files,
     check_dropins,
+    check_launcher,
     check_ledger,
     check_paths,
     check_script_dir,
@@ -76,6 +77,8 @@ def begin(module: Module, store: Store, p: dict[str, Any]) -> dict[str, Any]:
     if p["action"] == "install":  # a new unit is about to be installed (a restore's begin installs none)
         check_unit_name(module, store, p)
     warned = check_script_dir(module, p)
+    if p["action"] == "install":  # what the new generation will execute, before the running engine is stopped
+        warned = check_launcher(module, p, p.get("script_content") or "", "the new generation") or warned
     if warned:
         result["warning"] = warned
     if p["foreign_dropins"] != "ignore":
