@@ -5,7 +5,7 @@
 Each shard gets a lab id of its own (``KNOBFLEET_TEST_LAB=shardK``), so its own slot: addresses, machine names,
 cgroups and ports (knobfleet.lab.slots). Modules go to shards whole (a module boots its lab once), longest first
 onto the shard with the least work (LPT), after the modules that run real engines (real SGLang and vLLM start-ups
-are CPU-bound) have been spread one per shard. The weights are each module's wall time from the last passing run
+are CPU-bound) have been spread one per shard: first on odd shards, last on even ones, so they rarely overlap. The weights are each module's wall time from the last passing run
 (tests/integration/durations.json, written by this runner; a module it does not list weighs the median).
 
 N: ``-n``, else ``KNOBFLEET_SHARDS``, else one shard per core, at most one per 6 GiB of memory (a shard with real
@@ -72,6 +72,9 @@ def plan(weights: dict[str, float], count: int, heavy: tuple[str, ...] = REAL_EN
         shard = min(shards, key=lambda s: (s.weight, s.index))
         shard.modules.append(module)
         shard.weight += weights[module]
+    for shard in shards[1::2]:  # staggered: odd shards start with their real engine, even ones end with it, so two
+        mine = [m for m in shard.modules if m in heavy]  # CPU-bound start-ups rarely meet
+        shard.modules = [m for m in shard.modules if m not in heavy] + mine
     return [s for s in shards if s.modules]
 
 

@@ -34,7 +34,7 @@ def test_real_engine_modules_never_share_a_shard_while_another_has_none() -> Non
         "test_c.py": 100.0,
     }
     plan = shards.plan(weights, 2)
-    assert [s.modules[0] for s in plan] == ["test_sglang.py", "test_vllm.py"]
+    assert plan[0].modules[0] == "test_sglang.py" and plan[1].modules[-1] == "test_vllm.py"  # staggered
     assert sorted(m for s in plan for m in s.modules) == sorted(weights)
     assert [s.weight for s in plan] == [1000.0, 900.0]  # sglang+b+c ; vllm+a
 
