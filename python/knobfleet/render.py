@@ -9,6 +9,7 @@ integration tests compare them. ``template_vars`` is also what the runner hands 
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # render reads a host's vars; it never resolves anything thro
     from knobfleet.fleet.hostvars import HostVars
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
+LAUNCHER_TEMPLATE = "launcher.json.j2"  # the one place that decides the launcher (the role reads it too)
 UNIT_TEMPLATE = "unit.service.j2"
 
 
@@ -107,6 +109,7 @@ def _environment(template_dir: Path) -> jinja2.Environment:
     )
     env.filters["quote"] = _quote
     env.filters["combine"] = _combine
+    env.filters["to_json"] = lambda value: json.dumps(value)
     return env
 
 
@@ -217,8 +220,15 @@ def launcher_of(profile: Profile, hv: HostVars) -> tuple[str, ...] | None:
         if not got or any(not a or "\0" in a for a in got):
             raise RenderError(f"host {hv.host}: knob_serve_launchers['{profile.engine_version}']: must be a "
                               "non-empty list of non-empty arguments without NUL bytes")  # fmt: skip
-        return tuple(got)
-    return hv.launcher
+    # the role's own template decides (templates/launcher.json.j2): one place, read by the role's preflight too
+    variables = {
+        "knob_serve_profile": profile_vars(profile),
+        "knob_serve_launcher": list(hv.launcher or ()),
+        "knob_serve_launchers": {k: list(v) for k, v in (hv.launchers or {}).items()},
+    }
+    env = _environment(paths.roles_dir() / "knob_serve" / "templates")
+    chosen = json.loads(env.get_template(LAUNCHER_TEMPLATE).render(variables))
+    return tuple(str(a) for a in chosen) or None
 
 
 def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, Any]:
