@@ -10,6 +10,7 @@ from typing import Any
 
 from knobfleet.cli import common, types
 from knobfleet.cli.common import Sub, inventory_opts
+from knobfleet.cli.parse import weights_option
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError, UsageError
 
 
@@ -295,7 +296,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("b", help="profile B (the candidate)")
     _bench_opts(p)
     p.add_argument(
-        "--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per concurrency bucket (C=W,…)"
+        "--weights",
+        type=weights_option,
+        default="48=0.3,64=0.3,80=0.3,96=0.1",
+        help="traffic share per concurrency bucket (C=W,…)",
     )
     p.add_argument("--max-rounds", type=types.POSITIVE, default=15, help="stop after N AB/BA rounds at most (15)")
     p.add_argument("--min-effect", type=types.FRACTION, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")

@@ -25,6 +25,18 @@ def parse_weights(text: str) -> dict[int, float]:
     return out
 
 
+def weights_option(text: str) -> str:
+    """--weights as argparse checks it while the command line is parsed (so a bad value is the usage error, 64,
+    whatever other options are given): the text, once ``parse_weights`` accepts it."""
+    from knobfleet.argtypes import refuse
+
+    try:
+        parse_weights(text)
+    except KnobfleetError as exc:
+        raise refuse(str(exc)) from None
+    return text
+
+
 def parse_int_list(text: str, flag: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]

@@ -9,6 +9,7 @@ from typing import Any
 from knobfleet.cli import types
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
+from knobfleet.cli.parse import weights_option
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
@@ -117,7 +118,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch", default="1,8,48,64,80,96", help="batch sizes, comma-separated")
     p.add_argument("--context", type=types.POSITIVE, default=4096, help="context length in tokens (4096)")
     p.add_argument("--suggest", action="store_true", help="rank TARGET_CTAS values for --weights")
-    p.add_argument("--weights", default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per batch size")
+    p.add_argument(
+        "--weights", type=weights_option, default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per batch size"
+    )
     p.add_argument("--top", type=types.POSITIVE, default=3, help="with --suggest: how many values to keep (3)")
     p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
     p.add_argument("--no-calibration", action="store_true", help="use the uncalibrated wave model")
