@@ -62,7 +62,7 @@ def dump_vars(trusted: dict[str, Any], unsafe: dict[str, Any]) -> str:
 class RunRequest:
     playbook: str
     inventory: Path
-    limit: str | None = None
+    hosts: tuple[str, ...] = ()  # the inventory names to run on, exactly (none: every host of the inventory)
     trusted_vars: dict[str, Any] = field(default_factory=dict)
     unsafe_vars: dict[str, Any] = field(default_factory=dict)
     check: bool = False
@@ -317,6 +317,23 @@ def _signals(cancel: Callable[[], bool] | None) -> Iterator[Callable[[], bool]]:
         raise KeyboardInterrupt
 
 
+def limit_lines(hosts: tuple[str, ...]) -> str:
+    """Ansible's --limit file for exactly ``hosts`` (pure): one anchored, escaped regex pattern a line, so a name
+    with a space, ``,``, ``:``, ``!``, ``&``, ``*`` or ``[n]`` is that host, never split or read as a pattern."""
+    import re
+
+    return "".join(f"~^{re.escape(h)}$\n" for h in hosts)
+
+
+def exact_limit(hosts: tuple[str, ...], pdd: Path) -> str | None:
+    """--limit @FILE naming exactly ``hosts`` (``limit_lines``), written in the run's folder; None for no limit."""
+    if not hosts:
+        return None
+    path = pdd / "limit.txt"
+    path.write_text(limit_lines(hosts), encoding="utf-8")
+    return f"@{path}"
+
+
 def _run(
     ansible_runner: Any,
     req: RunRequest,
@@ -333,7 +350,7 @@ def _run(
             private_data_dir=str(pdd),
             playbook=str(playbook),
             inventory=str(req.inventory.resolve()),
-            limit=req.limit,
+            limit=exact_limit(req.hosts, pdd),
             cmdline=cmdline,
             envvars=envvars,
             quiet=not req.verbose,

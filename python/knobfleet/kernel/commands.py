@@ -98,7 +98,7 @@ def kernel_bench(
         RunRequest(
             playbook=PLAYBOOK,
             inventory=inventory,
-            limit=host,
+            hosts=(host,),
             trusted_vars=trusted,
             unsafe_vars={"knob_kernel_grid": grid.as_json()},
             forks=1,

@@ -216,7 +216,7 @@ class _Rollout:
                 RunRequest(
                     playbook="apply.yml",
                     inventory=self.door.inventory,
-                    limit=",".join(group),
+                    hosts=tuple(group),
                     trusted_vars={
                         "knob_serve_run_id": run_id,
                         "knob_serve_controller": controller_id(),

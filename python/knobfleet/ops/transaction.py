@@ -117,7 +117,7 @@ def restore(
             RunRequest(
                 playbook="restore.yml",
                 inventory=gate.inventory,
-                limit=",".join(hv.host for hv in chosen),
+                hosts=tuple(hv.host for hv in chosen),
                 trusted_vars={
                     "knob_serve_run_id": run_id,
                     "knob_serve_controller": controller_id(),

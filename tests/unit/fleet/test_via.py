@@ -42,7 +42,7 @@ def plays(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[RunRequest]:
     def run_playbook(req: RunRequest) -> RunResult:
         got.append(req)
         result = RunResult(req.run_id or "r", 0, "successful", {}, tmp_path, 0.0)
-        for host in (req.limit or "").split(","):
+        for host in req.hosts:
             hr = result.host(host)
             hr.ok = 3
             hr.results = {

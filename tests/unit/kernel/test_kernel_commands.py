@@ -108,7 +108,7 @@ def test_kernel_bench_runs_the_role_and_keeps_the_sweep(monkeypatch: pytest.Monk
     out = tmp_path / "sweep.json"
     grid = Grid(batches=(8, 16), target_ctas=(256,), block_h=(32,), heads=(64,), contexts=(2048,))
     summary = commands.kernel_bench(tmp_path / "inv", "gpu1", grid, 30.5, out)
-    assert fake.req is not None and fake.req.playbook == "kernel.yml" and fake.req.limit == "gpu1"
+    assert fake.req is not None and fake.req.playbook == "kernel.yml" and fake.req.hosts == ("gpu1",)
     assert fake.req.trusted_vars["knob_kernel_budget_s"] == 31
     assert fake.req.unsafe_vars["knob_kernel_grid"]["points"] == [
         [8, 64, 2048, 32, 256, 16],

@@ -92,7 +92,7 @@ def _bench_playbook(
         RunRequest(
             playbook="bench.yml",
             inventory=inventory,
-            limit=",".join(hv.host for hv in hosts),
+            hosts=tuple(hv.host for hv in hosts),
             trusted_vars=trusted,
             forks=min(len(hosts), 64),
             on_event=on_event,

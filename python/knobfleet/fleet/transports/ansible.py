@@ -22,7 +22,7 @@ class AnsibleTransport(NoWarmUp):
             RunRequest(
                 playbook=call.playbook,
                 inventory=job.inventory,
-                limit=",".join(hv.host for hv in hosts),
+                hosts=tuple(hv.host for hv in hosts),
                 unsafe_vars={f"{call.module}_args": {hv.host: call.args[hv.host] for hv in hosts}},
                 forks=min(max(len(hosts), 1), job.limit()),
                 on_event=job.on_event,

@@ -64,7 +64,11 @@ def test_each_host_gets_the_outcome_its_run_reported(requests: list[RunRequest],
 def test_the_run_is_asked_for_every_host_with_its_own_arguments(requests: list[RunRequest], tmp_path: Path) -> None:
     transports.run(Job(HOSTS, CALL, tmp_path / "inv", forks=3), via="ansible")
     (req,) = requests
-    assert (req.playbook, req.inventory, req.limit) == ("probe.yml", tmp_path / "inv", "ok,down,failed,nodoc,odd")
+    assert (req.playbook, req.inventory, req.hosts) == (
+        "probe.yml",
+        tmp_path / "inv",
+        ("ok", "down", "failed", "nodoc", "odd"),
+    )
     assert req.unsafe_vars == {"knob_probe_args": {hv.host: {"service": f"svc-{hv.host}"} for hv in HOSTS}}
     assert req.trusted_vars == {} and req.forks == 3
 
