@@ -114,7 +114,28 @@ def _base_and_hosts(sp: Space, args: argparse.Namespace) -> tuple[ProfileStore, 
             raise space.SpaceError(
                 [f"{paths.display(Path(sp.path))}: {key}: {host!r} is not in the inventory ({', '.join(names)})"]
             )
+    _live_preconditions(sp, fleet.hosts(inventory, None))
     return st, base, inventory, names
+
+
+def _live_preconditions(sp: Space, hosts: list[Any]) -> None:
+    """What the live stage needs, checked before the first stage runs (the canary's own split: a router in front of
+    every host, enough hosts for canaries and baseline): SpaceError in one line naming the SPACE's field and fix."""
+    from knobfleet import paths
+    from knobfleet.errors import UsageError
+    from knobfleet.experiment.canary_run import CanaryOptions, split
+    from knobfleet.tune import space
+
+    if sp.live.skip is not None:
+        return
+    try:
+        split(hosts, CanaryOptions(hosts=sp.live.hosts))
+    except UsageError as exc:
+        raise space.SpaceError(
+            [f"{paths.display(Path(sp.path))}: stages.live: {exc}; the live stage would stop there after the model "
+             "and engine stages: give the hosts a router, or set stages.live.skip: \"why\" to promote through the "
+             "rollout"]
+        ) from None  # fmt: skip
 
 
 def _record_before(sp: Space, path: Path, resume: bool) -> dict[str, Any] | None:

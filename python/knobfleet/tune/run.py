@@ -179,13 +179,33 @@ class Campaign:
         except KeyboardInterrupt:
             self._interrupted()
             raise
-        except Exception:
+        except Exception as exc:
             self.doc["status"] = "failed"
+            self._keep_engine_decision(exc)
             self.save()
             raise
         self.doc["status"] = "done"
         self.save()
         return self.doc
+
+    def _keep_engine_decision(self, exc: Exception) -> None:
+        """A stage after the engine stage failed: the engine stage's winner stays the campaign's decision (verdict
+        ``engine``), so applying it or ``--resume`` needs no rerun of the stages before."""
+        engine = self.doc["stages"].get("engine") or {}
+        if self.doc.get("decision") or not engine.get("done") or engine.get("winner") is None:
+            return
+        index = engine["winner"]
+        rows = (self.doc["stages"].get("model") or {}).get("rows") or []
+        knobs: dict[str, Any] = next((r["knobs"] for r in rows if r.get("index") == index), {})
+        why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        self.doc["decision"] = {
+            "verdict": "engine",
+            "profile": self.space.result,
+            "candidate": index,
+            "knobs": knobs,
+            "reason": f"the engine stage promoted candidate {index}; the live stage failed ({why}): apply "
+            f"{self.space.result} or rerun with --resume to take it live",
+        }
 
     def _weights(self) -> dict[int, float]:
         if self.space.traffic is not None:

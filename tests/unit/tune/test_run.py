@@ -254,3 +254,24 @@ def test_live_traffic_is_measured_once_and_weights_the_ab(tmp_path: Path) -> Non
     doc = c.run()
     assert stages.calls.count("live_weights") == 1 and doc["weights"] == {"96": 1.0}
     assert seen and all(w == {96: 1.0} for w in seen)
+
+
+def test_a_live_stage_that_fails_keeps_the_engine_stages_decision_in_the_record(tmp_path: Path) -> None:
+    """Issue 58: a failure after the engine stage leaves the record `failed` with the engine stage's winner as its
+    decision, so applying it or --resume needs no rerun of the model and engine stages."""
+    from knobfleet.errors import KnobfleetError
+
+    c, stages = campaign(tmp_path)
+
+    def broken(_winner: Any) -> dict[str, Any]:
+        raise KnobfleetError("canary: lab1 is behind no router (knob_router_url)")
+
+    stages.canary = broken  # type: ignore[method-assign]
+    c.new_record()
+    with pytest.raises(KnobfleetError):
+        c.run()
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["status"] == "failed" and rec["stages"]["engine"]["done"]
+    d = rec["decision"]
+    assert d["verdict"] == "engine" and d["candidate"] == rec["stages"]["engine"]["winner"] and d["knobs"]
+    assert d["profile"] == c.space.result and "behind no router" in d["reason"] and "--resume" in d["reason"]
