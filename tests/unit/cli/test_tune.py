@@ -43,14 +43,19 @@ def test_a_space_that_cannot_run_is_one_line_and_nothing_runs(
     assert not (project / "state" / "tune").exists()  # no record: nothing started
 
 
+# The seed SPACE takes its winner live through the rollout here: its canary needs a router this inventory lacks,
+# which tune refuses before anything else (tests/unit/tune/test_live_preconditions.py).
+NO_ROUTER_SPACE = SEED_SPACE.replace("live: {hosts: 1}", 'live: {skip: "no router in front of lab1"}')
+
+
 def test_resume_without_a_campaign_says_so(capsys: pytest.CaptureFixture[str], project: Path) -> None:
-    (project / "s.yaml").write_text(SEED_SPACE)
+    (project / "s.yaml").write_text(NO_ROUTER_SPACE)
     code, _, err = call(capsys, "tune", str(project / "s.yaml"), "-i", str(project / "hosts.yml"), "--resume")
     assert code == EXIT_ERROR and "no campaign seed to resume" in err
 
 
 def test_a_running_campaign_is_not_started_over(capsys: pytest.CaptureFixture[str], project: Path) -> None:
-    (project / "s.yaml").write_text(SEED_SPACE)
+    (project / "s.yaml").write_text(NO_ROUTER_SPACE)
     rec = project / "state" / "tune" / "seed.json"
     rec.parent.mkdir(parents=True)
     rec.write_text(json.dumps({"schema_version": 1, "kind": "tune", "status": "interrupted"}))
@@ -78,3 +83,13 @@ def test_a_tune_record_renders_as_a_page_with_every_stage(capsys: pytest.Capture
     for part in ("1. Model: 15 candidates", "2. Kernel: skipped", "3. Engine", "4. Live", "budget used"):
         assert part in page
     assert "http://" not in page.replace('content="default-src', "") and "https://" not in page
+
+
+def test_a_live_stage_that_needs_a_router_is_refused_before_the_model_stage(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    (project / "s.yaml").write_text(SEED_SPACE)
+    code, out, err = call(capsys, "tune", str(project / "s.yaml"), "-i", str(project / "hosts.yml"), "--yes")
+    assert code == EXIT_ERROR and out == "" and err.count("\n") == 1, err
+    assert "stages.live: canary: lab1 is behind no router (knob_router_url)" in err
+    assert not (project / "state" / "tune").exists()  # no record: no stage ran
