@@ -25,6 +25,7 @@ from knobfleet.fleet.vaultvars import (
     _refuse_vaulted_elsewhere,
     _vaulted_values,
     expanded_size,
+    file_values,
     scrub,
     vault_sourced,
 )
@@ -56,6 +57,7 @@ def load(
         import ansible.vars.manager
 
     loader = ansible.parsing.dataloader.DataLoader()
+    decrypted = _track_vault_files(loader)
     try:
         vault_secrets(loader)
     except ansible.errors.AnsibleError as exc:
@@ -67,7 +69,7 @@ def load(
     group_decls: dict[str, Any] = {}  # each host's knob_engine_groups
     deterministic = True
     for host in hosts:
-        hv, declared, fixed = _host_vars(loader, varman, host, where, check)
+        hv, declared, fixed = _host_vars(loader, varman, host, where, check, decrypted)
         out.append(hv)
         group_decls[host.name] = declared
         deterministic = deterministic and fixed
@@ -101,7 +103,31 @@ def _parse(loader: Any, inventory: Path, limit: str | None, where: str, check: s
     return manager, everyone, hosts
 
 
-def _host_vars(loader: Any, varman: Any, host: Any, where: str, check: str) -> tuple[HostVars, Any, bool]:
+def _track_vault_files(loader: Any) -> list[Any]:
+    """The parsed content of every vault-encrypted file ``loader`` decrypts from now on (Ansible's DataLoader says
+    which with its ``show_content`` flag): their vars are from the vault too, though they decrypt to plain strings."""
+    found: list[Any] = []
+    decrypt = loader._decrypt_if_vault_data
+
+    def tracked(b_data: bytes, b_file_name: bytes | None = None) -> tuple[bytes, bool]:
+        data, show = decrypt(b_data, b_file_name)
+        if not show:
+            with contextlib.suppress(Exception):  # a file Ansible itself then refuses: its own error says why
+                found.append(loader.load(data, show_content=False))
+        return data, show
+
+    loader._decrypt_if_vault_data = tracked
+    return found
+
+
+def _host_vars(
+    loader: Any,
+    varman: Any,
+    host: Any,
+    where: str,
+    check: str,
+    decrypted: list[Any] = (),  # type: ignore[assignment]
+) -> tuple[HostVars, Any, bool]:
     """One host's vars as Ansible resolves them: its host vars, its ``knob_engine_groups`` and whether they may be
     cached (no lookup/query/now). A vault value is refused where knobfleet would show it, names the host env and
     args it reached as secret, and never appears in a message."""
@@ -128,7 +154,7 @@ def _host_vars(loader: Any, varman: Any, host: Any, where: str, check: str) -> t
     try:
         resolved = templar.template(wanted, fail_on_undefined=True)
         plain = _plain(resolved)
-        vaulted = _vaulted_values(raw, set())
+        vaulted = _vaulted_values(raw, set()) | file_values(decrypted)  # inline !vault, and vault-encrypted files
         _refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
         sourced = vault_sourced(wanted, plain, vaulted)
         if sourced:

@@ -48,6 +48,25 @@ def _vaulted_values(value: Any, out: set[str]) -> set[str]:
     return out
 
 
+def file_values(docs: list[Any]) -> set[str]:
+    """Every string of the vars files Ansible decrypted (``ansible-vault encrypt group_vars/all/vault.yml``): each
+    var of such a file is from the vault, whatever its type after decryption (a plain ``str`` there, not the inline
+    ``!vault`` type). Pure; each dict or list visited once."""
+    out: set[str] = set()
+    seen: set[int] = set()
+    stack = list(docs)
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict | list):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            stack.extend(v.values() if isinstance(v, dict) else v)
+        elif isinstance(v, str) and v:
+            out.add(str(v))
+    return out
+
+
 MAX_VALUES = 100_000  # values in one knobfleet host var once its YAML aliases are expanded
 
 

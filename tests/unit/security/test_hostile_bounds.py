@@ -328,7 +328,7 @@ def case_5_sweep_nested_deep(proj: Path, servers: Servers) -> Case:
 
 
 def case_5_weights_nan(proj: Path, servers: Servers) -> Case:
-    return Case(["waves", "mybase", "--suggest", "--weights", "48=nan,64=inf"], 1, ["--weights '48=nan,64=inf'"])
+    return Case(["waves", "mybase", "--suggest", "--weights", "48=nan,64=inf"], 64, ["--weights '48=nan,64=inf'"])
 
 
 def case_6_vanished_working_folder(proj: Path, servers: Servers) -> Case:
