@@ -397,7 +397,9 @@ def redact_text(text: str, secret: Any = (), key: str = "", values: Any = ()) ->
 # (what it is, pattern): credentials a value carries whatever its name (an innocent JWT_CACHE=eyJ..., a database
 # URL with its password). Anchored on what such values always have, so a path, a host:port or a model name never is.
 SHAPES = (
-    ("a URL with a password in it", r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@"),
+    # the password runs to the last @ of the line, as telemetry.prom.redacted reads userinfo: one typed with a /,
+    # a space, ? or # (which end a URL's host part early) is a password too (issue 56)
+    ("a URL with a password in it", r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^@\r\n]+@"),
     ("a JSON Web Token", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
     ("a GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
     ("a GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}"),

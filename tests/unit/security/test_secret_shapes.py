@@ -49,6 +49,19 @@ INNOCENT = st.one_of(
 )
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "postgres://app:pa/ss@db:5432/x",  # a / in the password ended the match before issue 56
+        "https://user:two words here@router.internal:30080",
+        "redis://:p?a#ss@cache:6379",
+        "mysql://u:p@ss@db/x",  # an @ in the password: up to the last @
+    ],
+)
+def test_a_url_password_with_a_slash_space_or_at_is_found(value: str) -> None:
+    assert secret_shape(value) == "a URL with a password in it", value
+
+
 @settings(max_examples=200, deadline=None)
 @given(value=shaped())
 def test_each_shape_is_found(value: str) -> None:
