@@ -31,6 +31,7 @@ from typing import Any
 
 from knobfleet import paths, waves
 from knobfleet.errors import KnobfleetError
+from knobfleet.module_utils.knob_redact import secret_shape
 
 SCHEMA_VERSION = 1
 MAX_CANDIDATES = 100_000  # the model scores each in microseconds; beyond this a space is a typo, not a plan
@@ -292,6 +293,11 @@ def _knobs(raw: object, bad: Any) -> dict[str, tuple[Any, ...]]:
             continue
         if any(isinstance(v, dict | list) or v is None for v in values):
             bad(f"knobs.{name}", "values must be scalars (numbers, strings, true/false)")
+            continue
+        shape = next((what for what in map(secret_shape, values) if what), None)
+        if shape:  # as a profile refuses it: it would be in the campaign's record, its page and the winner's profile
+            bad(f"knobs.{name}", f"a value looks like a secret ({shape}); a secret is no knob to tune: set it in the "
+                "host vars (knob_serve_host_env, from Ansible Vault) and leave it out of the SPACE")  # fmt: skip
             continue
         seen: list[Any] = []
         for v in values:

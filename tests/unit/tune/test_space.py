@@ -74,6 +74,13 @@ BAD = [
     ({"name": "Seed Space"}, "name", "lower-case"),
     ({"schema_version": 2}, "schema_version", "expected 1"),
     ({"colour": "blue"}, "colour", "unknown key"),
+    # issue 56: a token-shaped value would reach the record, the page and the winner's profile
+    (
+        {"knobs__SGLANG_API_KEY": ["sk-proj-abcdefghijklmnopqrstuvwx", "x"]},
+        "knobs.SGLANG_API_KEY",
+        "looks like a secret",
+    ),
+    ({"knobs__SGLANG_UPSTREAM": ["postgres://u:pa/ss@db/x"]}, "knobs.SGLANG_UPSTREAM", "a URL with a password"),
 ]
 
 
