@@ -45,6 +45,18 @@ def futility_bound(gain: Any, s: Any) -> float | None:
     return bound
 
 
+# The page replays the sequential test round by round (each round's decision reads every round before it): the
+# replay's work grows with the square of the rounds, so it stops here, far above what an A/B runs (issue 56: a
+# record of 1,500 rounds took minutes to render). The page says when it stopped.
+MAX_REPLAYED_ROUNDS = 200
+
+
+def recorded_rounds(doc: dict[str, Any]) -> int:
+    """How many rounds every bucket of the record holds runs for (both arms)."""
+    counts = [min(len(b["runs"]["A"]), len(b["runs"]["B"])) for b in doc.get("buckets") or []]
+    return min(counts, default=0)
+
+
 def sequential(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """After each round: the weighted gain's estimate and interval, the futility bound, B's chance of promotion by
     the last round, and what the rule said (``continue``, ``promote``, ``keep``, ``inconclusive``), recomputed
@@ -58,7 +70,7 @@ def sequential(doc: dict[str, Any]) -> list[dict[str, Any]]:
         a_runs, b_runs = b["runs"]["A"], b["runs"]["B"]
         per[int(b["concurrency"])] = [stats.log_ratio(x, y) for x, y in zip(a_runs, b_runs, strict=False) if x > 0
                                       and y > 0]  # fmt: skip
-    rounds = min((len(v) for v in per.values()), default=0)
+    rounds = min(min((len(v) for v in per.values()), default=0), MAX_REPLAYED_ROUNDS)
     out = []
     for r in range(1, rounds + 1):
         d = design.decide({c: v[:r] for c, v in per.items()}, settings)
@@ -157,7 +169,14 @@ def rounds_section(doc: dict[str, Any]) -> list[str]:
     rows = [[p["round"], pct(p["estimate"]), f"{pct(p['low'])} to {pct(p['high'])}", pct(p["futility"]),
              "-" if p["chance"] is None else f"{p['chance']:.1%}", p["verdict"]] for p in seq]  # fmt: skip
     off = " (turned off: futility 0)" if s.futility <= 0 else ""
+    held = recorded_rounds(doc)
+    cut = (
+        [f"<p>The record holds {held} rounds; the replay below stops at round {MAX_REPLAYED_ROUNDS} (its work grows "
+         "with the square of the rounds).</p>"]
+        if held > MAX_REPLAYED_ROUNDS else []
+    )  # fmt: skip
     return [
+        *cut,
         _rounds_plot(seq, s),
         f"<p>The futility bound{esc(off)} moves with the rounds: it is where B's chance of clearing the promotion "
         f"bar by round {s.max_rounds} falls below {s.futility:.0%} (the rule looks from round {s.min_rounds} until "

@@ -139,3 +139,17 @@ def test_what_ran_shows_each_profiles_content_hash_and_the_engine_version() -> N
     bare = html.render(ab_doc())
     assert "<td class=l>A: default@1</td><td class=l>-</td><td class=l>not recorded by the run</td>" in bare
     assert "<td class=l>engine</td><td class=l>-</td><td class=l>not recorded by this kind of record</td>" in bare
+
+
+def test_a_record_of_1500_rounds_replays_a_bounded_number_and_says_so() -> None:
+    """Issue 56: the replay's work grows with the square of the rounds; 1,500 recorded rounds took minutes."""
+    n = 1500
+    a = [100.0 + (i % 7) * 0.3 for i in range(n)]
+    b = [x * 1.001 for x in a]
+    doc = ab_doc()
+    doc["buckets"] = [dict(doc["buckets"][0], runs={"A": a, "B": b})]
+    doc["settings"] = dict(doc["settings"], weights={"48": 1.0}, max_rounds=n)
+    seq = html_ab.sequential(doc)
+    assert len(seq) <= html_ab.MAX_REPLAYED_ROUNDS and seq[-1]["round"] <= html_ab.MAX_REPLAYED_ROUNDS
+    page = html.render(doc)
+    assert f"The record holds {n} rounds; the replay below stops at round {html_ab.MAX_REPLAYED_ROUNDS}" in page
