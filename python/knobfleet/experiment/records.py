@@ -40,7 +40,14 @@ def write(path: Path, kind: str, body: dict[str, Any]) -> None:
     from knobfleet.report import finite
 
     doc = {"schema_version": SCHEMA_VERSION, "kind": kind} | finite(body)
-    safefile.write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o600)
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    size = len(text.encode("utf-8"))
+    if size > MAX_RECORD_BYTES:  # the writer refuses what its reader would: a record nobody could read back
+        raise RecordError(
+            f"{paths.display(path)}: a {kind} record of {size / 1024 / 1024:.1f} MiB, more than the "
+            f"{MAX_RECORD_BYTES // 1024 // 1024} MiB a record may hold; not written (the earlier version stays)"
+        )
+    safefile.write_text(path, text, mode=0o600)
 
 
 def read(path: Path) -> dict[str, Any]:

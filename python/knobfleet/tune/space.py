@@ -34,7 +34,12 @@ from knobfleet.errors import KnobfleetError
 from knobfleet.module_utils.knob_redact import secret_shape
 
 SCHEMA_VERSION = 1
-MAX_CANDIDATES = 100_000  # the model scores each in microseconds; beyond this a space is a typo, not a plan
+# The record holds a row for every candidate (~300 bytes) and is read back up to 8 MiB (experiment.records): past
+# this a legal SPACE made a campaign that --resume could not read (issue 56). Beyond it a space is a typo anyway.
+MAX_CANDIDATES = 20_000
+# The model stage scores every candidate at every traffic bucket: the work, bounded whatever the file's size (a 4 KB
+# SPACE of many buckets ran its model stage for minutes). A few seconds at most here.
+MAX_MODEL_WORK = 1_000_000
 MAX_VALUES = 4096
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*")
@@ -170,6 +175,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
         result = f"{name}-best"
     description = doc.get("description") or ""
     _across(knobs, sections["kernel"], budget, budget_ok, kernel, engine, bad)
+    _model_work(knobs, traffic, engine, bad)
     if problems:
         raise SpaceError(problems)
     return Space(
@@ -223,6 +229,15 @@ def _sections(stages: object, bad: Any) -> dict[str, dict[str, Any]]:
             bad(f"stages.{stage}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}")
         sections[stage] = raw
     return sections
+
+
+def _model_work(knobs: dict[str, tuple[Any, ...]], traffic: dict[int, float] | None, engine: Any, bad: Any) -> None:
+    """The model stage's work (candidates x traffic buckets; live traffic: the engine stage's buckets) bounded."""
+    n = math.prod(len(v) for v in knobs.values()) if knobs else 0
+    buckets = len(traffic) if traffic else len(getattr(engine, "conc", ()) or ())
+    if n <= MAX_CANDIDATES and n * max(buckets, 1) > MAX_MODEL_WORK:
+        bad("traffic", f"{n} candidates at {buckets} traffic buckets: more than {MAX_MODEL_WORK:,} model scores; "
+            "weigh fewer buckets (the engine stage measures at most a few) or vary fewer knobs")  # fmt: skip
 
 
 def _across(

@@ -54,3 +54,19 @@ def test_an_absent_folder_lists_nothing(tmp_path: Path) -> None:
     assert records.list_canaries(tmp_path / "none") == []
     (tmp_path / "notes.txt").write_text("not a record")  # only *.json files are records
     assert records.list_canaries(tmp_path) == []
+
+
+def test_a_record_its_reader_would_refuse_is_never_written(tmp_path: Path) -> None:
+    """Issue 56, cause 10: the writer refuses what the reader refuses (over 8 MiB), before writing; the earlier
+    version of the record stays as it was."""
+    import pytest
+
+    from knobfleet.experiment import records
+
+    path = tmp_path / "r.json"
+    records.write(path, "tune", {"rows": [1, 2, 3]})
+    before = path.read_text()
+    with pytest.raises(records.RecordError) as exc:
+        records.write(path, "tune", {"rows": ["x" * 1000] * 10_000})
+    assert "more than the 8 MiB a record may hold; not written" in str(exc.value) and "\n" not in str(exc.value)
+    assert path.read_text() == before and records.read(path)["rows"] == [1, 2, 3]

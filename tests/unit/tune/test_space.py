@@ -181,3 +181,26 @@ def test_the_round_cost_and_durations_are_read(tmp_path: Path) -> None:
     sp = parsed(tmp_path, stages__engine={"host": "lab1", "round": "45s"}, budget={"wall": 600, "host_minutes": 10})
     assert sp.engine.round_s == 45.0 and sp.budget.wall_s == 600.0
     assert space.duration("2h") == 7200 and space.duration(0) is None and space.duration(True) is None
+
+
+@pytest.mark.parametrize(
+    ("sizes", "buckets", "found"),
+    [
+        ((4000, 6), 4, "knobs: 24000 candidates: more than 20000"),  # the record would pass the reader's 8 MiB
+        ((2000, 5), 200, "traffic: 10000 candidates at 200 traffic buckets: more than 1,000,000 model scores"),
+        ((2000, 5), 100, None),
+    ],
+)
+def test_the_model_stages_work_and_the_records_size_are_bounded(
+    tmp_path: Path, sizes: tuple[int, ...], buckets: int, found: str | None
+) -> None:
+    """Issue 56: bounded by work, not by the file's size (a 4 KB SPACE of many buckets ran for minutes)."""
+    problems: list[str] = []
+    knobs = {f"K{i}": tuple(range(n)) for i, n in enumerate(sizes)}
+    traffic = {c: 1.0 for c in range(1, buckets + 1)}
+    engine = space.EngineStage(host="")
+    space._across(knobs, {"skip": "x"}, space.Budget(3600.0, 3600.0, 0.0), True, space.KernelStage(skip="x"), engine,
+                  lambda key, what: problems.append(f"{key}: {what}"))  # fmt: skip
+    space._model_work(knobs, traffic, engine, lambda key, what: problems.append(f"{key}: {what}"))
+    assert [p for p in problems if found and p.startswith(found)] == ([problems[0]] if found else [])
+    assert len(problems) == (1 if found else 0), problems
