@@ -114,8 +114,8 @@ ee-context: collection
 	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee
 
 lint: venv
-	$(BIN)/ruff check python tests perf tools
-	$(BIN)/ruff format --check python tests perf tools
+	$(BIN)/ruff check python tests perf tools roles
+	$(BIN)/ruff format --check python tests perf tools roles
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
 	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles

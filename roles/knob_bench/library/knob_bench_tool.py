@@ -163,11 +163,20 @@ def run_tool(p):
             os.unlink(path)
         started = time.monotonic()
         try:
-            proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=left, check=False)
+            proc = subprocess.run(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=left,
+                check=False,
+            )
         except FileNotFoundError:
-            return ("the engine's bench tool is not installed on this host: %s not found; install it next to the "
-                    "engine or use the built-in client (bench --tool builtin)" % argv[0]), out
+            return (
+                "the engine's bench tool is not installed on this host: %s not found; install it next to the "
+                "engine or use the built-in client (bench --tool builtin)" % argv[0]
+            ), out
         except subprocess.TimeoutExpired:
             return "the engine's bench tool ran past timeout_s at concurrency %s" % run["concurrency"], out
         wall = time.monotonic() - started
@@ -176,18 +185,25 @@ def run_tool(p):
             hint = ""
             if "No module named" in text:
                 hint = " (the engine's bench tool is not installed next to the engine; use bench --tool builtin)"
-            return ("%s exited %d at concurrency %s%s: %s" % (" ".join(argv[:3]), proc.returncode,
-                                                            run["concurrency"], hint, _tail(text))), out
+            return (
+                "%s exited %d at concurrency %s%s: %s"
+                % (" ".join(argv[:3]), proc.returncode, run["concurrency"], hint, _tail(text))
+            ), out
         try:
             doc = _read_result(path, p.get("result_format") or "json")
         except (OSError, ValueError) as exc:
-            return ("%s wrote no readable result at %s (%s): %s"
-                    % (" ".join(argv[:3]), path, exc, _tail(text))), out
+            return ("%s wrote no readable result at %s (%s): %s" % (" ".join(argv[:3]), path, exc, _tail(text))), out
         finally:
             if os.path.lexists(path):
                 os.unlink(path)
-        out["runs"].append({"concurrency": run["concurrency"], "num_prompts": run.get("num_prompts"),
-                            "wall_s": round(wall, 3), "result": _scalars(doc)})
+        out["runs"].append(
+            {
+                "concurrency": run["concurrency"],
+                "num_prompts": run.get("num_prompts"),
+                "wall_s": round(wall, 3),
+                "result": _scalars(doc),
+            }
+        )
     return None, out
 
 
@@ -195,13 +211,17 @@ def main():
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
-        argument_spec=dict(runs=dict(type="list", elements="dict", required=True),
-                           result_dir=dict(type="path", required=True),
-                           result_format=dict(type="str", choices=["json", "jsonl"], default="json"),
-                           env=dict(type="dict", default={}), timeout_s=dict(type="int", default=1800),
-                           version_url=dict(type="str", default=""), version_key=dict(type="str", default="version"),
-                           info_url=dict(type="str", default=""),
-                           secret=dict(type="list", elements="str", default=[], no_log=False)),
+        argument_spec=dict(
+            runs=dict(type="list", elements="dict", required=True),
+            result_dir=dict(type="path", required=True),
+            result_format=dict(type="str", choices=["json", "jsonl"], default="json"),
+            env=dict(type="dict", default={}),
+            timeout_s=dict(type="int", default=1800),
+            version_url=dict(type="str", default=""),
+            version_key=dict(type="str", default="version"),
+            info_url=dict(type="str", default=""),
+            secret=dict(type="list", elements="str", default=[], no_log=False),
+        ),
         supports_check_mode=False,
     )
     failure, out = run_tool(module.params)

@@ -126,17 +126,22 @@ def main():
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
-        argument_spec=dict(service=dict(type="str", required=True), script_path=dict(type="path", required=True),
-                           unit_path=dict(type="path", required=True), state_dir=dict(type="path", required=True),
-                           health_url=dict(type="str", default=""), info_url=dict(type="str", default=""),
-                           http_timeout_s=dict(type="float", default=2.0),
-                           secret=dict(type="list", elements="str", default=[]),
-                           secret_key=dict(type="str", default="", no_log=True),
-                           liveness_url=dict(type="str", default=""),
-                           liveness_timeout_s=dict(type="float", default=10.0),
-                           version_file=dict(type="str", default=""),
-                           launcher=dict(type="list", elements="str", default=[]),
-                           packages=dict(type="list", elements="str", default=[])),
+        argument_spec=dict(
+            service=dict(type="str", required=True),
+            script_path=dict(type="path", required=True),
+            unit_path=dict(type="path", required=True),
+            state_dir=dict(type="path", required=True),
+            health_url=dict(type="str", default=""),
+            info_url=dict(type="str", default=""),
+            http_timeout_s=dict(type="float", default=2.0),
+            secret=dict(type="list", elements="str", default=[]),
+            secret_key=dict(type="str", default="", no_log=True),
+            liveness_url=dict(type="str", default=""),
+            liveness_timeout_s=dict(type="float", default=10.0),
+            version_file=dict(type="str", default=""),
+            launcher=dict(type="list", elements="str", default=[]),
+            packages=dict(type="list", elements="str", default=[]),
+        ),
         supports_check_mode=True,
     )
     module.exit_json(changed=False, step="probe", probe=probe(module.params))

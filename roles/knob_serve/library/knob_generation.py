@@ -230,9 +230,11 @@ from ansible.module_utils.knob_txn import run
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True,
-                        choices=["begin", "stage", "commit", "mark", "release", "restore", "verify", "install",
-                                 "finish"]),
+            action=dict(
+                type="str",
+                required=True,
+                choices=["begin", "stage", "commit", "mark", "release", "restore", "verify", "install", "finish"],
+            ),
             after=dict(type="str", default="apply", choices=["apply", "restore"]),
             state_dir=dict(type="path", required=True),
             script_path=dict(type="path"),
@@ -259,13 +261,15 @@ def main():
             info_url=dict(type="str", default=""),
             allow_writable_script_dir=dict(type="bool", default=False),
         ),
-        required_if=[("action", "begin", ["script_path", "unit_path"]),
-                     ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
-                     ("action", "install", ["script_path", "unit_path", "script_content", "unit_content", "profile"]),
-                     ("action", "finish", ["status"]),
-                     ("action", "commit", ["script_path", "unit_path", "profile"]),
-                     ("action", "mark", ["generation", "status"]),
-                     ("action", "verify", ["script_path", "unit_path"])],
+        required_if=[
+            ("action", "begin", ["script_path", "unit_path"]),
+            ("action", "stage", ["script_path", "unit_path", "script_content", "unit_content"]),
+            ("action", "install", ["script_path", "unit_path", "script_content", "unit_content", "profile"]),
+            ("action", "finish", ["status"]),
+            ("action", "commit", ["script_path", "unit_path", "profile"]),
+            ("action", "mark", ["generation", "status"]),
+            ("action", "verify", ["script_path", "unit_path"]),
+        ],
         supports_check_mode=True,
     )
     run(module)  # the step, on the service's state dir; exits with its result, or fails naming the step

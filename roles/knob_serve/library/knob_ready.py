@@ -152,14 +152,16 @@ def journal(module, service, lines=15, scan=400, since=None):
     restart noise systemd logs after it. ``since`` (UNIX time): only lines logged from then on, so that an earlier
     start's error is never taken for this one's."""
     window = ["--since", "@%d" % int(since)] if since else []
-    rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(scan)] + window + ["--no-pager", "-o", "cat"])
+    rc, out, _ = module.run_command(["journalctl", "-u", service, "-n", str(scan), *window, "--no-pager", "-o", "cat"])
     if rc != 0:
         return []
     p = module.params
     values = []
     if p.get("script_path"):
         try:  # bounded, never a FIFO or a link
-            values = secret_values(read_bounded(p["script_path"], single_link=False)[0].decode("utf-8", "replace"), p.get("secret") or [])
+            values = secret_values(
+                read_bounded(p["script_path"], single_link=False)[0].decode("utf-8", "replace"), p.get("secret") or []
+            )
         except OSError:
             values = []
     text = redact_text(out.strip(), p.get("secret") or [], p.get("secret_key", ""), values).splitlines()
@@ -168,7 +170,8 @@ def journal(module, service, lines=15, scan=400, since=None):
     return ([cause] if cause and cause not in tail else []) + tail
 
 
-# A Python exception line as a traceback ends it ("NotImplementedError: ...", "ValueError: ...", "a.b.CustomError: ...").
+# A Python exception line as a traceback ends it ("NotImplementedError: ...", "ValueError: ...",
+# "a.b.CustomError: ...").
 _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
 
 
@@ -198,10 +201,13 @@ def health(url):
 
 
 def systemctl(module, *args):
-    rc, out, err = module.run_command(["systemctl"] + list(args))
+    rc, out, err = module.run_command(["systemctl", *args])
     if rc != 0:
-        module.fail_json(step="ready", msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()),
-                         journal=journal(module, args[-1]) if args[0] in ("restart", "start") else [])
+        module.fail_json(
+            step="ready",
+            msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()),
+            journal=journal(module, args[-1]) if args[0] in ("restart", "start") else [],
+        )
     return out.strip()
 
 
@@ -211,8 +217,12 @@ def bring_up(module, p, timings=None):
     service, done = p["service"], []
     enabled = module.run_command(["systemctl", "is-enabled", service])[1].strip()
     active = module.run_command(["systemctl", "is-active", service])[1].strip()
-    wants = [("daemon-reload", p["daemon_reload"]), ("enable", p["enable"] and enabled != "enabled"),
-             ("restart", p["restart"]), ("start", p["start"] and not p["restart"] and active != "active")]
+    wants = [
+        ("daemon-reload", p["daemon_reload"]),
+        ("enable", p["enable"] and enabled != "enabled"),
+        ("restart", p["restart"]),
+        ("start", p["start"] and not p["restart"] and active != "active"),
+    ]
     for verb, wanted in wants:
         if wanted:
             done.append(verb)
@@ -226,15 +236,23 @@ def bring_up(module, p, timings=None):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(service=dict(type="str", required=True), url=dict(type="str", required=True),
-                           timeout_s=dict(type="int", default=600), grace_s=dict(type="int", default=0),
-                           since_restart=dict(type="bool", default=False),
-                           daemon_reload=dict(type="bool", default=False), enable=dict(type="bool", default=False),
-                           restart=dict(type="bool", default=False), start=dict(type="bool", default=False),
-                           script_path=dict(type="path"), unit_path=dict(type="path"), state_dir=dict(type="path"),
-                           info_url=dict(type="str", default=""),
-                           secret=dict(type="list", elements="str", default=[]),
-                           secret_key=dict(type="str", default="", no_log=True)),
+        argument_spec=dict(
+            service=dict(type="str", required=True),
+            url=dict(type="str", required=True),
+            timeout_s=dict(type="int", default=600),
+            grace_s=dict(type="int", default=0),
+            since_restart=dict(type="bool", default=False),
+            daemon_reload=dict(type="bool", default=False),
+            enable=dict(type="bool", default=False),
+            restart=dict(type="bool", default=False),
+            start=dict(type="bool", default=False),
+            script_path=dict(type="path"),
+            unit_path=dict(type="path"),
+            state_dir=dict(type="path"),
+            info_url=dict(type="str", default=""),
+            secret=dict(type="list", elements="str", default=[]),
+            secret_key=dict(type="str", default="", no_log=True),
+        ),
         supports_check_mode=True,
     )
     p = module.params
@@ -254,14 +272,24 @@ def main():
         restarts = int(now.get("NRestarts", "0") or 0)
         if now.get("ActiveState") in ("failed", "inactive") or now.get("MainPID", "0") == "0":
             log = journal(module, p["service"], since=begun)
-            module.fail_json(step="ready", msg="engine exited %s (unit %s, exit status %s)%s" % (
-                phase, now.get("ActiveState"), now.get("ExecMainStatus"), failed(log)), journal=log,
-                state=now, waited_s=round(time.monotonic() - started, 2))
+            module.fail_json(
+                step="ready",
+                msg="engine exited %s (unit %s, exit status %s)%s"
+                % (phase, now.get("ActiveState"), now.get("ExecMainStatus"), failed(log)),
+                journal=log,
+                state=now,
+                waited_s=round(time.monotonic() - started, 2),
+            )
         if restarts > restarts0 or (pid0 != "0" and now.get("MainPID") != pid0):
             log = journal(module, p["service"], since=begun)
-            module.fail_json(step="ready", msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)%s" % (
-                phase, pid0, now.get("MainPID"), restarts0, restarts, failed(log)), journal=log,
-                state=now, waited_s=round(time.monotonic() - started, 2))
+            module.fail_json(
+                step="ready",
+                msg="systemd restarted the engine %s (main PID %s -> %s, restarts %d -> %d)%s"
+                % (phase, pid0, now.get("MainPID"), restarts0, restarts, failed(log)),
+                journal=log,
+                state=now,
+                waited_s=round(time.monotonic() - started, 2),
+            )
         return now
 
     status = None
@@ -272,10 +300,14 @@ def main():
             break
         if time.monotonic() > deadline:
             log = journal(module, p["service"], since=begun)
-            module.fail_json(step="ready", msg="not ready after %ds: %s answered %s%s" % (
-                p["timeout_s"], p["url"], status or "nothing (connection refused)", failed(log)),
-                             journal=log, state=state,
-                             waited_s=round(time.monotonic() - started, 2))
+            module.fail_json(
+                step="ready",
+                msg="not ready after %ds: %s answered %s%s"
+                % (p["timeout_s"], p["url"], status or "nothing (connection refused)", failed(log)),
+                journal=log,
+                state=state,
+                waited_s=round(time.monotonic() - started, 2),
+            )
         time.sleep(0.1)
     ready_s = time.monotonic() - started
     grace_end = time.monotonic() + p["grace_s"]
@@ -283,13 +315,28 @@ def main():
         state = check_alive("within %ds after becoming ready" % p["grace_s"])
         time.sleep(0.25)
     state = check_alive("right after becoming ready")
-    result = dict(changed=changed, step="ready", done=done, ready_s=round(ready_s, 3), systemctl_s=timings,
-                  main_pid=int(state["MainPID"]), n_restarts=int(state.get("NRestarts", "0") or 0))
+    result = dict(
+        changed=changed,
+        step="ready",
+        done=done,
+        ready_s=round(ready_s, 3),
+        systemctl_s=timings,
+        main_pid=int(state["MainPID"]),
+        n_restarts=int(state.get("NRestarts", "0") or 0),
+    )
     if p["script_path"] and p["unit_path"] and p["state_dir"]:
-        result["probe"] = observe({"service": p["service"].rsplit(".service", 1)[0],
-                                   "script_path": p["script_path"], "unit_path": p["unit_path"],
-                                   "state_dir": p["state_dir"], "health_url": p["url"], "info_url": p["info_url"],
-                                   "secret": p["secret"], "secret_key": p.get("secret_key", "")})
+        result["probe"] = observe(
+            {
+                "service": p["service"].rsplit(".service", 1)[0],
+                "script_path": p["script_path"],
+                "unit_path": p["unit_path"],
+                "state_dir": p["state_dir"],
+                "health_url": p["url"],
+                "info_url": p["info_url"],
+                "secret": p["secret"],
+                "secret_key": p.get("secret_key", ""),
+            }
+        )
     module.exit_json(**result)
 
 
