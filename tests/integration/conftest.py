@@ -204,3 +204,11 @@ def empty_panels(prom: Any, *boards: str, window: str = "5m") -> list[str]:
             if not any(s.value == s.value for samples in got for s in samples):
                 empty.append(f"{name}: {panel['title']}: {[t['expr'] for t in panel['targets']]}")
     return empty
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under the shard runner, a failure's report goes to the shard's log as it happens (not only at the end of a
+    shard that may run for half an hour)."""
+    if report.failed and os.environ.get("KNOBFLEET_TEST_LAB", "").startswith("shard"):
+        sys.stdout.write(f"\n===== FAILED {report.nodeid} ({report.when}) =====\n{report.longreprtext[-6000:]}\n")
+        sys.stdout.flush()
