@@ -85,6 +85,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         doc = ab.bench(profile, hv, inventory, _spec(args), args.repeats, on_event=progress, status=status)
         if status is not None:
             status.close()
+    from knobfleet.experiment.running import stamp
+
+    doc = stamp(doc, [hv], inventory)  # the profile and generation the host ran, the engine's version
     if args.report is not None:
         from knobfleet.cli.report import write_html
 

@@ -36,22 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.errors import KnobfleetError, UsageError
+from knobfleet.experiment import running
 from knobfleet.experiment.canary import Settings, Verdict, Window, judge, pre_period_shortfall
-from knobfleet.experiment.canary_windows import (  # re-exported: the windows Prometheus measures
-    ROUTER_SERIES,
-    _engine,
-    _measure,
-    engine_series,
-    router_values,
-    window_values,
-)
+from knobfleet.experiment.canary_windows import _engine, _measure, engine_series
 from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops.apply import ApplyReport, Options, apply
 from knobfleet.profiles.model import Profile
 from knobfleet.telemetry.prom import Prometheus
-
-__all__ = ["ROUTER_SERIES", "engine_series", "router_values", "window_values"]
 
 
 class PrePeriodTooQuiet(KnobfleetError):
@@ -84,6 +76,7 @@ class CanaryReport:
     started: float = 0.0
     settings: Settings = field(default_factory=Settings)
     record: str = ""  # where the record is kept
+    ran: dict[str, Any] = field(default_factory=dict)  # generations, engine_versions: what each side ran when judged
 
     def as_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -114,6 +107,7 @@ class CanaryReport:
             | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)}
             | {"design": self.settings.design, "swap_after": self.settings.swap_after, "beta": self.settings.beta},
             "record": self.record,
+            **self.ran,
             # the content the canaries ran (the report's "What ran"); none when the canary apply never happened
             "profile_hashes": (
                 {self.profile: self.canary_apply.profile.content_hash} if self.canary_apply is not None else {}
@@ -231,6 +225,7 @@ def canary(
                 save(report)
         if applied.exit_code != 0:
             return report
+        report.ran = running.sides(canaries + baseline, door)  # what each side runs while it is judged
         interrupts.checkpoint()  # a signal during the apply: the canaries go back now
         run = _Judging(profile, door, prom, opts, report, pre, on_window, sleep, clock, save)
         verdict = run.first_period(canaries, baseline, on)

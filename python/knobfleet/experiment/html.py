@@ -156,6 +156,14 @@ def is_bench(doc: dict[str, Any]) -> bool:
             and all(isinstance(b, dict) and "mean" in b for b in buckets))  # fmt: skip
 
 
+def running_label(doc: dict[str, Any]) -> str:
+    """The profile a bench measured, with the generation its host ran (``bench_page``'s title and legend)."""
+    gens = doc.get("generations") or {}
+    gen = gens.get(doc.get("host")) if isinstance(gens, dict) else None
+    name = doc.get("profile") or "the current profile (not recorded)"
+    return f"{name}, generation {gen:04d}" if isinstance(gen, int) else str(name)
+
+
 def bench_page(doc: dict[str, Any]) -> str:
     """``bench --report``: throughput per concurrency bucket with its 95% interval (Student-t over the runs); what
     ran (the profile with its content hash, the engine version, the tool); the settings the engine resolved (its
@@ -167,13 +175,14 @@ def bench_page(doc: dict[str, Any]) -> str:
         ys = [b["mean"] for b in buckets]
         lo = [b["mean"] - b["low"] if b.get("low") is not None else 0.0 for b in buckets]
         hi = [b["high"] - b["mean"] if b.get("high") is not None else 0.0 for b in buckets]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, color="#1f77b4", label=str(doc.get("profile")))
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, color="#1f77b4", label=running_label(doc))
+        ax.set_xticks(xs)  # the ticks sit at the buckets measured
         ax.set_xlabel("concurrency")
         ax.set_ylabel("aggregate tok/s (mean, 95% interval)")
         ax.legend(fontsize=8)
 
     errors = doc.get("errors") or 0
-    sentence = (f"bench of {doc.get('profile') or 'the current profile'} on {doc.get('host')}: {len(buckets)} "
+    sentence = (f"bench of {running_label(doc)} on {doc.get('host')}: {len(buckets)} "
                 f"bucket(s), {doc.get('repeats')} run(s) each, {errors} request error(s); measured with "
                 f"{doc.get('tool')}" + (f" against engine {doc['engine_version']}" if doc.get("engine_version")
                                          else "") + ".")  # fmt: skip
@@ -197,7 +206,7 @@ def bench_page(doc: dict[str, Any]) -> str:
         "<h2>Raw numbers</h2>",
         table(["concurrency", "tok/s (mean)", "95% interval", "runs"], rows),
     ]
-    return page(f"bench {doc.get('profile') or ''} on {doc.get('host')}", sentence,
+    return page(f"bench of {running_label(doc)} on {doc.get('host')}", sentence,
                 "promote" if errors == 0 else "rollback", sections)  # fmt: skip
 
 

@@ -101,6 +101,7 @@ def _per_bucket(doc: dict[str, Any], key: str, values: Any, scale: float, ylabel
             bars = ax.errorbar([p[0] for p in pts], [p[1] * scale for p in pts], yerr=[p[2] * scale for p in pts],
                                marker="o", capsize=4, color=color, label=f"{arm}: {doc.get(arm.lower())}")  # fmt: skip
             bars.lines[0].set_gid(f"ab-{key}-{arm}")
+        ax.set_xticks(sorted({b["concurrency"] for b in buckets}))  # the ticks sit at the buckets measured
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)

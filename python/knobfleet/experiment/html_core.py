@@ -174,13 +174,22 @@ def profile_hash(doc: dict[str, Any], ref: str) -> tuple[str, str]:
 
 
 def engine_rows(doc: dict[str, Any]) -> list[list[Any]]:
-    """The engine version(s) the record holds: one (``engine_version``) or per host (``engine_versions``)."""
+    """The engine version(s) the record holds: one (``engine_version``) or per host (``engine_versions``), then the
+    generation each host ran (``generations``: read from the hosts when the command ended, ``experiment.running``)."""
     per_host = doc.get("engine_versions")
     if isinstance(per_host, dict) and per_host:
-        return [[f"engine on {h}", v, "recorded by the run"] for h, v in sorted(per_host.items())]
-    if doc.get("engine_version"):
-        return [["engine", doc["engine_version"], "recorded by the run"]]
-    return [["engine", "-", "not recorded by this kind of record"]]
+        rows = [[f"engine on {h}", v, "reported by the engine"] for h, v in sorted(per_host.items())]
+    elif doc.get("engine_version"):
+        rows = [["engine", doc["engine_version"], "reported by the engine"]]
+    else:
+        rows = [["engine", "-", "not recorded: the engine reported no version when the run ended"]]
+    gens = doc.get("generations")
+    if isinstance(gens, dict) and gens:
+        rows += [[f"generation on {h}", f"{g:04d}" if isinstance(g, int) else str(g), "read from the host"]
+                 for h, g in sorted(gens.items())]  # fmt: skip
+    else:
+        rows.append(["generation", "-", "not recorded by this record"])
+    return rows
 
 
 def provenance(doc: dict[str, Any], extra: list[list[Any]] | None = None) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from knobfleet.engines import adapter
 from knobfleet.errors import KnobfleetError
-from knobfleet.experiment import canary_run
+from knobfleet.experiment import canary_windows
 from knobfleet.fleet import router_kinds
 from knobfleet.telemetry import loadprofile
 
@@ -24,7 +24,7 @@ from knobfleet.telemetry import loadprofile
 def test_the_shipped_engines_name_their_metrics(engine: str, running: str, finished: str) -> None:
     m = adapter.engine(engine).metrics("a test")
     assert (m.running, m.finished) == (running, finished)
-    assert canary_run.engine_series(engine)[3] == finished
+    assert canary_windows.engine_series(engine)[3] == finished
     assert loadprofile.running_gauges()[engine] == running
 
 
@@ -45,7 +45,7 @@ def mute(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.mark.parametrize(
     ("who", "call"),
     [
-        ("the canary", lambda e: canary_run.engine_series(e)),
+        ("the canary", lambda e: canary_windows.engine_series(e)),
         ("the router drain", lambda e: router_kinds.engine_inflight("http://127.0.1.1:30000", e)),
     ],
 )

@@ -50,7 +50,7 @@ from knobfleet import paths
 from knobfleet.cli import run as cli
 from knobfleet.engines import adapter
 from knobfleet.errors import KnobfleetError
-from knobfleet.experiment import canary_run
+from knobfleet.experiment import canary_windows
 from knobfleet.fleet import router_kinds
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.inventory import load_hosts
@@ -523,7 +523,7 @@ def test_the_canary_and_load_profile_read_toyserves_series(project: Path) -> Non
     prom = RecordingProm(
         {"toyserve_tokens_out_total": 900.0, "toyserve_token_gap_seconds": 0.02, "toyserve_requests_done_total": 120.0}
     )
-    values, requests, resets = canary_run.window_values(prom, hosts("toy3:toy4"), 1000.0, 15.0)  # type: ignore[arg-type]
+    values, requests, resets = canary_windows.window_values(prom, hosts("toy3:toy4"), 1000.0, 15.0)  # type: ignore[arg-type]
     sel = 'host=~"toy3|toy4"'
     assert prom.queries == [
         f"sum by (host) (rate(toyserve_tokens_out_total{{{sel}}}[15s])) / "
@@ -587,8 +587,8 @@ def test_without_serve_metrics_the_drain_and_the_canary_refuse_toyserve_in_one_l
     without("metrics")
     for needed_by, use in (
         ("the router drain", lambda: router_kinds.engine_inflight("http://127.0.0.1:9", "toyserve")),
-        ("the canary", lambda: canary_run.engine_series("toyserve")),
-        ("the canary", lambda: canary_run.window_values(RecordingProm({}), hosts("toy3"), 1000.0, 15.0)),  # type: ignore[arg-type]
+        ("the canary", lambda: canary_windows.engine_series("toyserve")),
+        ("the canary", lambda: canary_windows.window_values(RecordingProm({}), hosts("toy3"), 1000.0, 15.0)),  # type: ignore[arg-type]
     ):
         with pytest.raises(KnobfleetError) as exc:
             use()

@@ -259,7 +259,7 @@ def test_window_queries_divide_tokens_by_the_time_requests_spent_in_flight() -> 
     """A mutation-audit survivor: the throughput divided by the wrong quantity (requests finished, or the running
     gauge) promoted a canary 17% slower per request-second. The queries are pinned, per engine, to the catalog's
     series: tokens / rate(e2e _sum) (Little's law), ITL as rate(_sum) / rate(_count)."""
-    from knobfleet.experiment.canary_run import window_values
+    from knobfleet.experiment.canary_windows import window_values
 
     prom = FakeProm(1.0)
     window_values(prom, hosts(2), 1000.0, 15.0)  # type: ignore[arg-type]

@@ -209,7 +209,7 @@ def test_drift_report_is_refused_at_a_hostile_path_before_any_host_is_read(tmp_p
 
 def bench_doc() -> dict[str, Any]:
     return {"kind": "bench", "host": "lab1", "profile": "ctas512@2", "repeats": 3, "errors": 0, "tool": "knobfleet",
-            "engine_version": "0.5.23", "buckets": [
+            "engine_version": "0.5.23", "generations": {"lab1": 4}, "buckets": [
                 {"concurrency": 48, "mean": 5000.0, "low": 4900.0, "high": 5100.0, "runs": [4950.0, 5000.0, 5050.0]},
                 {"concurrency": 64, "mean": 6000.0, "low": None, "high": None, "runs": [6000.0]}]}  # fmt: skip
 
@@ -217,5 +217,5 @@ def bench_doc() -> dict[str, Any]:
 def test_a_bench_page_plots_each_bucket_with_its_interval() -> None:
     page = html.render(bench_doc())
     assert_self_contained(page)
-    assert "bench of ctas512@2 on lab1: 2 bucket(s), 3 run(s) each, 0 request error(s)" in page
+    assert "bench of ctas512@2, generation 0004 on lab1: 2 bucket(s), 3 run(s) each, 0 request error(s)" in page
     assert "4900.0 to 5100.0" in page and page.count("<svg") == 1

@@ -135,10 +135,17 @@ def test_what_ran_shows_each_profiles_content_hash_and_the_engine_version() -> N
         "<td class=l>B: ctas512@2</td><td class=l>sha256:" + "c" * 64 + "</td><td class=l>profiles/profiles.lock"
         in page
     )
-    assert "<td class=l>engine</td><td class=l>0.5.23</td><td class=l>recorded by the run</td>" in page
+    assert "<td class=l>engine</td><td class=l>0.5.23</td><td class=l>reported by the engine</td>" in page
     bare = html.render(ab_doc())
     assert "<td class=l>A: default@1</td><td class=l>-</td><td class=l>not recorded by the run</td>" in bare
-    assert "<td class=l>engine</td><td class=l>-</td><td class=l>not recorded by this kind of record</td>" in bare
+    assert (
+        "<td class=l>engine</td><td class=l>-</td><td class=l>not recorded: the engine reported no version when the "
+        "run ended</td>" in bare
+    )
+    assert "<td class=l>generation</td><td class=l>-</td><td class=l>not recorded by this record</td>" in bare
+    lab1 = html.render(ab_doc() | {"generations": {"lab1": 7}, "engine_versions": {"lab1": "0.5.23"}})
+    assert "<td class=l>generation on lab1</td><td class=l>0007</td><td class=l>read from the host" in lab1
+    assert "<td class=l>engine on lab1</td><td class=l>0.5.23</td>" in lab1
 
 
 def test_a_record_of_1500_rounds_replays_a_bounded_number_and_says_so() -> None:

@@ -104,8 +104,20 @@ def test_a_report_opens_offline_with_no_request_and_no_console_message(
     else:
         docs = {"ab": ab_doc, "ab-latency": ab_doc_with_latency, "bench": bench_doc}
         doc = docs[kind]() if kind in docs else canary_record(profile, 0.55 if kind.endswith("back") else 1.0)
+        if kind.startswith("ab"):  # what `ab` reads from the host at its end (experiment.running)
+            doc |= {"generations": {"lab1": 7}, "engine_versions": {"lab1": "0.5.23"}}
         page = html.render(doc)
     requests, console = open_in_chromium(page, kind, tmp_path)
     assert requests == [] and console == [], (requests, console)
     assert page.count("<svg") == {"ab": 2, "ab-latency": 4}.get(kind, 1)
+    if kind != "fleet":  # issue 58: each page names the profile, the generation the host ran and the engine version
+        named = {"bench": ["bench of ctas512@2, generation 0004 on lab1", "<td class=l>generation on lab1</td><td "
+                           "class=l>0004", "<td class=l>engine</td><td class=l>0.5.23</td>"],
+                 "ab": ["A: default@1", "B: ctas512@2", "<td class=l>generation on lab1</td><td class=l>0007",
+                        "<td class=l>engine on lab1</td><td class=l>0.5.23</td>"]}  # fmt: skip
+        named["ab-latency"] = named["ab"]
+        for kind_ in ("canary-rolled-back", "canary-promoted"):
+            named[kind_] = ["profile: ctas512", "<td class=l>generation on h1</td><td class=l>0001",
+                            "<td class=l>engine on h1</td><td class=l>0.5.23</td>"]  # fmt: skip
+        assert all(text in page for text in named[kind]), [t for t in named[kind] if t not in page]
     assert (ARTIFACTS / f"{kind}.png").stat().st_size > 30_000  # the plots and tables were drawn, not a blank page

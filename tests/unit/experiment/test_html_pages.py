@@ -28,12 +28,21 @@ def test_a_canary_page_says_what_ran_and_what_its_record_does_not_hold(profile: 
         in page
     )
     # a record without it (an older one) names the profile without its version: no hash can be claimed for it
-    page = html.render(rec | {"profile_hashes": {}})
+    older = {k: v for k, v in rec.items() if k not in ("generations", "engine_versions")}
+    page = html.render(older | {"profile_hashes": {}})
     assert (
         "<td class=l>profile: ctas512</td><td class=l>-</td><td class=l>not recorded: the record names the profile "
         "without its version</td>" in page
     )
-    assert "<td class=l>engine</td><td class=l>-</td><td class=l>not recorded by this kind of record</td>" in page
+    assert "<td class=l>engine</td><td class=l>-</td><td class=l>not recorded: the engine reported no version" in page
+    # what each side ran while judged, read from the hosts after the canary apply (the fake fleet's probe)
+    assert rec["generations"] == {"h1": 1, "h2": 1} and rec["engine_versions"] == {
+        "h1": "0.5.23",
+        "h2": "0.5.23",
+    }
+    page = html.render(rec)
+    assert "<td class=l>generation on h1</td><td class=l>0001</td>" in page
+    assert "<td class=l>engine on h2</td><td class=l>0.5.23</td>" in page
     # a record that holds them (a versioned profile, its hash, each host's engine) shows them
     rec |= {"profile": "ctas512@2", "profile_hashes": {"ctas512@2": HASH},
             "engine_versions": {"h1": "0.5.23", "h2": "0.5.22"}}  # fmt: skip
