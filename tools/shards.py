@@ -123,14 +123,22 @@ def run(shards: list[Shard], extra: list[str]) -> int:
         log.close()
     ended: dict[int, tuple[int, float]] = {}
 
+    asked: list[float] = []
+
     def interrupt(signum: int, _frame: object) -> None:
+        """First Ctrl-C (or SIGTERM): SIGINT to every shard (pytest tears its lab down); a shard still running 60 s
+        later, or at a second Ctrl-C, is terminated, and its lab is stopped below."""
+        asked.append(time.monotonic())
+        sig = signal.SIGINT if len(asked) == 1 else signal.SIGTERM
         for i, proc in procs.items():
             if i not in ended and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(sig)
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     while len(ended) < len(procs):
+        if asked and time.monotonic() - asked[0] > 60 and len(asked) == 1:
+            interrupt(signal.SIGTERM, None)
         for shard in shards:
             proc = procs[shard.index]
             if shard.index not in ended and proc.poll() is not None:
@@ -139,7 +147,19 @@ def run(shards: list[Shard], extra: list[str]) -> int:
                 print(f"shards: {shard.lab} ended after {took / 60:.1f} min, exit {proc.returncode}: "
                       f"{last_line(OUT / (shard.lab + '.log'))}", flush=True)  # fmt: skip
         time.sleep(1)
+    stop_labs(base)
     return report(shards, ended, time.monotonic() - started, base)
+
+
+def stop_labs(base: Path) -> None:
+    """Every lab a shard left running (a shard that was terminated, or crashed): `knobfleet lab down --all` in each
+    state folder the shards made. A shard that ended well has stopped its own: then this changes nothing."""
+    for state in sorted(base.glob("shard*/knobfleet-state*")):
+        if any(state.glob("lab*/**/run/*.pid")) or any(state.glob("labs/*/run/*.pid")):
+            env = dict(os.environ, KNOBFLEET_STATE_DIR=str(state))
+            env.pop("KNOBFLEET_LAB", None)
+            subprocess.run([sys.executable, "-m", "knobfleet", "lab", "down", "--all"], env=env, check=False,
+                           stdout=subprocess.DEVNULL, timeout=300)  # fmt: skip
 
 
 def last_line(log: Path) -> str:
