@@ -5,8 +5,9 @@
 Each shard gets a lab id of its own (``KNOBFLEET_TEST_LAB=shardK``), so its own slot: addresses, machine names,
 cgroups and ports (knobfleet.lab.slots). Modules go to shards whole (a module boots its lab once), longest first
 onto the shard with the least work (LPT), after the modules that run real engines (real SGLang and vLLM start-ups
-are CPU-bound) have been spread one per shard: first on odd shards, last on even ones, so they rarely overlap. The weights are each module's wall time from the last passing run
-(tests/integration/durations.json, written by this runner; a module it does not list weighs the median).
+are CPU-bound) have been spread one per shard: first on odd shards, last on even ones, so they rarely overlap. The
+weights are each module's wall time from the last passing run (tests/integration/durations.json, written by this
+runner; a module it does not list weighs the median).
 
 N: ``-n``, else ``KNOBFLEET_SHARDS``, else one shard per core, at most one per 6 GiB of memory (a shard with real
 SGLang peaks near 5 GiB), at least 1: 2 on a 2-core, 24 GiB machine. Each shard logs to build/shards/shardK.log;
