@@ -128,10 +128,10 @@ perf: venv system-deps
 	$(BIN)/python perf/drift_vs_ssh.py --sizes 3,8,16 --repeats 5
 	$(BIN)/python perf/apply_overhead.py --hosts 3 --repeats 5
 	$(BIN)/python perf/no_change_apply.py --sizes 3,16 --repeats 3
-	$(BIN)/knobfleet lab down
+	$(BIN)/knobfleet lab down --all
 
 lab-down: venv
-	$(BIN)/knobfleet lab down
+	$(BIN)/knobfleet lab down --all
 
 clean: lab-down
 	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache
