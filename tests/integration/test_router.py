@@ -46,7 +46,7 @@ def removed_and_added(log: str) -> list[tuple[str, str]]:
     by_url = "Removed worker http" in text
     out = []
     for line in text.splitlines():
-        removed = re.search(r"Removed worker (http://127\.0\.1\.\d+:\d+)", line)
+        removed = re.search(r"Removed worker (http://127\.\d+\.\d+\.\d+:\d+)", line)
         if removed:
             out.append(("out", removed.group(1)))
         elif not by_url and "definition_id=worker_removal" in line and "Workflow started" in line:
@@ -271,7 +271,7 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
         doc = json.loads(advisory.stdout)
         assert advisory.returncode == 1 and doc["verdict"] == "rollback", advisory.stdout + advisory.stderr
         assert doc["advisory"] and doc["intervals"]["tput"]["high"] < 0
-        canary_board_has_data(doc)
+        canary_board_has_data(doc, rfleet.lab.dir)
         # far slower: rolled back in the first period, before the swap, so the canary is the one left on it
         assert doc["followup"].startswith("advisory: the canaries (lab1) left on nosplit"), doc["followup"]
         assert "`knobfleet rollback --limit lab1 --yes`" in doc["followup"]
@@ -299,13 +299,13 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
     assert all(w.healthy for w in SGLangRouter(lr.url).list_workers())
 
 
-def canary_board_has_data(doc: dict[str, Any]) -> None:
+def canary_board_has_data(doc: dict[str, Any], lab_dir: Path) -> None:
     """The canary's textfile, scraped by the lab's Prometheus through the controller's node_exporter: the last
     interval it wrote is the one the canary printed, and every panel of knobfleet-canary.json returns data."""
     from knobfleet.lab import monitoring
     from knobfleet.telemetry.prom import Prometheus
 
-    prom = Prometheus(monitoring.prometheus_url(rfleet.lab.dir))
+    prom = Prometheus(monitoring.prometheus_url(lab_dir))
     want = doc["intervals"]["tput"]["high"]
     expr = 'knobfleet_canary_interval_high{profile="nosplit",metric="tput"}'
     deadline = time.monotonic() + 30
