@@ -196,6 +196,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             status=status,
         )
         status.close()
+    doc = _what_ran(doc, hv, inventory, report_dir)
     _ab_pages(doc, {a.ref: a.content_hash, b.ref: b.content_hash}, html_out, report_dir)
     plotted = (report_dir / "report.png").is_file()
     if args.json:
@@ -274,6 +275,20 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
         "--input-len", type=types.POSITIVE, default=128, help="prompt tokens per request with --tool engine (128)"
     )
     common.json_opt(p)
+
+
+def _what_ran(doc: dict[str, Any], hv: Any, inventory: Path, report_dir: Path) -> dict[str, Any]:
+    """The A/B's document with the winner's generation and the engine's version read from the host
+    (``experiment.running``), in its report.json too, which ``report`` re-renders later."""
+    import json
+
+    from knobfleet.experiment.running import stamp
+    from knobfleet.ops.drift import write_atomic
+
+    doc = stamp(doc, [hv], inventory)
+    if (report_dir / "report.json").is_file():
+        write_atomic(report_dir / "report.json", json.dumps(doc, indent=2))
+    return doc
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:

@@ -272,9 +272,6 @@ def ab(
     )
     doc["time_scale"] = time_scale(hv, a)
     doc["profile_hashes"] = {a.ref: a.content_hash, b.ref: b.content_hash}
-    from knobfleet.experiment.running import stamp
-
-    doc = stamp(doc, [hv], inventory)  # the winner's generation and the engine's version, read from the host
     for bucket in doc["buckets"]:  # html_ab.latency_runs reads {"A": {"itl": [...], ...}, "B": {...}} in seconds
         c = bucket["concurrency"]
         bucket["latency"] = {arm: latency[arm].get(c, {}) for arm in ("A", "B")}

@@ -31,15 +31,9 @@ from typing import Any
 
 from knobfleet import paths, waves
 from knobfleet.errors import KnobfleetError
-from knobfleet.module_utils.knob_redact import secret_shape
+from knobfleet.tune import bounds
 
 SCHEMA_VERSION = 1
-# The record holds a row for every candidate (~300 bytes) and is read back up to 8 MiB (experiment.records): past
-# this a legal SPACE made a campaign that --resume could not read (issue 56). Beyond it a space is a typo anyway.
-MAX_CANDIDATES = 20_000
-# The model stage scores every candidate at every traffic bucket: the work, bounded whatever the file's size (a 4 KB
-# SPACE of many buckets ran its model stage for minutes). A few seconds at most here.
-MAX_MODEL_WORK = 1_000_000
 MAX_VALUES = 4096
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*")
@@ -175,7 +169,7 @@ def parse(doc: object, path: Path, text: str) -> Space:
         result = f"{name}-best"
     description = doc.get("description") or ""
     _across(knobs, sections["kernel"], budget, budget_ok, kernel, engine, bad)
-    _model_work(knobs, traffic, engine, bad)
+    bounds.model_work(knobs, traffic, engine.conc, bad)
     if problems:
         raise SpaceError(problems)
     return Space(
@@ -231,15 +225,6 @@ def _sections(stages: object, bad: Any) -> dict[str, dict[str, Any]]:
     return sections
 
 
-def _model_work(knobs: dict[str, tuple[Any, ...]], traffic: dict[int, float] | None, engine: Any, bad: Any) -> None:
-    """The model stage's work (candidates x traffic buckets; live traffic: the engine stage's buckets) bounded."""
-    n = math.prod(len(v) for v in knobs.values()) if knobs else 0
-    buckets = len(traffic) if traffic else len(getattr(engine, "conc", ()) or ())
-    if n <= MAX_CANDIDATES and n * max(buckets, 1) > MAX_MODEL_WORK:
-        bad("traffic", f"{n} candidates at {buckets} traffic buckets: more than {MAX_MODEL_WORK:,} model scores; "
-            "weigh fewer buckets (the engine stage measures at most a few) or vary fewer knobs")  # fmt: skip
-
-
 def _across(
     knobs: dict[str, tuple[Any, ...]],
     kernel_section: dict[str, Any],
@@ -251,10 +236,7 @@ def _across(
 ) -> None:
     """What no section says alone: the number of candidates, a GPU host for kernel knobs, a host budget that covers
     one candidate's A/B (unless the budget was refused already) and GPU minutes for a kernel stage that runs."""
-    if knobs:
-        n = math.prod(len(v) for v in knobs.values())
-        if n > MAX_CANDIDATES:
-            bad("knobs", f"{n} candidates: more than {MAX_CANDIDATES}; narrow the ranges or vary fewer knobs")
+    bounds.candidates(knobs, bad)
     kernel_knobs = [k for k in knobs if k in KERNEL_KNOBS]
     if kernel_knobs and not {"host", "sweep", "skip"} & set(map(str, kernel_section)):  # a bad one: said above
         bad(
@@ -309,10 +291,7 @@ def _knobs(raw: object, bad: Any) -> dict[str, tuple[Any, ...]]:
         if any(isinstance(v, dict | list) or v is None for v in values):
             bad(f"knobs.{name}", "values must be scalars (numbers, strings, true/false)")
             continue
-        shape = next((what for what in map(secret_shape, values) if what), None)
-        if shape:  # as a profile refuses it: it would be in the campaign's record, its page and the winner's profile
-            bad(f"knobs.{name}", f"a value looks like a secret ({shape}); a secret is no knob to tune: set it in the "
-                "host vars (knob_serve_host_env, from Ansible Vault) and leave it out of the SPACE")  # fmt: skip
+        if bounds.secret_value(name, values, bad):
             continue
         seen: list[Any] = []
         for v in values:

@@ -30,8 +30,8 @@ def test_what_bench_json_printed_renders_through_knobfleet_report(
     assert code == EXIT_OK, err
     page = (tmp_path / "bench.html").read_text()
     assert_self_contained(page)
-    assert "bench of the current profile on lab1: 2 bucket(s), 2 run(s) each, 0 request error(s); measured with " \
-        "vllm bench serve against engine 0.11.0." in page  # fmt: skip
+    assert "bench of the current profile (not recorded) on lab1: 2 bucket(s), 2 run(s) each, 0 request error(s); " \
+        "measured with vllm bench serve against engine 0.11.0." in page  # fmt: skip
     assert "<tr><td class=l>engine.nested.dtype</td><td class=l>bfloat16</td></tr>" in page
     assert "<tr><td class=l>engine.max_num_seqs</td><td class=l>128</td></tr>" in page
     assert "2701.5 to 2876.5" in page or "2701.5 to 2876.6" in page

@@ -70,6 +70,9 @@ def install() -> None:
     ab.consistency = fake_consistency
     ab.run_bench = fake_run_bench  # type: ignore[attr-defined]
     cli_bench._one_host = lambda args, what: (HV, Path("inventory"))
+    from knobfleet.experiment import running
+
+    running.on_hosts = lambda hosts, inventory: {}  # no host to read what ran from
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def test_bench_json_output_as_printed_is_a_bench_page() -> None:
     printed = {k: v for k, v in bench_doc().items() if k != "kind"} | {"runs": [["C48 …"]], "settings": None,
                                                                         "time_scale": None}  # fmt: skip
     page = html.render(printed)
-    assert "bench of ctas512@2 on lab1: 2 bucket(s), 3 run(s) each, 0 request error(s)" in page
+    assert "bench of ctas512@2, generation 0004 on lab1: 2 bucket(s), 3 run(s) each, 0 request error(s)" in page
     assert html.is_bench(printed) and not html.is_bench({"a": 1, "b": 2, "buckets": [], "host": "x"})
 
 

@@ -10,7 +10,7 @@ import yaml
 from knobfleet.cli.tune import load_space
 from knobfleet.ops import profiles as app
 from knobfleet.profiles import catalog as catalogs
-from knobfleet.tune import space
+from knobfleet.tune import bounds, space
 from knobfleet.tune.space import SpaceError
 from tests.unit.tune.tune_fixtures import SEED_SPACE
 
@@ -201,6 +201,6 @@ def test_the_model_stages_work_and_the_records_size_are_bounded(
     engine = space.EngineStage(host="")
     space._across(knobs, {"skip": "x"}, space.Budget(3600.0, 3600.0, 0.0), True, space.KernelStage(skip="x"), engine,
                   lambda key, what: problems.append(f"{key}: {what}"))  # fmt: skip
-    space._model_work(knobs, traffic, engine, lambda key, what: problems.append(f"{key}: {what}"))
+    bounds.model_work(knobs, traffic, engine.conc, lambda key, what: problems.append(f"{key}: {what}"))
     assert [p for p in problems if found and p.startswith(found)] == ([problems[0]] if found else [])
     assert len(problems) == (1 if found else 0), problems
