@@ -228,9 +228,11 @@ def running(lab_dir: Path) -> bool:
         return False
 
 
-def stop(lab_dir: Path) -> list[str]:
+def stop(lab_dir: Path, forget: bool = False) -> list[str]:
     """End the Prometheus and controller node_exporter this lab started (by PID, command line checked); the lab
-    hosts' node_exporters end with their hosts. Returns what was stopped."""
+    hosts' node_exporters end with their hosts. ``forget`` (``lab down``): also remove the series Prometheus kept
+    and the drift textfile, so that a lab booted later in the same folder (another test module of a shard) never
+    reads hosts of this one. Returns what was stopped."""
     run = monitoring_dir(lab_dir) / "run"
     stopped = []
     for name, binary in (("prometheus", PROMETHEUS), ("node-exporter", NODE_EXPORTER)):
@@ -250,6 +252,10 @@ def stop(lab_dir: Path) -> list[str]:
                     os.kill(pid, signal.SIGKILL)
             stopped.append(name)
         pid_file.unlink(missing_ok=True)
+    if forget:
+        for kept in (monitoring_dir(lab_dir) / "tsdb", textfile_dir(lab_dir)):
+            if kept.is_dir() and not kept.is_symlink():
+                shutil.rmtree(kept, ignore_errors=True)
     return stopped
 
 

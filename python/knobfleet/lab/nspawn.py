@@ -419,7 +419,7 @@ class Lab:
         """Stop every lab host found; leave no mounts and no processes behind."""
         from knobfleet.lab import monitoring
 
-        monitoring.stop(self.dir)
+        monitoring.stop(self.dir, forget=True)  # the next lab in this folder starts with no series of this one
         from knobfleet.lab.router_lab import LabRouter
 
         if LabRouter(self.dir).stop():
