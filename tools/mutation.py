@@ -41,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STAGE = REPO / "build" / "mutation"  # --quick and --only: build/mutation-quick, so a full run is kept
-LINKED = ("tests", "profiles", "roles", "playbooks", "inventories", "perf")
+LINKED = ("tests", "profiles", "roles", "playbooks", "inventories", "perf", "CHANGELOG.md")  # what the tests read
 # The fixed sample for --quick when no release tag says what changed: the rules a user notices first.
 QUICK_SAMPLE = ("ops/plan.py", "experiment/design.py")
 # --quick over changed modules: at most this many mutants of each (CI keeps ~4 min on 2 cores)
