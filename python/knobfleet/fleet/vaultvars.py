@@ -31,40 +31,33 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _vaulted_values(value: Any, out: set[str]) -> set[str]:
-    """The decrypted text of every vault-encrypted value inside ``value``. Each dict or list is visited once, however
-    many YAML aliases point at it (an alias bomb in a var nobody uses is as cheap as its text), without recursion."""
+def _leaves(value: Any, keep: Any) -> set[str]:
+    """The text of every leaf inside ``value`` that ``keep`` accepts. Each dict or list is visited once, however many
+    YAML aliases point at it (an alias bomb in a var nobody uses is as cheap as its text), without recursion."""
+    out: set[str] = set()
     seen: set[int] = set()
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, dict | list):
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            stack.extend(v.values() if isinstance(v, dict) else v)
-        elif _is_vaulted(v):
+            if id(v) not in seen:
+                seen.add(id(v))
+                stack.extend(v.values() if isinstance(v, dict) else v)
+        elif keep(v):
             out.add(str(v))
     return out
+
+
+def _vaulted_values(value: Any, out: set[str]) -> set[str]:
+    """The decrypted text of every vault-encrypted value inside ``value``, added to ``out``."""
+    return out | _leaves(value, _is_vaulted)
 
 
 def file_values(docs: list[Any]) -> set[str]:
     """Every string of the vars files Ansible decrypted (``ansible-vault encrypt group_vars/all/vault.yml``): each
     var of such a file is from the vault, whatever its type after decryption (a plain ``str`` there, not the inline
-    ``!vault`` type). Pure; each dict or list visited once."""
-    out: set[str] = set()
-    seen: set[int] = set()
-    stack = list(docs)
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict | list):
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            stack.extend(v.values() if isinstance(v, dict) else v)
-        elif isinstance(v, str) and v:
-            out.add(str(v))
-    return out
+    ``!vault`` type). Pure."""
+    return _leaves(list(docs), lambda v: isinstance(v, str) and bool(v))
 
 
 MAX_VALUES = 100_000  # values in one knobfleet host var once its YAML aliases are expanded
