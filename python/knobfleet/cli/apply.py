@@ -45,6 +45,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         foreign_dropins=args.foreign_dropins,
         overrides=overrides,
         force_restart=getattr(args, "force_restart", False),
+        gate=_gate_judge(args, profile, inventory),
     )
     try:
         with interrupts.handled(), Progress(enabled=not args.json) as progress:
@@ -54,19 +55,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
             doc = exc.report  # an ApplyReport
             _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))
         raise
-    gates = _run_gate(args, profile, hosts, inventory, result) if getattr(args, "gate", False) else []
     if args.json:
-        doc = result.as_json()
-        if gates:
-            doc["gate"] = [g.as_json() for g in gates]
-            doc["exit_code"] = result.exit_code if all(g.passed for g in gates) else 1
-        _out(report.to_json(doc))
+        _out(report.to_json(result.as_json()))
     else:
         _out(report.apply_summary(result))
-        for g in gates:
+        for g in result.gates:
             _out(f"gate {g.host}: {'PASS' if g.passed else 'REJECT'} — {g.reason}")
-    if any(not g.passed for g in gates):
-        return 1
     return result.exit_code
 
 
@@ -89,14 +83,15 @@ def check_gate_options(args: argparse.Namespace, profile: Any) -> None:
     app.store().resolve(base_name)  # a missing or invalid baseline is refused here, not after the apply
 
 
-def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # type: ignore[no-untyped-def]
+def _gate_judge(args: argparse.Namespace, profile: Any, inventory: Any) -> Any:
+    """``--gate``: the judge the rollout runs as a step of each batch (experiment/gate.py), or None."""
+    if args.check or not getattr(args, "gate", False):
+        return None
     from knobfleet.cli.parse import parse_int_list
     from knobfleet.experiment.bench.run import BenchSpec
-    from knobfleet.experiment.gate import gate_rollout
+    from knobfleet.experiment.gate import gate_judge
     from knobfleet.ops import profiles as app
 
-    if args.check or result.exit_code != 0:
-        return []
     base_name = args.baseline or profile.gate.baseline
     if not base_name:
         raise UsageError(f"--gate: {profile.ref} names no gate baseline; pass --baseline PROFILE")
@@ -107,7 +102,9 @@ def _run_gate(args: argparse.Namespace, profile, hosts, inventory, result):  # t
         n_mult=args.gate_n_mult,
         max_tokens=args.gate_max_tokens,
     )
-    return gate_rollout(profile, app.store().resolve(base_name), hosts, inventory, result, spec, args.gate_repeats)
+    return gate_judge(
+        profile, app.store().resolve(base_name), inventory, spec, args.gate_repeats, progress=not args.json
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

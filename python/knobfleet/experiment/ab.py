@@ -89,11 +89,19 @@ def store_results(host: str, profile: Profile, doc: dict[str, Any]) -> None:
     write_atomic(results_path(host, profile), json.dumps(doc))
 
 
-def activate(profile: Profile, hv: HostVars, inventory: Path, on_event: Callable[[Event], None] | None) -> None:
-    """Apply ``profile`` on one host (no gate) and insist that it is live and verified."""
+def activate(
+    profile: Profile,
+    hv: HostVars,
+    inventory: Path,
+    on_event: Callable[[Event], None] | None,
+    routed: bool = True,
+) -> None:
+    """Apply ``profile`` on one host (no gate) and insist that it is live and verified. ``routed=False``: the
+    caller has taken the host out of its router already (the gate's own applies), so no drain and no re-add."""
     from knobfleet.ops.apply import apply
+    from knobfleet.ops.steps import Slots
 
-    rep = apply(profile, [hv], inventory, on_event=on_event)
+    rep = apply(profile, [hv], inventory, on_event=on_event, slots=None if routed else Slots())
     if rep.exit_code != 0:
         o = rep.hosts[0]
         restored = ""

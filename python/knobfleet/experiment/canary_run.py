@@ -361,7 +361,7 @@ class _Judging:
         """``hosts`` restarted on the generation each ran before the canary, through the drain path; a host that
         does not restart is a note (its windows then say whether they count)."""
         from knobfleet.ops import interrupts
-        from knobfleet.ops.history import _restore_routed
+        from knobfleet.ops.restores import restore_routed
         from knobfleet.ops.transaction import RestoreTarget
 
         reason = f"canary {self.profile.name}: {why}"
@@ -370,7 +370,7 @@ class _Judging:
         if not targets:
             return
         with interrupts.deferred(keep=True):  # never between a host's drain and its re-add
-            restarted = _restore_routed([h for h in hosts if h.host in targets], self.door, targets, False, None)
+            restarted = restore_routed([h for h in hosts if h.host in targets], self.door, targets, False, None)
         interrupts.checkpoint()
         for o in restarted:
             if not o.ok:
@@ -453,7 +453,7 @@ def _roll_back(
     """The hosts of ``hosts`` that run the profile back to the generation each ran before (a host the apply found in
     sync changed nothing), each through the drain path; the text says which went back to what."""
     from knobfleet.ops import interrupts
-    from knobfleet.ops.history import _restore_routed
+    from knobfleet.ops.restores import restore_routed
     from knobfleet.ops.transaction import RestoreTarget
 
     targets = {
@@ -462,7 +462,7 @@ def _roll_back(
         if hv.host in on.hosts and on.before.get(hv.host) is not None
     }
     with interrupts.shielded(raise_at_end=False):  # a second Ctrl-C does not leave a host half restored
-        back = _restore_routed([h for h in hosts if h.host in targets], door, targets, False, None)
+        back = restore_routed([h for h in hosts if h.host in targets], door, targets, False, None, finish=True)
     for o in back:
         if o.ok:
             on.hosts.pop(o.host, None)

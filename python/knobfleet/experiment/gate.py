@@ -1,7 +1,8 @@
 """The benchmark gate of ``apply --gate``: after a successful apply, the new profile must pass the
 output-consistency check, serve without request errors, and lose no more than ``max_regression`` in any
-bucket against the baseline profile's results (stored ones, or measured now). A rejected host goes back
-to its previous generation through the transaction's restore path."""
+bucket against the baseline profile's results (stored ones, or measured now). The rollout runs the gate as a
+step of each batch (ops/apply_gate.py): a rejected host goes back to its previous generation before its batch is
+put back in its routers, and the rollout stops there."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def baseline_runs(
     if status is not None:
         status.limit = 2 * repeats  # the baseline's runs first, then the new profile's
         status.start(1, f"applying the baseline {baseline.name}")
-    activate(baseline, hv, inventory, on_event)
+    activate(baseline, hv, inventory, on_event, routed=False)  # the host is out of its router while judged
     runs = []
     for i in range(repeats):
         if status is not None:
@@ -72,7 +73,7 @@ def baseline_runs(
             nxt = f"baseline run {i + 2}" if i + 1 < repeats else f"apply {new.name} again and benchmark it"
             status.done(i + 1, f"baseline {baseline.name}: " + runs_found(runs), nxt)
     store_results(hv.host, baseline, {"runs": runs})
-    activate(new, hv, inventory, on_event)
+    activate(new, hv, inventory, on_event, routed=False)
     return runs, "measured"
 
 
@@ -152,59 +153,27 @@ def judge(
     return True, reason, ratios
 
 
-def gate_rollout(
+def gate_judge(
     new: Profile,
     baseline: Profile,
-    hosts: list[HostVars],
     inventory: Path,
-    result: Any,
     spec: BenchSpec,
     repeats: int,
     on_event: Callable[[Event], None] | None = None,
     progress: bool = True,
-) -> list[GateResult]:
-    """``apply --gate``: benchmark every host the apply left on ``new``; a rejected host is restored to its
-    previous generation (through the transaction's restore) and its outcome in ``result`` says so. With
+) -> Callable[[HostVars], GateResult]:
+    """``apply --gate``'s judge: the rollout calls it for each host of a batch that it left on ``new``, while the
+    host is still out of its router (ops/apply_gate.py), and restores a rejected host before the batch is put back;
+    the rollout stops there. Its own applies (a baseline measured now) therefore leave the routers alone. With
     ``progress``, each host's runs show on stderr (``progress.Rounds``: live on a terminal, else a line a run)."""
-    from knobfleet.ops.transaction import RestoreFailed, RestoreTarget, restore
     from knobfleet.progress import Rounds
 
-    by_name = {hv.host: hv for hv in hosts}
-    outcome = {o.host: o for o in result.hosts}
-    gates, targets = [], {}
-    for o in result.hosts:
-        if o.status not in ("applied", "unchanged"):
-            continue
-        group = by_name[o.host].group
-        if group is not None and o.host != group.head.host:
-            continue  # an engine group serves its API from its head: one bench judges the group
-        status = Rounds(f"gate {o.host} vs {baseline.name}", repeats, "run", at_most=False) if progress else None
-        g = gate_host(new, baseline, by_name[o.host], inventory, spec, repeats, on_event, status)
-        if status is not None:
-            status.close()
-        gates.append(g)
-        if not g.passed:  # a rejected group goes back whole, every rank to its previous generation
-            for h in group.hosts if group is not None else [o.host]:
-                r = outcome.get(h)
-                if r is None or r.status not in ("applied", "unchanged"):
-                    continue
-                new_gen = r.generation is not None and r.generation != r.previous
-                targets[h] = RestoreTarget(r.previous if new_gen else None, f"gate: {g.reason}", "failed", "restore")
-    if targets:
-        outcomes = restore(hosts, inventory, targets, on_event=on_event)
-        broken = [r for r in outcomes if not r.ok]
-        if broken:
-            raise RestoreFailed(
-                "\n".join(f"{r.host}: gate rejected the profile and the restore failed: {r.message}" for r in broken),
-                broken,
-            )
-        restored = {r.host: r for r in outcomes}
-        for o in result.hosts:
-            if o.host in restored:
-                o.status, o.restored = "failed", restored[o.host]
-                group = by_name[o.host].group
-                judged = group.head.host if group is not None else o.host
-                o.message = "gate rejected: " + next(g.reason for g in gates if g.host == judged)
-                if group is not None and judged != o.host:
-                    o.message += f" (on {judged}, the head of engine group {group.name})"
-    return gates
+    def one(hv: HostVars) -> GateResult:
+        status = Rounds(f"gate {hv.host} vs {baseline.name}", repeats, "run", at_most=False) if progress else None
+        try:
+            return gate_host(new, baseline, hv, inventory, spec, repeats, on_event, status)
+        finally:
+            if status is not None:
+                status.close()
+
+    return one

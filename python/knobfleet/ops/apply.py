@@ -30,6 +30,7 @@ from knobfleet.ops.apply_ahead import _last_applied as _last_applied
 from knobfleet.ops.apply_ahead import _last_applied_file as _last_applied_file
 from knobfleet.ops.apply_ahead import _remember_applied as _remember_applied
 from knobfleet.ops.apply_ahead import speculative as speculative
+from knobfleet.ops.apply_gate import GateStep
 from knobfleet.ops.apply_report import ApplyReport as ApplyReport
 from knobfleet.ops.apply_restore import _roll_back_earlier
 from knobfleet.ops.apply_restore import restore_targets as restore_targets
@@ -169,6 +170,7 @@ class _Rollout:
     started: float = field(default_factory=time.monotonic)
     ansible_s: float = 0.0
     later: list[HostOutcome] = field(default_factory=list)  # the batches after the current one (shown as not run)
+    gates: list[Any] = field(default_factory=list)  # --gate: the verdicts so far (ops/apply_gate.py)
 
     def __post_init__(self) -> None:
         self.by_name = {hv.host: hv for hv in self.hosts}
@@ -205,7 +207,9 @@ class _Rollout:
         interrupts.checkpoint()
 
     def report(self) -> ApplyReport:
-        return ApplyReport(self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0)
+        return ApplyReport(
+            self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0, self.gates
+        )
 
     def playbook(
         self, group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
@@ -260,7 +264,11 @@ class _Rollout:
             decided = self.group_decisions(
                 pre_check(profile, hosts, self.rendered, self.door, opts, self.versions, self.notes)
             )
-        elif speculative(hosts, opts, profile.content_hash, last, self.door) and not self.slots.before:
+        elif (
+            speculative(hosts, opts, profile.content_hash, last, self.door)
+            and not self.slots.before
+            and opts.gate is None
+        ):
             # One batch, a real change, hosts a quick transport reaches: ansible-playbook starts (~1 s of its own
             # start-up) while the pre-check probes; the role waits at its gate for the decision, and hosts decided
             # here end there. (A slot before the restart must run between the two: then the pre-check goes first.)
@@ -273,11 +281,50 @@ class _Rollout:
             )
         else:
             decided = pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes)
+        if opts.gate is not None and not opts.check:  # a host already on the profile is judged in its batch too
+            decided = {h: o for h, o in decided.items() if o.status != "unchanged"}
         for host, o in decided.items():
             self.journal.add(PreCheckResult("pre-check", host, o.status != "refused", o.message, decided=o.status))
         todo = [hv.host for hv in hosts if hv.host not in decided]
         groups = plan.batches(todo, opts.serial, opts.canary, self.units(todo))
         self.outcomes = list(decided.values())
+        self.batches(groups, ahead)
+        order = {hv.host: i for i, hv in enumerate(hosts)}
+        self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
+        for o in self.outcomes:  # what the pre-check had to say without refusing (an engine version nothing reports)
+            if o.host in self.notes and o.status in ("pending", "applied", "failed"):
+                o.message = "; ".join(m for m in (o.message, self.notes[o.host]) if m)
+        for o in self.outcomes:
+            g = self.by_name[o.host].group if o.host in self.by_name else None
+            if g is not None:
+                m = g.member(o.host)
+                o.group = f"{g.name} {'rank' if m.role == 'rank' else m.role} {m.rank}"
+        report = ApplyReport(
+            profile,
+            opts.check,
+            self.run_ids,
+            self.outcomes,
+            time.monotonic() - self.started,
+            self.ansible_s,
+            self.gates,
+        )
+        if not opts.check:
+            _remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
+        locks = [o for o in self.outcomes if o.lock and o.status == "failed"]
+        if locks and len(locks) == len([o for o in self.outcomes if o.status == "failed"]) and not opts.check:
+            first = locks[0]
+            holder = first.lock or {}
+            raise LockHeld(
+                f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
+                f"{holder.get('since')} from {holder.get('controller')}{stale_hint(holder)}",
+                report,
+            )
+        return report
+
+    def batches(self, groups: list[list[str]], ahead: RunResult | None) -> None:
+        """Every batch in turn, until one's failures exceed the budget: the later ones are not run, and with
+        --rollback-fleet the earlier batches' hosts go back too (each drained first: ``_roll_back_earlier``)."""
+        opts = self.opts
         failed_total, stopped = 0, False
         for n, group in enumerate(groups, start=1):
             if stopped:
@@ -297,33 +344,15 @@ class _Rollout:
                         o for o in self.outcomes if o.batch < n and o.status == "applied" and o.previous is not None
                     ]
                     _roll_back_earlier(
-                        earlier, hosts, self.door, self.on_event, self.outcomes, profile, self.run_ids, self.started
+                        earlier,
+                        self.hosts,
+                        self.door,
+                        self.on_event,
+                        self.outcomes,
+                        self.profile,
+                        self.run_ids,
+                        self.started,
                     )
-        order = {hv.host: i for i, hv in enumerate(hosts)}
-        self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
-        for o in self.outcomes:  # what the pre-check had to say without refusing (an engine version nothing reports)
-            if o.host in self.notes and o.status in ("pending", "applied", "failed"):
-                o.message = "; ".join(m for m in (o.message, self.notes[o.host]) if m)
-        for o in self.outcomes:
-            g = self.by_name[o.host].group if o.host in self.by_name else None
-            if g is not None:
-                m = g.member(o.host)
-                o.group = f"{g.name} {'rank' if m.role == 'rank' else m.role} {m.rank}"
-        report = ApplyReport(
-            profile, opts.check, self.run_ids, self.outcomes, time.monotonic() - self.started, self.ansible_s
-        )
-        if not opts.check:
-            _remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
-        locks = [o for o in self.outcomes if o.lock and o.status == "failed"]
-        if locks and len(locks) == len([o for o in self.outcomes if o.status == "failed"]) and not opts.check:
-            first = locks[0]
-            holder = first.lock or {}
-            raise LockHeld(
-                f"{first.host}: apply refused: locked by {holder.get('operator')} (run {holder.get('run_id')}) since "
-                f"{holder.get('since')} from {holder.get('controller')}{stale_hint(holder)}",
-                report,
-            )
-        return report
 
     def batch(self, group: list[str], n: int, groups: list[list[str]], ahead: RunResult | None) -> list[HostOutcome]:
         """One batch through the steps (``steps.drive``); a failed host's done steps are undone by walking its
@@ -336,7 +365,10 @@ class _Rollout:
             for h in g
         ]
         before, play = _SlotBefore(self.slots.before, self.opts.check), _Play(self, ahead)
-        steps: list[Step] = [before, play, _Verify(self, play, before), _SlotAfter(self.slots.after, self.opts.check)]
+        steps: list[Step] = [before, play, _Verify(self, play, before)]
+        if self.opts.gate is not None and not self.opts.check:  # judged while still out of its router
+            steps.append(GateStep(self))
+        steps.append(_SlotAfter(self.slots.after, self.opts.check))
         try:
             drive(steps, batch, self.checkpoint)
         except KeyboardInterrupt:

@@ -4,7 +4,7 @@ same one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK
@@ -20,6 +20,7 @@ class ApplyReport:
     hosts: list[HostOutcome]
     wall_s: float
     ansible_s: float
+    gates: list[Any] = field(default_factory=list)  # apply --gate: each judged host's verdict, in order
 
     @property
     def exit_code(self) -> int:
@@ -39,4 +40,5 @@ class ApplyReport:
             "wall_s": round(self.wall_s, 3),
             "exit_code": self.exit_code,
             "hosts": [h.as_json() for h in self.hosts],
+            **({"gate": [g.as_json() for g in self.gates]} if self.gates else {}),
         }

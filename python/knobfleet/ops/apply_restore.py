@@ -1,6 +1,8 @@
 """apply's restores: a failed host back to where it was (``restore_targets``, ``_restore_failed``: the play's
-undo), the earlier batches under --rollback-fleet (``_roll_back_earlier``), each result attached to its host's
-outcome; a restore that fails stops everything with RestoreFailed and the manual steps."""
+undo, inside the batch's machine, the host already drained), the earlier batches under --rollback-fleet
+(``_roll_back_earlier``: through ``restores.restore_routed``, each routed host drained, restored and put back in
+turn), each result attached to its host's outcome; a restore that fails stops everything with RestoreFailed and
+the manual steps."""
 
 from __future__ import annotations
 
@@ -26,12 +28,22 @@ def _restore_and_attach(
     on_event: Callable[[Event], None] | None,
     report: Callable[[], ApplyReport],
     what_failed: Callable[[str], str],
+    routed: bool = False,
 ) -> None:
     """Restore ``targets``, attach each result to its outcome; if any restore fails, stop everything with
-    RestoreFailed and the manual steps (no further hosts are touched)."""
+    RestoreFailed and the manual steps (no further hosts are touched). ``routed``: hosts still in their routers,
+    each drained before its restore and put back after it (``restores.restore_routed``); else the hosts were
+    drained already (a failed batch's undo)."""
+    from knobfleet.ops.restores import restore_routed
     from knobfleet.ops.transaction import RestoreFailed, manual_steps, restore
 
-    results = {r.host: r for r in restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)}
+    chosen_hosts = [hv for hv in hosts if hv.host in targets]
+    got = (
+        restore_routed(chosen_hosts, inventory, targets, break_lock, on_event, finish=True)
+        if routed
+        else restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
+    )
+    results = {r.host: r for r in got}
     for o in chosen:
         o.restored = results.get(o.host)
     broken = [r for r in results.values() if not r.ok]
@@ -115,6 +127,7 @@ def _roll_back_earlier(
         on_event,
         lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
         lambda host: "--rollback-fleet after a failed batch",
+        routed=True,
     )
     for o in earlier:
         if o.restored is not None and o.restored.ok:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +12,8 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, operator
 from knobfleet.module_utils.knob_doc import ProbeDoc
 from knobfleet.ops import interrupts
-from knobfleet.ops.steps import Batch, Journal, SlotRun, Step, StepName, StepResult, drive, undo_walk
-from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps, restore
+from knobfleet.ops.restores import NOT_TOUCHED, restore_routed
+from knobfleet.ops.transaction import RestoreFailed, RestoreOutcome, RestoreTarget, manual_steps
 
 
 @dataclass
@@ -113,93 +112,6 @@ def history(
     return out
 
 
-def _restore_routed(
-    hosts: list[HostVars],
-    inventory: Path | Hosts,
-    targets: dict[str, RestoreTarget],
-    break_lock: bool,
-    on_event: Callable[[Event], None] | None,
-) -> list[RestoreOutcome]:
-    """``restore``; hosts a router fronts go one at a time through the rollout's machine (``steps.drive``): drained
-    first (a host the router will not give up stays in service on its current generation, refused with one line),
-    restored, then put back whatever the restore did, so no host is left out of its router. Rollback's undo is
-    nothing: a restore that failed is reported (RestoreFailed), the host is put back in its router all the same."""
-    from knobfleet.ops.routing import router_slots
-
-    slots = router_slots(hosts)
-    if slots is None:
-        return restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
-    routed = {h for s in slots.before for h in getattr(s, "steps", {})}
-    plain = [hv for hv in hosts if hv.host not in routed]
-    outcomes = (
-        restore(plain, inventory, {h.host: targets[h.host] for h in plain}, break_lock=break_lock, on_event=on_event)
-        if plain
-        else []
-    )
-    for hv in hosts:
-        if hv.host not in routed:
-            continue
-        if interrupts.pending():  # a signal: the hosts already rolled back stay so, the rest are not touched
-            outcomes.append(RestoreOutcome(hv.host, False, message=NOT_TOUCHED))
-            continue
-        batch = Batch(1, [hv.host], Journal())
-        steps: list[Step] = [
-            _Drain("slot-before", slots.before),
-            _Restore(hv, inventory, targets[hv.host], break_lock, on_event),
-            _Readmit("slot-after", slots.after),
-        ]
-        try:  # a signal is acted on between hosts, never between a drain and its re-add
-            drive(steps, batch, lambda _: None)
-        except BaseException:  # the restore raised: the journal walked back (the drain undone), then raised
-            undo_walk(steps, batch, batch.hosts)
-            raise
-        outcomes.append(batch.outcomes[hv.host])
-    order = {hv.host: i for i, hv in enumerate(hosts)}
-    return sorted(outcomes, key=lambda o: order.get(o.host, len(order)))
-
-
-class _Drain(SlotRun):
-    """Rollback's slot-before: a host its router will not give up stays in service on its current generation."""
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        batch.outcomes[host] = RestoreOutcome(
-            host, False, message=f"{why}; it stays in service on its current generation"
-        )
-
-
-class _Readmit(SlotRun):
-    """Rollback's slot-after: every drained host goes back, whatever its restore did; a re-add that fails joins the
-    host's message (and fails it)."""
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        o = batch.outcomes[host]
-        batch.outcomes[host] = dataclasses.replace(o, ok=False, message="; ".join([o.message, why]).strip("; "))
-
-
-@dataclass
-class _Restore:
-    """Rollback's install..ready: the restore play of one host (its outcome, ok or not, goes on to the re-add)."""
-
-    hv: HostVars
-    inventory: Path | Hosts
-    target: RestoreTarget
-    break_lock: bool
-    on_event: Callable[[Event], None] | None
-    name: StepName = "install"
-
-    def do(self, batch: Batch) -> None:
-        for h in list(batch.going):
-            got = restore(
-                [self.hv], self.inventory, {h: self.target}, break_lock=self.break_lock, on_event=self.on_event
-            )
-            for o in got:
-                batch.outcomes[o.host] = o
-                batch.journal.add(StepResult("install", o.host, o.ok, o.message))
-
-    def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
-        return []
-
-
 def rollback(
     hosts: list[HostVars],
     inventory: Path | Hosts,
@@ -218,7 +130,7 @@ def rollback(
     reason = f"rollback requested by {operator()}" + (f" (--to {to})" if to is not None else "")
     targets = {hv.host: RestoreTarget(to, reason, "rolled-back", "rollback") for hv in hosts}
     with interrupts.deferred():  # a signal is acted on between hosts, never between a drain and its re-add
-        return _rollback_outcomes(_restore_routed(hosts, inventory, targets, break_lock, on_event), hosts)
+        return _rollback_outcomes(restore_routed(hosts, inventory, targets, break_lock, on_event), hosts)
 
 
 def _rollback_outcomes(outcomes: list[RestoreOutcome], hosts: list[HostVars]) -> list[RestoreOutcome]:
@@ -246,5 +158,3 @@ def _rollback_outcomes(outcomes: list[RestoreOutcome], hosts: list[HostVars]) ->
         )
     return outcomes
 
-
-NOT_TOUCHED = "not touched: interrupted"

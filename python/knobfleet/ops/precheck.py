@@ -29,6 +29,9 @@ class Options:
     foreign_dropins: str | None = None  # None: each host's knob_serve_foreign_dropins
     overrides: dict[str, Any] = field(default_factory=dict)
     force_restart: bool = False  # behind a router: a drain that times out restarts anyway (requests dropped)
+    # apply --gate: judges each host of a batch before it is put back (ops/apply_gate.py); a verdict has host,
+    # passed, reason and as_json(). Hosts already in sync go through the batches too, to be judged.
+    gate: Any = None
 
 
 def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome:

@@ -1,7 +1,7 @@
 """The rollout of a host as explicit typed steps, each with a typed result and a defined undo, and the machine that
 drives them.
 
-    pre-check -> slot-before -> install -> restart -> ready -> finish -> verify -> slot-after
+    pre-check -> slot-before -> install -> restart -> ready -> finish -> verify [-> gate] -> slot-after
 
 =============  =====================================================  ==========================================
 step           what it does                                           undo
@@ -14,6 +14,8 @@ restart        daemon-reload + restart when the generation changed    same one r
 ready          health 200 and a stable main process (knob_ready)      was new (``restore_targets``); the role
 finish         mark good, release the lock (knob_generation finish)   released the lock in its ``always``
 verify         the ready engine's probe against the rendered files    nothing of its own (the play's restore)
+gate           ``apply --gate``: the benchmark gate, host still       restore the rejected host (the play's
+               drained; a rejection fails the host and the batch      own restore skips it)
 slot-after     each ``SlotStep.do`` in order (a router re-add)        each done step's ``undo``, in reverse
 =============  =====================================================  ==========================================
 
@@ -36,7 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-StepName = Literal["pre-check", "slot-before", "install", "restart", "ready", "finish", "verify", "slot-after"]
+StepName = Literal[
+    "pre-check", "slot-before", "install", "restart", "ready", "finish", "verify", "slot-after", "gate"
+]
 STEPS: tuple[StepName, ...] = (
     "pre-check",
     "slot-before",
@@ -45,10 +49,11 @@ STEPS: tuple[StepName, ...] = (
     "ready",
     "finish",
     "verify",
+    "gate",
     "slot-after",
 )
 # The boundaries the machine checkpoints at: before each controller-side step, and "end" after the last one.
-Boundary = Literal["slot-before", "install", "verify", "slot-after", "end"]
+Boundary = Literal["slot-before", "install", "verify", "gate", "slot-after", "end"]
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ INV = str(REPO / "inventories" / "lab")
 class FakeReport:
     exit_code: int = 0
     hosts: list[str] = field(default_factory=list)
+    gates: list[Any] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "exit_code": self.exit_code}
+        gate = {"gate": [g.as_json() for g in self.gates]} if self.gates else {}
+        return {"hosts": self.hosts, "exit_code": self.exit_code, **gate}
 
 
 @pytest.fixture
@@ -139,26 +141,28 @@ class Gate:
 
 
 @pytest.mark.parametrize(("passed", "code"), [(True, 0), (False, 1)])
-def test_a_rejecting_gate_fails_the_command(
-    capsys: pytest.CaptureFixture[str],
-    applied: list[dict[str, Any]],
-    monkeypatch: pytest.MonkeyPatch,
-    passed: bool,
-    code: int,
+def test_the_gate_is_handed_to_the_rollout_built_from_the_options(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, passed: bool, code: int
 ) -> None:
+    """--gate builds the judge the rollout runs as a step of each batch (ops/apply_gate.py); the command's exit code
+    and its JSON are the rollout's report, which carries the verdicts."""
     from knobfleet.experiment import gate
 
     seen: list[dict[str, Any]] = []
 
-    def gate_rollout(
-        profile: Any, base: Any, hosts: Any, inventory: Any, result: Any, spec: Any, repeats: int
-    ) -> list[Gate]:
+    def gate_judge(profile: Any, base: Any, inventory: Any, spec: Any, repeats: int, progress: bool) -> Any:
         seen.append(
             {"base": base.name, "conc": spec.conc, "n_mult": spec.n_mult, "tokens": spec.max_tokens, "r": repeats}
         )
-        return [Gate("lab1", passed, "throughput -9.0%" if not passed else "ok")]
+        return lambda hv: Gate(hv.host, passed, "throughput -9.0%" if not passed else "ok")
 
-    monkeypatch.setattr(gate, "gate_rollout", gate_rollout)
+    def apply(profile: Any, hosts: list[Any], inventory: Path, opts: Any, on_event: Any = None) -> FakeReport:
+        verdicts = [opts.gate(hv) for hv in hosts]
+        return FakeReport(0 if all(g.passed for g in verdicts) else 1, [h.host for h in hosts], verdicts)
+
+    monkeypatch.setattr(gate, "gate_judge", gate_judge)
+    monkeypatch.setattr(apply_use_case, "apply", apply)
+    monkeypatch.setattr(probe, "warm_up", lambda *a, **kw: None)
     argv = ["apply", "ctas768", "-i", INV, "--limit", "lab1", "--yes", "--gate", "--baseline", "ctas512"]
     got, out, _ = run(capsys, *argv, "--json")
     assert got == code
@@ -175,6 +179,7 @@ def test_the_gate_does_not_run_after_a_check(
 ) -> None:
     from knobfleet.experiment import gate
 
-    monkeypatch.setattr(gate, "gate_rollout", lambda *a: pytest.fail("gate ran after --check"))
+    monkeypatch.setattr(gate, "gate_judge", lambda *a, **k: pytest.fail("gate built for --check"))
     code, out, _ = run(capsys, "apply", "ctas768", "-i", INV, "--limit", "lab1", "--check", "--gate", "--json")
     assert code == EXIT_OK and "gate" not in json.loads(out)
+    assert applied[-1]["opts"].gate is None

@@ -32,7 +32,7 @@ def tok_s(target_ctas: int, conc: int, max_tokens: int) -> float:
     return model.aggregate_tok_s(conc, waves.KernelKnobs(target_ctas=target_ctas), SMS, max_tokens) / 0.25
 
 
-def fake_activate(profile: Any, hv: HostVars, inventory: Path, on_event: Any) -> None:
+def fake_activate(profile: Any, hv: HostVars, inventory: Path, on_event: Any, routed: bool = True) -> None:
     STATE["live"] = profile
 
 
