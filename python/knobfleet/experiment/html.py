@@ -16,6 +16,9 @@ metadata and DOCTYPE stripped (the DOCTYPE names a DTD URL). The page's parts ar
   ran, the settings the engine resolved.
 - ``fleet_page(doc)``: ``drift --report``.
 
+Each page is a template under templates/ rendered in html_core's one jinja2 environment, which escapes every
+value it writes: the functions here compute the page's values (plain text and numbers, and the plots as Markup).
+
 Pure: a document in, text out. ``load(path)`` reads a stored record through ``safefile`` (bounded; a corrupt record
 or one from a newer knobfleet is one line).
 """
@@ -26,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from knobfleet.experiment.html_ab import ab_page, sequential
-from knobfleet.experiment.html_core import CSP, esc, page, pct, provenance, settings_table, svg, table
+from knobfleet.experiment.html_core import CSP, pct, provenance, render_page, settings_rows, svg
 
 __all__ = [
-    "CSP", "ab_page", "bench_page", "canary_page", "esc", "fleet_page", "load", "page", "pct", "render", "sequential",
-    "svg", "table", "window_differences",
+    "CSP", "ab_page", "bench_page", "canary_page", "fleet_page", "load", "pct", "render", "sequential", "svg",
+    "window_differences",
 ]  # fmt: skip
 
 
@@ -119,29 +122,18 @@ def canary_page(rec: dict[str, Any]) -> str:
              pct(d["itl"]), d["skipped"] or ""] for d in diffs]  # fmt: skip
     iv_rows = [[m, pct(iv.get("estimate")), pct(iv.get("low")), pct(iv.get("high"))]
                for m, iv in sorted(intervals.items()) if isinstance(iv, dict)]  # fmt: skip
-    settings_rows: list[list[Any]] = [
+    host_rows: list[list[Any]] = [
         ["profile", rec.get("profile")],
         ["canaries", ", ".join(rec.get("canaries") or [])],
         ["baseline", ", ".join(rec.get("baseline") or [])],
         *[[k, v] for k, v in sorted(s.items())],
     ]
-    sections = [
-        "<h2>Each window's difference, new profile vs current</h2>",
-        svg(draw),
-        "<h2>The estimate</h2>",
-        "<p>Positive is the new profile better: throughput higher, inter-token latency lower.</p>",
-        table(["metric", "estimate", "low", "high"], iv_rows) if iv_rows else "<p>no window was judged</p>",
-        f"<p>Windows judged: {esc(rec.get('windows_counted'))}; pre-period windows: {esc(rec.get('windows_pre'))}."
-        f" Follow-up: {esc(rec.get('followup') or '-')}</p>",
-        provenance(rec),
-        "<h2>Hosts and settings</h2>",
-        table(["", "value"], settings_rows),
-        "<h2>Raw windows</h2>",
-        table(["period", "window", "throughput", "inter-token speed (1/ITL)", "skipped"], rows, left=1),
-    ]
-    if rec.get("notes"):
-        sections.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in rec["notes"]) + "</ul>")
-    return page(f"canary {rec.get('profile')}", canary_sentence(rec), str(rec.get("verdict")), sections)
+    return render_page(
+        "canary.html.j2", f"canary {rec.get('profile')}", canary_sentence(rec), str(rec.get("verdict")),
+        windows_plot=svg(draw), interval_rows=iv_rows, windows_counted=rec.get("windows_counted"),
+        windows_pre=rec.get("windows_pre"), followup=rec.get("followup") or "-", what_ran=provenance(rec),
+        settings_rows=host_rows, rows=rows, notes=rec.get("notes") or [],
+    )  # fmt: skip
 
 
 # --- bench -------------------------------------------------------------------------------------------------
@@ -194,20 +186,12 @@ def bench_page(doc: dict[str, Any]) -> str:
         [["lab time scale", f"{scale:g} (tok/s are {1 / scale:.3g}x the modelled GPU's)", "the host's env"]]
         if isinstance(scale, int | float) and scale > 0 and scale != 1 else [])  # fmt: skip
     settings = doc.get("settings")
-    sections = [
-        "<h2>Throughput per bucket</h2>",
-        svg(sweep),
-        provenance(doc, extra),
-        "<h2>Settings the engine resolved</h2>",
-        settings_table(settings)
-        if settings
-        else '<p class="note">Not reported: the built-in client does not ask '
-        "the engine; <code>bench --tool engine</code> records what the engine reports it resolved.</p>",
-        "<h2>Raw numbers</h2>",
-        table(["concurrency", "tok/s (mean)", "95% interval", "runs"], rows),
-    ]
-    return page(f"bench of {running_label(doc)} on {doc.get('host')}", sentence,
-                "promote" if errors == 0 else "rollback", sections)  # fmt: skip
+    resolved, cut = settings_rows(settings) if settings else (None, False)  # None: the engine was not asked
+    return render_page(
+        "bench.html.j2", f"bench of {running_label(doc)} on {doc.get('host')}", sentence,
+        "promote" if errors == 0 else "rollback", sweep_plot=svg(sweep), what_ran=provenance(doc, extra),
+        settings_rows=resolved, settings_cut=cut, rows=rows,
+    )  # fmt: skip
 
 
 # --- the fleet ---------------------------------------------------------------------------------------------
@@ -238,16 +222,10 @@ def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
              len(h.get("findings") or []), h.get("error") or ""] for h in hosts]  # fmt: skip
     finding_rows = [[h.get("host"), f.get("kind"), f.get("name") or "", f.get("message")]
                     for h in hosts for f in h.get("findings") or []]  # fmt: skip
-    sections = [
-        "<h2>Profiles across the fleet</h2>",
-        svg(spread, (8.0, 0.6 + 0.45 * max(1, len(profiles)))),
-        table(["profile", "hosts"], [[n, ", ".join(hs)] for n, hs in profiles.items()]),
-        "<h2>Hosts</h2>",
-        table(["host", "status", "profile", "generation", "engine", "findings", "error"], rows),
-        "<h2>Findings</h2>",
-        table(["host", "kind", "name", "message"], finding_rows, left=4) if finding_rows else "<p>none</p>",
-    ]
-    return page(title, sentence, verdict, sections)
+    return render_page(
+        "fleet.html.j2", title, sentence, verdict, spread_plot=svg(spread, (8.0, 0.6 + 0.45 * max(1, len(profiles)))),
+        profile_rows=[[n, ", ".join(hs)] for n, hs in profiles.items()], rows=rows, finding_rows=finding_rows,
+    )  # fmt: skip
 
 
 # --- records -----------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from knobfleet.experiment.html_core import esc, mean_interval, page, pct, provenance, svg, table
+from markupsafe import Markup
+
+from knobfleet.experiment.html_core import mean_interval, pct, provenance, render_page, svg
 
 LATENCY = (("itl", "inter-token latency (ITL)"), ("ttft", "time to first token (TTFT)"), ("e2e", "end-to-end latency"))
 ARMS = (("A", "#1f77b4"), ("B", "#d62728"))
@@ -90,7 +92,7 @@ def latency_runs(bucket: dict[str, Any], arm: str, metric: str) -> list[float]:
     return [float(v) for v in got if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
 
 
-def _per_bucket(doc: dict[str, Any], key: str, values: Any, scale: float, ylabel: str) -> str:
+def _per_bucket(doc: dict[str, Any], key: str, values: Any, scale: float, ylabel: str) -> Markup | None:
     """A and B per bucket: the mean of the runs with its 95% interval, ``values(bucket, arm)`` the runs. Each arm's
     points are the SVG group ``ab-KEY-ARM``."""
     buckets = doc.get("buckets") or []
@@ -109,25 +111,24 @@ def _per_bucket(doc: dict[str, Any], key: str, values: Any, scale: float, ylabel
     return svg(draw, (8.0, 3.6))
 
 
-def latency_section(doc: dict[str, Any]) -> list[str]:
+def latency_section(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The latency section's plots (one per metric the document keeps) and its table of every run; None where the
+    document keeps throughput only."""
     buckets = doc.get("buckets") or []
     present = [(m, label) for m, label in LATENCY if any(latency_runs(b, "A", m) for b in buckets)]
     if not present:
-        return ['<p class="note">This document keeps throughput only: each run\'s latency (ITL, TTFT, end-to-end), '
-                "which the bench client measures, is not in it.</p>"]  # fmt: skip
-    out = ["<p>Each run's median, in milliseconds; the mean of the runs with its 95% interval. Lower is better.</p>"]
-    rows = []
+        return None
+    plots, rows = [], []
     for m, label in present:
-        out.append(_per_bucket(doc, m, lambda b, arm, m=m: latency_runs(b, arm, m), 1000.0, f"{label}, ms"))
+        plots.append(_per_bucket(doc, m, lambda b, arm, m=m: latency_runs(b, arm, m), 1000.0, f"{label}, ms"))
         for b in buckets:
             a_ms, b_ms = ([f"{v * 1000:.1f}" for v in latency_runs(b, arm, m)] for arm in ("A", "B"))
             if a_ms or b_ms:
                 rows.append([m, b["concurrency"], " ".join(a_ms), " ".join(b_ms)])
-    out.append(table(["metric", "concurrency", "A runs (ms)", "B runs (ms)"], rows))
-    return out
+    return {"plots": plots, "rows": rows}
 
 
-def _rounds_plot(seq: list[dict[str, Any]], s: Any) -> str:
+def _rounds_plot(seq: list[dict[str, Any]], s: Any) -> Markup | None:
     def draw(ax: Any) -> None:
         xs = [p["round"] for p in seq]
         ax.plot(xs, [p["estimate"] * 100 for p in seq], "o-", color="#333", label="weighted gain of B over A",
@@ -162,28 +163,19 @@ def _rounds_plot(seq: list[dict[str, Any]], s: Any) -> str:
     return svg(draw)
 
 
-def rounds_section(doc: dict[str, Any]) -> list[str]:
+def rounds_section(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The sequential estimate's section: its plot, the rule's settings it names, a row per round, and how many
+    rounds the record holds where the replay stopped short of them; None where no round was measured."""
     seq = sequential(doc)
     if not seq:
-        return ["<p>no round was measured</p>"]
+        return None
     s = _settings(doc)
     rows = [[p["round"], pct(p["estimate"]), f"{pct(p['low'])} to {pct(p['high'])}", pct(p["futility"]),
              "-" if p["chance"] is None else f"{p['chance']:.1%}", p["verdict"]] for p in seq]  # fmt: skip
-    off = " (turned off: futility 0)" if s.futility <= 0 else ""
     held = recorded_rounds(doc)
-    cut = (
-        [f"<p>The record holds {held} rounds; the replay below stops at round {MAX_REPLAYED_ROUNDS} (its work grows "
-         "with the square of the rounds).</p>"]
-        if held > MAX_REPLAYED_ROUNDS else []
-    )  # fmt: skip
-    return [
-        *cut,
-        _rounds_plot(seq, s),
-        f"<p>The futility bound{esc(off)} moves with the rounds: it is where B's chance of clearing the promotion "
-        f"bar by round {s.max_rounds} falls below {s.futility:.0%} (the rule looks from round {s.min_rounds} until "
-        "the round before the last).</p>",
-        table(["round", "estimate", "interval", "futility bound", "chance of promotion", "the rule says"], rows),
-    ]
+    return {"held": held if held > MAX_REPLAYED_ROUNDS else None, "replayed": MAX_REPLAYED_ROUNDS,
+            "plot": _rounds_plot(seq, s), "off": s.futility <= 0, "max_rounds": s.max_rounds,
+            "futility": f"{s.futility:.0%}", "min_rounds": s.min_rounds, "rows": rows}  # fmt: skip
 
 
 def ab_page(doc: dict[str, Any]) -> str:
@@ -203,18 +195,9 @@ def ab_page(doc: dict[str, Any]) -> str:
             for b in buckets]  # fmt: skip
     settings_rows: list[list[Any]] = [["A", doc.get("a")], ["B", doc.get("b")], ["host", doc.get("host")],
                      *[[k, v] for k, v in sorted(s.items())]]  # fmt: skip
-    sections = [
-        "<h2>Throughput per bucket</h2>",
-        _per_bucket(doc, "tput", tput, 1.0, "tok/s (mean of runs, 95% interval)"),
-        "<h2>Latency per bucket</h2>",
-        *latency_section(doc),
-        "<h2>The sequential estimate, round by round</h2>",
-        *rounds_section(doc),
-        provenance(doc),
-        "<h2>Settings</h2>",
-        table(["", "value"], settings_rows),
-        "<h2>Raw numbers</h2>",
-        table(["concurrency", "weight", "A tok/s", "B tok/s", "B/A", "interval", "class", "A runs", "B runs"], rows),
-    ]
-    verdict = str(doc.get("verdict"))
-    return page(f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, verdict, sections)
+    return render_page(
+        "ab.html.j2", f"A/B {doc.get('a')} vs {doc.get('b')}", sentence, str(doc.get("verdict")),
+        tput_plot=_per_bucket(doc, "tput", tput, 1.0, "tok/s (mean of runs, 95% interval)"),
+        latency=latency_section(doc), rounds=rounds_section(doc), what_ran=provenance(doc),
+        settings_rows=settings_rows, rows=rows,
+    )  # fmt: skip

@@ -1,27 +1,23 @@
-"""The parts every report page is made of (experiment/html.py, html_ab.py, tune/report.py): the page shell with its
-Content-Security-Policy, tables, inline SVG plots drawn by matplotlib, and the provenance section (the profiles
-with their content hashes, the engine version). Pure: data in, text out."""
+"""The parts every report page is made of (experiment/html.py, html_ab.py, tune/report.py): the one jinja2
+environment the pages are rendered in (templates/*.html.j2: the page shell with its Content-Security-Policy, tables,
+the provenance section; every value escaped by the environment, none by hand), inline SVG plots drawn by
+matplotlib, and the rows of the provenance section (the profiles with their content hashes, the engine version).
+Pure: data in, text out."""
 
 from __future__ import annotations
 
-import html
+import functools
 import io
 import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
-.decision{font-size:1.15em;padding:.6em .9em;border-left:5px solid #888;background:#f6f6f6}
-.promote{border-color:#2a7}.rollback,.keep{border-color:#c33}.inconclusive{border-color:#d90}
-table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-th{background:#f3f3f3}td.l,th.l{text-align:left}code{font-size:12px}.plot svg{max-width:100%;height:auto}
-.note{color:#666}summary{cursor:pointer}
-"""
+from markupsafe import Markup
 
+if TYPE_CHECKING:  # jinja2 costs ~50 ms to import: only a page written pays it
+    import jinja2
 
 # The page may load nothing: a reference that slipped in would be blocked (and show as a console error).
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -29,42 +25,46 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 MAX_SETTINGS_ROWS = 400  # an engine's resolved settings: every scalar leaf, up to this many rows
 
 
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The one environment every page is rendered in: the templates under experiment/templates/, every value
+    escaped as it is written (``autoescape``), and a name the template uses but was not given is an error."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("knobfleet.experiment", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.globals.update(csp=Markup(CSP), max_settings_rows=MAX_SETTINGS_ROWS)  # constants of this module
+    return env
+
+
+def render_page(template: str, title: str, decision: str, verdict: str, **parts: Any) -> str:
+    """``template`` (a page under experiment/templates/) with the page's title, its decision sentence, the verdict
+    that colours it and the template's own ``parts``: plain values, escaped where the template writes them. Only
+    ``svg``'s plots (Markup) are written as they are."""
+    return environment().get_template(template).render(title=title, decision=decision, verdict=verdict, **parts)
 
 
 def pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.1f}%"
 
 
-def page(title: str, decision: str, verdict: str, sections: list[str]) -> str:
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
-        f'<h1>{esc(title)}</h1>\n<p class="decision {esc(verdict)}">{esc(decision)}</p>\n'
-        + "\n".join(sections)
-        + '\n<p class="note">Written by knobfleet. Self-contained: nothing in this file is loaded from a URL.</p>'
-        "\n</body></html>\n"
-    )
-
-
-def table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
-    head = "".join(f"<th{' class=l' if i < left else ''}>{esc(h)}</th>" for i, h in enumerate(headers))
-    body = "".join(
-        "<tr>" + "".join(f"<td{' class=l' if i < left else ''}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0), integer_x: bool = True) -> str:
+def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0), integer_x: bool = True) -> Markup | None:
     """``draw(ax)`` on a fresh figure, as inline SVG: matplotlib's metadata, XML header, DOCTYPE and namespace
-    declarations removed, ids made deterministic. Without matplotlib: a note (the page keeps its tables)."""
+    declarations removed, ids made deterministic. Without matplotlib: None (the page says so and keeps its tables).
+
+    Markup, written into the page as it is: matplotlib's SVG writer draws the text as paths and escapes every
+    string it writes itself (the text's comment, an id), and the rest is numbers (tests/unit/experiment/
+    test_html_escaping.py renders labels of markup and quotes)."""
     try:
         import matplotlib
     except ImportError:
-        return '<p class="note">(plots need matplotlib: pip install "knobfleet[plots]")</p>'
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -88,7 +88,7 @@ def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0), int
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
     # Inline in HTML the parser puts <svg> and xlink:href in their namespaces itself: the page names no URL at all.
     text = re.sub(r'\s+xmlns(?::xlink)?="http://www\.w3\.org/[^"]*"', "", text, count=2)
-    return f'<div class="plot">{text}</div>'
+    return Markup(text)
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
@@ -122,16 +122,11 @@ def flatten(node: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]
     return out
 
 
-def settings_table(settings: Any) -> str:
-    """The settings the engine resolved (its own report, secrets already redacted), every leaf as a row, folded."""
+def settings_rows(settings: Any) -> tuple[list[tuple[str, str]], bool]:
+    """The settings the engine resolved (its own report, secrets already redacted): every leaf as a row, up to
+    ``MAX_SETTINGS_ROWS``, and whether the tree had more (the template's ``settings_table``)."""
     rows = flatten(settings)
-    if not rows:
-        return "<p>none reported</p>"
-    cut = len(rows) > MAX_SETTINGS_ROWS
-    shown = [list(r) for r in rows[:MAX_SETTINGS_ROWS]]
-    more = f'<p class="note">(the first {MAX_SETTINGS_ROWS}; the whole tree is in the record)</p>' if cut else ""
-    return (f"<details><summary>{len(shown)}{'+' if cut else ''} setting(s) as the engine reported them</summary>"
-            f"{table(['setting', 'value'], shown, 2)}{more}</details>")  # fmt: skip
+    return rows[:MAX_SETTINGS_ROWS], len(rows) > MAX_SETTINGS_ROWS
 
 
 # --- provenance: the profiles that ran, their content hashes, the engine -------------------------------------
@@ -192,12 +187,11 @@ def engine_rows(doc: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def provenance(doc: dict[str, Any], extra: list[list[Any]] | None = None) -> str:
-    """The section that says what ran: each profile with its content hash and where the hash comes from, the
-    engine version, and ``extra`` rows (what, value, source)."""
+def provenance(doc: dict[str, Any], extra: list[list[Any]] | None = None) -> list[list[Any]]:
+    """The rows of the section that says what ran (the template's ``provenance``): each profile with its content
+    hash and where the hash comes from, the engine version, and ``extra`` rows (what, value, source)."""
     rows: list[list[Any]] = []
     for role, ref in profile_roles(doc):
         digest, source = profile_hash(doc, ref)
         rows.append([f"{role}: {ref}", digest, source])
-    rows += engine_rows(doc) + (extra or [])
-    return "<h2>What ran: profiles and engine</h2>" + table(["", "content hash / version", "source"], rows, 3)
+    return rows + engine_rows(doc) + (extra or [])

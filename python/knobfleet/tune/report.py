@@ -1,11 +1,14 @@
-"""What a campaign record says: text lines (the CLI) and one self-contained HTML page (``tune_page``, on the
-report pages' own parts: experiment/html.py)."""
+"""What a campaign record says: text lines (the CLI) and one self-contained HTML page (``tune_page``: the template
+experiment/templates/tune.html.j2, rendered like every report page in experiment/html_core's autoescaping jinja2
+environment)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from knobfleet.experiment.html_core import esc, page, pct, provenance, svg, table
+from markupsafe import Markup
+
+from knobfleet.experiment.html_core import pct, provenance, render_page, svg
 
 
 def knobs_text(knobs: dict[str, Any]) -> str:
@@ -105,7 +108,7 @@ def engine_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _model_plot(points: list[dict[str, Any]]) -> str:
+def _model_plot(points: list[dict[str, Any]]) -> Markup | None:
     def draw(ax: Any) -> None:
         xs = range(len(points))
         ax.bar(xs, [(p["predicted"] or 0) * 100 for p in points], color=["#2a7" if p["kept"] else "#bbb" for p in
@@ -124,7 +127,7 @@ def _model_plot(points: list[dict[str, Any]]) -> str:
     return svg(draw, (8.0, 3.6), integer_x=False)
 
 
-def _engine_plot(points: list[dict[str, Any]]) -> str:
+def _engine_plot(points: list[dict[str, Any]]) -> Markup | None:
     def draw(ax: Any) -> None:
         for x, p in enumerate(points):
             color = "#2a7" if p["verdict"] == "promote" else "#c33" if p["verdict"] == "keep" else "#d90"
@@ -139,33 +142,26 @@ def _engine_plot(points: list[dict[str, Any]]) -> str:
     return svg(draw, (8.0, 3.4), integer_x=False)
 
 
-def _model_section(doc: dict[str, Any], m: dict[str, Any]) -> str:
+def _model_section(doc: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
     rows = [
         [f"c{r['index']}", knobs_text(r["knobs"]), f"{r['cost']:.5g}", pct(r["relative"]), r["reason"]]
         for r in sorted(m["rows"], key=lambda r: r["cost"])
     ]
-    return (
-        f"<h2>1. Model: {m['candidates']} candidates, {len(m['kept'])} kept</h2>"
-        f"<p>{esc(doc.get('gpu'))}, {esc(doc.get('sms'))} SMs; {esc(doc.get('calibration'))}</p>"
-        + _model_plot(model_points(doc))
-        + table(["candidate", "knobs", "predicted cost", "vs best", "why"], rows, 2)
-    )
+    return {"candidates": m["candidates"], "kept": len(m["kept"]), "plot": _model_plot(model_points(doc)), "rows": rows}
 
 
-def _kernel_section(k: dict[str, Any]) -> str:
+def _kernel_section(k: dict[str, Any]) -> dict[str, Any]:
     if k.get("skipped"):
-        return f"<h2>2. Kernel: skipped</h2><p>{esc(k['skipped'])}</p>"
+        return {"skipped": k["skipped"]}
     rows = [
         [f"c{r['index']}", knobs_text(r["knobs"]), "-" if r["us_per_req"] is None else f"{r['us_per_req']:.3f}",
          pct(r["vs_current"]), r["reason"]]
         for r in k["rows"]
     ]  # fmt: skip
-    return f"<h2>2. Kernel: {esc(k.get('points'))} points from {esc(k.get('source'))}</h2>" + table(
-        ["candidate", "knobs", "µs per request", "vs current", "why"], rows, 2
-    )
+    return {"skipped": None, "points": k.get("points"), "source": k.get("source"), "rows": rows}
 
 
-def _engine_section(doc: dict[str, Any], e: dict[str, Any]) -> str:
+def _engine_section(doc: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for r in e.get("results") or []:
         ab = r.get("ab") or {}
@@ -175,11 +171,7 @@ def _engine_section(doc: dict[str, Any], e: dict[str, Any]) -> str:
              pct(g.get("estimate")), f"{pct(g.get('low'))} … {pct(g.get('high'))}", ab.get("rounds", "-")]
         )  # fmt: skip
     points = engine_points(doc)
-    return (
-        "<h2>3. Engine: interleaved A/B against the current profile</h2>"
-        + (_engine_plot(points) if points else "")
-        + table(["candidate", "knobs", "verdict", "weighted gain", "interval", "rounds"], rows, 3)
-    )
+    return {"points": bool(points), "plot": _engine_plot(points) if points else None, "rows": rows}
 
 
 def tune_page(doc: dict[str, Any]) -> str:
@@ -190,18 +182,16 @@ def tune_page(doc: dict[str, Any]) -> str:
     d = doc.get("decision") or {}
     verdict = str(d.get("verdict") or doc.get("status") or "running")
     decision = f"{verdict}: {d.get('profile', '')} — {d.get('reason', '')}" if d else f"campaign {doc.get('status')}"
-    sections = [f"<p>{esc(line)}</p>" for line in budget_lines(doc)]
-    if st.get("model"):
-        sections.append(_model_section(doc, st["model"]))
-    if st.get("kernel"):
-        sections.append(_kernel_section(st["kernel"]))
-    if st.get("engine"):
-        sections.append(_engine_section(doc, st["engine"]))
-    live = st.get("live")
+    live, live_text = st.get("live"), None
     if live:
         c = live.get("canary") or {}
-        text = live.get("skipped") or f"canary {c.get('verdict')}: {c.get('reason')}"
-        sections.append(f"<h2>4. Live</h2><p>{esc(text)}</p>")
+        live_text = live.get("skipped") or f"canary {c.get('verdict')}: {c.get('reason')}"
     sp = doc.get("space") or {}
-    sections.append(provenance(doc, [[f"space file {sp.get('path')}", sp.get("sha256") or "-", "recorded by the run"]]))
-    return page(f"knobfleet tune {sp.get('name')}", decision, verdict, sections)
+    return render_page(
+        "tune.html.j2", f"knobfleet tune {sp.get('name')}", decision, verdict, budget=budget_lines(doc),
+        gpu=doc.get("gpu"), sms=doc.get("sms"), calibration=doc.get("calibration"),
+        model=_model_section(doc, st["model"]) if st.get("model") else None,
+        kernel=_kernel_section(st["kernel"]) if st.get("kernel") else None,
+        engine=_engine_section(doc, st["engine"]) if st.get("engine") else None, live=live_text,
+        what_ran=provenance(doc, [[f"space file {sp.get('path')}", sp.get("sha256") or "-", "recorded by the run"]]),
+    )  # fmt: skip

@@ -74,7 +74,7 @@ def test_a_bench_page_renders_the_settings_the_engine_resolved_and_what_ran() ->
     assert f"<td class=l>profile: ctas512@2</td><td class=l>{HASH}</td><td class=l>recorded by the run</td>" in page
     assert "<td class=l>engine</td><td class=l>0.11.0</td>" in page
     assert "<td class=l>bench tool</td><td class=l>vllm bench serve</td>" in page
-    assert "<td class=l>lab time scale</td><td class=l>0.25 (tok/s are 4x the modelled GPU&#x27;s)</td>" in page
+    assert "<td class=l>lab time scale</td><td class=l>0.25 (tok/s are 4x the modelled GPU&#39;s)</td>" in page
     builtin = html.render(bench_doc() | {"settings": None})
     assert "Not reported: the built-in client does not ask the engine" in builtin
 
