@@ -395,3 +395,100 @@ def test_a_signal_behind_the_router_leaves_every_worker_back_and_the_report_true
     drift = rfleet.knobfleet("drift", "--json")
     assert drift.returncode == 0, drift.stdout[-3000:]
     assert [(r.index, r.outcome, r.status) for r in records if r.outcome != "ok"] == []
+
+
+# Slower than `default` beyond any noise (the stand-in's wave model: -45..-57% at C16/C32), and an engine that aborts
+# its requests in flight on SIGTERM, as vLLM does (no drain of its own): a restart that the router still sends
+# requests to cuts them. The gate used to restore every rejected host at once, none drained: 86 of 14,222 lost.
+SLOW_ABORTING = (
+    "name: slowabort\nversion: 1\nextends: default\nallow_unknown: [SGLANG_SIM_DRAIN_TIMEOUT_S]\n"
+    "env:\n  SGLANG_SM120_MMA_BLOCK_H: 64\n  SGLANG_SM120_MMA_TARGET_CTAS: 8\n  SGLANG_SIM_DRAIN_TIMEOUT_S: 0\n"
+)
+
+
+def _generations(fleet: Fleet, inventory: Path | None = None) -> dict[str, Any]:
+    args = ["history", "--json"] + (["-i", str(inventory)] if inventory else [])
+    doc = json.loads(fleet.knobfleet(*args, check=True).stdout)
+    return {h["host"]: h["current"] for h in doc["hosts"]}
+
+
+def test_a_rejected_gate_and_rollback_fleet_under_load_drop_no_request(rfleet: Fleet, tmp_path: Path) -> None:
+    """Under constant load through the router: `apply slowabort --gate --serial 1` ends after its first batch, lab1
+    judged out of its router, rejected, restored, put back, lab2 and lab3 never touched; then `apply ctas768
+    --serial 1 --rollback-fleet` where lab3's new generation crashes: lab3 restored, then lab1 and lab2 back one at a
+    time, each drained first. 0 failed requests; the router's log shows every worker taken out and put back once
+    per restart, never two out at once."""
+    import shutil
+
+    for parent in ("base", "default"):
+        shutil.copy(Path(__file__).parents[2] / "profiles" / f"{parent}.yaml", tmp_path)
+    (tmp_path / "slowabort.yaml").write_text(SLOW_ABORTING)
+    inv = tmp_path / "inventory"  # the router lab's own inventory; lab3's every new generation crashes at start
+    shutil.copytree(rfleet.lab.dir / "inventory", inv)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / "lab3.yml").write_text(
+        "knob_serve_host_env: {SGLANG_SIM_GPU: rtx-pro-6000, SGLANG_SIM_STARTUP_S: '1.5', "
+        "SGLANG_SIM_TIME_SCALE: '0.25', SGLANG_SIM_FAIL: start}\n"
+    )
+    lr = LabRouter(rfleet.lab.dir)
+    model = rfleet.lab.router_model_dir()
+    assert model
+    rfleet.knobfleet("apply", "default", "--yes", timeout=400, check=True)
+    before_gens = _generations(rfleet)
+    before = len(router_log(rfleet))
+    spec = loadgen.LoadSpec(lr.url, model, rate=6.0, max_requests=3000, max_seconds=420.0, max_tokens=256)
+    records: list[loadgen.Record] = []
+    started, stop = threading.Event(), threading.Event()
+    load = threading.Thread(
+        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
+    )
+    load.start()
+    try:
+        assert started.wait(10)
+        threading.Event().wait(4)  # long streams in flight everywhere before the first drain
+        gate = ["--gate", "--baseline", "default", "--gate-conc", "16,32", "--gate-n-mult", "2",
+                "--gate-max-tokens", "32"]  # fmt: skip
+        gated = rfleet.knobfleet(
+            "apply", str(tmp_path / "slowabort.yaml"), "--serial", "1", "--yes", "--json", *gate, timeout=500
+        )
+        assert gated.returncode == 1, gated.stdout[-2000:] + gated.stderr[-2000:]
+        doc = json.loads(gated.stdout)
+        assert [(h["host"], h["status"]) for h in doc["hosts"]] == [
+            ("lab1", "failed"), ("lab2", "not-run"), ("lab3", "not-run")
+        ], doc["hosts"]  # fmt: skip
+        assert doc["hosts"][0]["message"].startswith("gate rejected: throughput at concurrency ")
+        assert doc["hosts"][0]["restored"]["ok"] and doc["hosts"][0]["restored"]["profile"] == "default"
+        assert [g["host"] for g in doc["gate"]] == ["lab1"] and not doc["gate"][0]["passed"]
+        after_gate = _generations(rfleet)
+        assert {h: after_gate[h] for h in ("lab2", "lab3")} == {h: before_gens[h] for h in ("lab2", "lab3")}
+        fleet_back = rfleet.knobfleet(
+            "apply", "ctas768", "-i", str(inv), "--serial", "1", "--rollback-fleet", "--yes", "--json", timeout=500
+        )
+        assert fleet_back.returncode == 1, fleet_back.stdout[-2000:] + fleet_back.stderr[-2000:]
+        status = {h["host"]: h["status"] for h in json.loads(fleet_back.stdout)["hosts"]}
+        assert status == {"lab1": "rolled-back", "lab2": "rolled-back", "lab3": "failed"}, status
+    finally:
+        stop.set()
+        load.join(timeout=300)
+    summary = loadgen.summarize(records)
+    bad = [(r.index, r.outcome, r.status, r.detail) for r in records if r.outcome != "ok"]
+    print(f"gate rejected + rollback-fleet under load: {summary}")
+    assert bad == []
+    assert summary["sent"] == len(records) >= 250
+    verified = rfleet.knobfleet("verify", "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"default"}
+    router = SGLangRouter(lr.url)
+    urls = sorted(rfleet.lab.worker_urls([rfleet.lab.host(i) for i in range(1, N + 1)]))
+    assert sorted(w.url for w in router.list_workers() if w.healthy) == urls
+    events = removed_and_added(router_log(rfleet)[before:])
+    print(f"router log: {events}")
+    # the gate's batch (lab1 once: its judging and its restore inside one drain), the rollout (lab1..lab3) and the
+    # rollback-fleet (lab1, lab2): each out and back in before the next
+    w = {f"lab{i}": f"http://{rfleet.lab.host(i).address}:30000" for i in range(1, N + 1)}
+    assert [u for a, u in events if a == "out"] == [w["lab1"], w["lab1"], w["lab2"], w["lab3"], w["lab1"], w["lab2"]]
+    out_now = 0
+    for action, _url in events:
+        out_now = out_now + 1 if action == "out" else max(0, out_now - 1)
+        assert out_now <= 1, events
+    assert out_now == 0 and [a for a, _ in events].count("in") == 6, events
