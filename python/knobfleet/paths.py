@@ -37,13 +37,31 @@ def examples() -> bool:
     return os.environ.get("KNOBFLEET_EXAMPLES", "") not in ("", "0")
 
 
+def has_config(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``knobfleet.toml``; anything else at that name (a FIFO, a folder, a dangling
+    symlink …) is a UsageError naming it: skipped, the search would go on up to another project."""
+    from knobfleet import safefile
+
+    path = folder / "knobfleet.toml"
+    try:
+        return safefile.is_present(path)
+    except safefile.FileRefused as exc:
+        from knobfleet.errors import UsageError
+        from knobfleet.rules import shown
+
+        fix = "replace it with a regular TOML file (`knobfleet init --help`)"
+        raise UsageError(safefile.not_a(shown(str(path)), exc, "project file", fix)) from None
+
+
 @cache
 def _discover(cwd: Path, home: str | None) -> tuple[str, Path]:
     """(kind, root): kind is ``home``, ``project`` (a knobfleet.toml), ``checkout`` or ``installed``."""
     if home:
-        return "home", Path(os.path.realpath(home))  # not resolve(): before 3.13 it raises on a symlink loop
+        root = Path(os.path.realpath(home))  # not resolve(): before 3.13 it raises on a symlink loop
+        _check_home(home)
+        return "home", root
     for candidate in (cwd, *cwd.parents):
-        if (candidate / "knobfleet.toml").is_file():
+        if has_config(candidate):
             return "project", candidate
         if _is_project(candidate):
             return "checkout", candidate
@@ -51,6 +69,25 @@ def _discover(cwd: Path, home: str | None) -> tuple[str, Path]:
     if _is_project(source_checkout):
         return "checkout", source_checkout
     return "installed", DATA_DIR
+
+
+def _check_home(home: str) -> None:
+    """``KNOBFLEET_HOME`` must be a folder this user can read: anything else (nothing there, a FIFO, a file, a
+    dangling symlink, a folder without read permission) is a UsageError in one line, never an empty project."""
+    from knobfleet import safefile
+    from knobfleet.errors import UsageError
+    from knobfleet.rules import shown
+
+    try:
+        found = safefile.list_dir(Path(home))
+        if found is None:
+            raise safefile.FileRefused("does not exist")
+    except safefile.FileRefused as exc:
+        why = str(exc) if str(exc).startswith(("is ", "does ")) else f"{exc}: this user cannot read it"
+        raise UsageError(
+            f"KNOBFLEET_HOME={shown(home)}: {why}; point KNOBFLEET_HOME at a readable folder laid out like the "
+            "knobfleet repository (profiles/, inventories/), or unset it"
+        ) from None
 
 
 def _where() -> tuple[str, Path]:
@@ -157,7 +194,17 @@ def catalogs_dir() -> Path:
 def catalog_overlay_dirs() -> list[Path]:
     """A project's own catalog overlays, applied on top of the shipped catalogs (empty outside a project)."""
     proj = project()
-    return [proj.catalogs] if proj is not None and proj.catalogs.is_dir() else []
+    if proj is None:
+        return []
+    from knobfleet import safefile
+    from knobfleet.errors import ProfileError
+
+    try:  # a FIFO, a file or an unreadable folder there is named, never read as "no overlays"
+        found = safefile.list_dir(proj.catalogs)
+    except safefile.FileRefused as exc:
+        fix = "point `catalogs` in knobfleet.toml at a folder of <engine>.overlay.yaml files (or remove what is there)"
+        raise ProfileError([safefile.not_a(display_node(proj.catalogs), exc, "catalog overlay folder", fix)]) from None
+    return [] if found is None else [proj.catalogs]
 
 
 def roles_dir() -> Path:
@@ -199,6 +246,12 @@ def display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError, RuntimeError):  # RuntimeError: Python < 3.13 on a symlink loop
         return str(path)
+
+
+def display_node(path: Path) -> str:
+    """``display`` of the name itself: its folder shown as ``display`` shows it, its last part as named, so a symlink
+    (a dangling one, a loop) is named as the link, not as where it points."""
+    return str(Path(display(path.parent)) / path.name)
 
 
 # A unix socket path holds at most 107 bytes; ssh adds ".XXXXXXXXXXXXXXXX" while creating one and %C is

@@ -60,8 +60,13 @@ def find(start: Path) -> Path | None:
     """The nearest folder at or above ``start`` holding ``knobfleet.toml``."""
     start = start.resolve()
     for candidate in (start, *start.parents):
-        if (candidate / CONFIG_NAME).is_file():
-            return candidate
+        path = candidate / CONFIG_NAME
+        try:  # anything else there is named (as ``paths.has_config`` does), never skipped for a project above
+            if safefile.is_present(path):
+                return candidate
+        except safefile.FileRefused as exc:
+            fix = "replace it with a regular TOML file (`knobfleet init --help`)"
+            raise ProjectError(safefile.not_a(shown(str(path)), exc, "project file", fix)) from None
     return None
 
 

@@ -9,28 +9,27 @@ report_knobs, report_prom).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec
+
+from knobfleet.rules import escaped, invisible
 
 P = ParamSpec("P")
 
 
 def visible(text: str) -> str:
     """Human output as it will show: raw terminal escapes, CR, other control and format characters (U+200B,
-    U+202E…), line separators and undecodable bytes are written as escapes (\\x1b, \\r, \\u200b, \\udcff), so a
-    value can neither hide itself nor rewrite the screen. Newlines and tabs stay."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch in "\n\t" or ch.isprintable():
-            out.append(ch)
-        elif ch == "\r":
-            out.append("\\r")
-        else:
-            n = ord(ch)
-            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
-    return "".join(out)
+    U+202E…), separators, odd spaces, undecodable bytes and the blank letters ``isprintable`` passes (U+3164
+    HANGUL FILLER, U+2800 BRAILLE PATTERN BLANK, variation selectors …: ``rules.invisible``) are written as escapes
+    (\\x1b, \\r, \\u200b, \\udcff, \\u3164), so a value can neither hide itself nor rewrite the screen. Newlines
+    and tabs stay."""
+    if text.isascii():  # only the C0 controls and DEL can hide in ASCII: one pass of a regex
+        return _ASCII_CONTROL.sub(lambda m: escaped(m.group()), text)
+    return "".join(ch if ch in "\n\t" or not invisible(ch) else escaped(ch) for ch in text)
+
+
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def human(render: Callable[P, str]) -> Callable[P, str]:

@@ -80,10 +80,56 @@ def describe_char(ch: str) -> str:
     return f"U+{ord(ch):04X} {name}"
 
 
+# Unicode categories that never show as themselves: controls (Cc), format characters (Cf: U+200B, the bidi controls
+# U+202A..U+202E and U+2066..U+2069, U+FEFF …), surrogates (Cs: undecodable bytes), private use (Co), unassigned (Cn),
+# line and paragraph separators (Zl, Zp) and every space but U+0020 (Zs: U+00A0, U+2000..U+200A, U+3000 …).
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+# What shows as nothing though its category says letter, mark or symbol (so ``str.isprintable`` passes it): Unicode's
+# Default_Ignorable_Code_Point set (DerivedCoreProperties.txt), whole, and the blank letters and symbols that pass for
+# a space. Ranges, both ends included.
+BLANK_RANGES = (
+    (0x00AD, 0x00AD),  # SOFT HYPHEN
+    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # ARABIC LETTER MARK
+    (0x115F, 0x1160),  # HANGUL CHOSEONG FILLER, HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # KHMER VOWEL INHERENT AQ, AA
+    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS, MONGOLIAN VOWEL SEPARATOR
+    (0x200B, 0x200F),  # ZERO WIDTH SPACE, ZWNJ, ZWJ, LRM, RLM
+    (0x202A, 0x202E),  # bidi embeddings and overrides
+    (0x2060, 0x206F),  # WORD JOINER, invisible operators, bidi isolates, deprecated format characters
+    (0x2800, 0x2800),  # BRAILLE PATTERN BLANK
+    (0x3164, 0x3164),  # HANGUL FILLER
+    (0xFE00, 0xFE0F),  # VARIATION SELECTORS
+    (0xFEFF, 0xFEFF),  # ZERO WIDTH NO-BREAK SPACE (BOM)
+    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # unassigned, reserved default-ignorable
+    (0x16FE4, 0x16FE4),  # KHITAN SMALL SCRIPT FILLER
+    (0x1BCA0, 0x1BCA3),  # SHORTHAND FORMAT CONTROLS
+    (0x1D159, 0x1D159),  # MUSICAL SYMBOL NULL NOTEHEAD
+    (0x1D173, 0x1D17A),  # MUSICAL SYMBOL BEGIN/END BEAM, TIE, SLUR, PHRASE
+    (0xE0000, 0xE0FFF),  # TAGS, VARIATION SELECTORS SUPPLEMENT, reserved default-ignorable
+)
+BLANKS = frozenset(n for lo, hi in BLANK_RANGES for n in range(lo, hi + 1))
+
+
 def invisible(ch: str) -> bool:
-    """A character that does not show, or changes how a terminal shows what follows (controls, format
-    characters such as U+200B and U+202E, line/paragraph separators, odd spaces, surrogates, private use)."""
-    return not ch.isprintable() and ch != " "
+    """A character that does not show, or changes how a terminal shows what follows: one of the
+    ``INVISIBLE_CATEGORIES`` (controls, format characters such as U+200B and U+202E, separators, spaces other than
+    U+0020, surrogates, private use, unassigned) or one of the ``BLANKS`` (U+3164 HANGUL FILLER, U+2800 BRAILLE
+    PATTERN BLANK, variation selectors …), which ``str.isprintable`` passes."""
+    if " " <= ch <= "~":  # printable ASCII: most of what is ever checked
+        return False
+    import unicodedata
+
+    return ord(ch) in BLANKS or unicodedata.category(ch) in INVISIBLE_CATEGORIES
+
+
+def escaped(ch: str) -> str:
+    """One character as a Python escape: ``\\r``, ``\\x1b``, ``\\u3164``, ``\\U000e0001``."""
+    n = ord(ch)
+    if ch == "\r":
+        return "\\r"
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def first_invisible(text: str) -> tuple[int, str] | None:
@@ -94,8 +140,11 @@ def first_invisible(text: str) -> tuple[int, str] | None:
 
 
 def shown(text: str) -> str:
-    """``text`` for a one-line message: as-is when every character shows, else Python's escaped repr."""
-    return text if text.isprintable() else repr(text)
+    """``text`` for a one-line message: as-is when every character shows, else Python's escaped repr with what
+    ``repr`` leaves raw (blank letters such as U+3164) escaped too."""
+    if first_invisible(text) is None:
+        return text
+    return "".join(escaped(c) if invisible(c) else c for c in repr(text))
 
 
 def check(name: str, value: object) -> str | None:

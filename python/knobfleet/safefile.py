@@ -11,6 +11,7 @@ option. Stdlib only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -102,6 +103,55 @@ def check_input(path: Path, max_bytes: int, what: str = "file") -> None:
     _refuse(st, max_bytes, what)
 
 
+def is_present(path: Path) -> bool:
+    """Whether a file knobfleet looks for is there: True for a regular file (or a symlink to one), False when
+    nothing is at ``path``; FileRefused for anything else there (a FIFO, device, socket or folder, a dangling symlink,
+    a symlink loop, an unreadable folder on the way), which a caller must name rather than skip in silence."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise FileRefused("is a symlink to nothing (a dangling link: its target does not exist)") from None
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused("is a symlink loop") from None
+        raise FileRefused(f"cannot be checked ({_strerror(exc)})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(kind(st.st_mode))
+    return True
+
+
+def not_a(where: str, exc: FileRefused, what: str, fix: str = "replace it with a regular YAML file") -> str:
+    """The one line for what ``is_present`` or ``list_dir`` refused: ``PATH: is a FIFO (named pipe), not a profile
+    file; replace it with a regular YAML file``, or, for what cannot be read, how to make it readable."""
+    if str(exc).startswith("is "):
+        return f"{where}: {exc}, not a {what}; {fix}"
+    return f"{where}: {exc}; make it readable by this user (or remove it)"
+
+
+def list_dir(path: Path) -> list[str] | None:
+    """The names in the folder at ``path`` (symlinks followed), sorted; None when nothing is there; FileRefused
+    when something else is there or the folder cannot be read (an unreadable folder is never an empty one)."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.name for e in entries)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise FileRefused("is a symlink to nothing (a dangling link: its target does not exist)") from None
+        return None
+    except NotADirectoryError:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise FileRefused("is not a directory") from None
+        raise FileRefused("is a regular file" if stat.S_ISREG(mode) else kind(mode)) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused("is a symlink loop") from None
+        raise FileRefused(f"cannot be read ({_strerror(exc)})") from None
+
+
 def _lstat(path: Path) -> os.stat_result | None:
     """The path's own status (a symlink's, not its target's); None when nothing is there; FileRefused."""
     try:
@@ -191,6 +241,36 @@ def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
     write_bytes(path, text.encode("utf-8"), mode)
+
+
+def open_lock(path: Path, what: str = "lock file") -> int:
+    """A read-write descriptor of the lock file at ``path`` (made owner-only when absent) to take ``fcntl.flock``
+    on: never through a symlink, never a FIFO, device, socket or folder (FileRefused). A lock file is written in place
+    (``rewrite``), not by temp file and rename as other outputs are: a rename would hand whoever comes next another
+    file to lock than the one its holder locked."""
+    st = _lstat(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file: remove it")
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise FileRefused(f"cannot open ({_strerror(exc)})") from None
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise FileRefused(f"cannot check ({_strerror(exc)})") from None
+    if not stat.S_ISREG(st.st_mode):  # swapped in between the check and the open
+        os.close(fd)
+        raise FileRefused(f"{kind(st.st_mode)}; a {what} must be a regular file: remove it")
+    return fd
+
+
+def rewrite(fd: int, data: bytes) -> None:
+    """Replace the whole content of the open regular file ``fd`` in place (a lock file's holder)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
 
 
 def write_cache(path: Path, text: str) -> bool:

@@ -11,6 +11,14 @@ from knobfleet.cli.common import Sub, inventory_opts, json_opt, yes_opt
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
 
+def _one_line(text: str) -> str:
+    """A host name, URL or router message for the terminal: every invisible character escaped (``report.visible``),
+    and newlines and tabs too, so a router's text can neither rewrite the screen nor pass for another line."""
+    from knobfleet import report
+
+    return report.visible(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from knobfleet import report
     from knobfleet.ops import fleet
@@ -22,9 +30,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif not states:
         common.out("no host of this inventory names a router (knob_router_url)")
     else:
-        rows = [[s.host, s.worker, s.router, s.error or ("healthy" if s.healthy else "listed, not healthy" if s.listed
-                 else "OUT: not listed")] for s in states]  # fmt: skip
-        common.out(report.table(["host", "worker", "router", "state"], rows))
+        rows = [[_one_line(c) for c in (s.host, s.worker, s.router, s.error or ("healthy" if s.healthy else
+                 "listed, not healthy" if s.listed else "OUT: not listed"))] for s in states]  # fmt: skip
+        common.out(report.table(["host", "worker", "router", "state"], rows))  # cells escaped first: columns align
     if any(s.error for s in states):
         return EXIT_UNREACHABLE
     return EXIT_DRIFT if any(not s.listed for s in states) else EXIT_OK
@@ -44,8 +52,8 @@ def cmd_readd(args: argparse.Namespace) -> int:
     elif not done:
         common.out("every routed host is listed by its router: nothing to put back")
     else:
-        for h, ok, m in done:
-            common.out(f"{h}: {m}" if ok else f"error: {h}: {m}")
+        for h, ok, m in done:  # a host name or a router's message is the router's text: never raw to the terminal
+            common.out(_one_line(f"{h}: {m}" if ok else f"error: {h}: {m}"))
     return EXIT_OK if all(ok for _, ok, _ in done) else EXIT_ERROR
 
 

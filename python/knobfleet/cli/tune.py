@@ -34,15 +34,25 @@ def load_space(path: Path):  # type: ignore[no-untyped-def]
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from knobfleet.tune import owner, run
+
+    sp = load_space(Path(args.space))
+    st, base, inventory, names = _base_and_hosts(sp, args)
+    path = run.record_path(sp)
+    with owner.owned(path, sp.name):  # one run of a campaign at a time: a second shell's is refused, naming this one
+        return _campaign(args, sp, st, base, inventory, names, path)
+
+
+def _campaign(
+    args: argparse.Namespace, sp: Space, st: ProfileStore, base: Profile, inventory: Path, names: list[str], path: Path
+) -> int:
+    """The campaign, its record at ``path`` (new, or continued with --resume), run while this process owns it."""
     from knobfleet import paths, report
     from knobfleet.experiment import records
     from knobfleet.ops import interrupts
     from knobfleet.tune import run
     from knobfleet.tune.stages import HostStages
 
-    sp = load_space(Path(args.space))
-    st, base, inventory, names = _base_and_hosts(sp, args)
-    path = run.record_path(sp)
     existing = _record_before(sp, path, args.resume)
     sms, cal, note = _model_gpu(sp)
     live = "canary" if sp.live.skip is None else "rollout"

@@ -59,15 +59,30 @@ def catalog_files(engine: str, directory: Path | None = None, version: str | Non
     top; a project may also add a whole ``<engine>.yaml``."""
     base = directory or paths.catalogs_dir()
     extra = [d / f"{engine}.overlay.yaml" for d in paths.catalog_overlay_dirs()]
-    extra = [f for f in extra if f.is_file()]
+    extra = [f for f in extra if there(f, "catalog overlay")]
     overlay = base / f"{engine}.overlay.yaml"
     if version is not None:
-        return [generated_file(engine, base, version), *([overlay] if overlay.is_file() else []), *extra]
-    if overlay.is_file():
+        return [
+            generated_file(engine, base, version),
+            *([overlay] if there(overlay, "catalog overlay") else []),
+            *extra,
+        ]
+    if there(overlay, "catalog overlay"):
         generated = generated_file(engine, base)
-        return [generated, overlay, *extra] if generated.is_file() else [overlay, *extra]
-    own = [d / f"{engine}.yaml" for d in paths.catalog_overlay_dirs() if (d / f"{engine}.yaml").is_file()]
+        return [generated, overlay, *extra] if there(generated) else [overlay, *extra]
+    own = [d / f"{engine}.yaml" for d in paths.catalog_overlay_dirs() if there(d / f"{engine}.yaml")]
     return [own[0] if own else base / f"{engine}.yaml", *extra]
+
+
+def there(path: Path, what: str = "catalog file") -> bool:
+    """Whether the catalog file at ``path`` is there (False: nothing at that name); anything else there (a FIFO, a
+    device, a folder, a dangling symlink, a symlink loop) is a ProfileError naming it, never a file skipped."""
+    from knobfleet import safefile
+
+    try:
+        return safefile.is_present(path)
+    except safefile.FileRefused as exc:
+        raise ProfileError([safefile.not_a(paths.display_node(path), exc, what)]) from None
 
 
 def _merged(files: list[Path]) -> dict[str, Any]:
@@ -92,13 +107,17 @@ def _merged(files: list[Path]) -> dict[str, Any]:
 def _cached(files: list[Path]) -> dict[str, Any]:
     """Merged catalog data, cached as JSON under the state dir keyed by the files' content (parsing the
     generated YAML costs ~0.4 s; the cache ~5 ms)."""
+    from knobfleet import safefile
+
     h = hashlib.sha256(CACHE_SCHEMA.encode())
     for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        try:  # bounded and non-blocking: a FIFO swapped in after the check is refused, never waited on
+            raw = safefile.read_bytes(f, CATALOG_MAX_BYTES, "catalog file")
+        except safefile.FileRefused as exc:
+            raise ProfileError([f"{paths.display(f)}: {exc}"]) from None
+        h.update(f.name.encode() + b"\0" + raw + b"\0")
     path = paths.state_dir() / "cache" / "catalogs" / f"{h.hexdigest()}.json"
     try:
-        from knobfleet import safefile
-
         cached = json.loads(safefile.read_cache(path) or "null")
         if isinstance(cached, dict):
             return cached
@@ -106,8 +125,6 @@ def _cached(files: list[Path]) -> dict[str, Any]:
         pass
     data: dict[str, Any] = _merged(files)
     try:
-        from knobfleet import safefile
-
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         safefile.write_text(path, json.dumps(data))
     except (OSError, KnobfleetError):
@@ -132,7 +149,7 @@ def _catalog_for(engine: str, directory: Path | None, version: str | None, _sync
         if version == pinned.version or not pinned.generated:
             return pinned
         files = catalog_files(engine, directory, version)
-        if not files[0].is_file():
+        if not there(files[0]):
             have = ", ".join(synced_versions(engine, directory)) or "none"
             raise ProfileError(
                 [
@@ -142,7 +159,7 @@ def _catalog_for(engine: str, directory: Path | None, version: str | None, _sync
             )
         return with_renames(_validate(_cached(files), paths.display(files[0])), engine, directory)
     files = catalog_files(engine, directory)
-    missing = [f for f in files if not f.is_file()]
+    missing = [f for f in files if not there(f)]
     if missing:
         raise ProfileError(
             [
@@ -166,7 +183,7 @@ def synced_versions(engine: str, directory: Path | None = None) -> list[str]:
     """Every version of ``engine`` with a synced catalog, oldest first: the pinned one and those kept next to it."""
     found = [p.name.removeprefix(f"{engine}@").removesuffix(".yaml") for p in _others(engine, directory)]
     pinned = generated_file(engine, directory)
-    if pinned.is_file():
+    if there(pinned):
         version = _cached([pinned]).get("version")
         if isinstance(version, str) and version not in found:
             found.append(version)
@@ -196,7 +213,7 @@ def with_renames(cat: Catalog, engine: str, directory: Path | None) -> Catalog:
     deprecated with a replacement this version has is renamed; any other is ``removed``, with the nearest version
     that last had it (older) or first has it (newer)."""
     mine = version_key(cat.version or "0")
-    datas = [_cached([p]) for p in [generated_file(engine, directory), *_others(engine, directory)] if p.is_file()]
+    datas = [_cached([p]) for p in [generated_file(engine, directory), *_others(engine, directory)] if there(p)]
     datas = [d for d in datas if str(d.get("version")) != cat.version]
     older = sorted((d for d in datas if version_key(str(d.get("version"))) < mine),
                    key=lambda d: version_key(str(d.get("version"))), reverse=True)  # fmt: skip

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knobfleet import paths
+from knobfleet import paths, rules, safefile
 from knobfleet.errors import ProfileError
 from knobfleet.profiles import catalog as catalogs
 from knobfleet.profiles import safeyaml
@@ -28,11 +28,23 @@ class _Merged:
     args: dict[str, tuple[Scalar, Path]] = field(default_factory=dict)
 
 
+def _profile_file(path: Path, extended_by: Path | None = None) -> bool:
+    """Whether the profile file at ``path`` is there (False: not found); anything else at that name (a FIFO, a
+    device, a folder, a dangling symlink, a symlink loop) is a ProfileError naming it, never "not found"."""
+    try:
+        return safefile.is_present(path)
+    except safefile.FileRefused as exc:
+        where = rules.shown(paths.display_node(path))
+        what = "profile file" + (f" (extended by {rules.shown(paths.display(extended_by))})" if extended_by else "")
+        raise ProfileError([safefile.not_a(where, exc, what)]) from None
+
+
 class ProfileStore:
     """Profiles in one folder. Names map to ``<folder>/<name>.yaml``."""
 
     def __init__(self, directory: Path | None = None, catalog_dir: Path | None = None) -> None:
-        self.directory = Path(os.path.realpath(directory or paths.profiles_dir()))  # a loop: read, refused there
+        self.named = directory or paths.profiles_dir()  # as named: a dangling symlink there is refused as one
+        self.directory = Path(os.path.realpath(self.named))  # a loop: read, refused there
         own = self.directory / "catalogs"
         # A checkout keeps its catalogs under profiles/; a user's project uses the ones knobfleet ships.
         self.catalog_dir = catalog_dir or (own if own.is_dir() else paths.catalogs_dir())
@@ -42,13 +54,21 @@ class ProfileStore:
         return self.directory / LOCK_NAME
 
     def names(self) -> list[str]:
-        return sorted(p.stem for p in self.directory.glob("*.yaml"))
+        """The profiles of the folder; an unreadable folder, or a FIFO or file where it should be, is a ProfileError
+        (never read as a folder without profiles). A folder that does not exist has none."""
+        try:
+            found = safefile.list_dir(self.named) or []
+        except safefile.FileRefused as exc:
+            where = rules.shown(paths.display_node(self.named))
+            fix = "point `profiles` in knobfleet.toml (or KNOBFLEET_HOME) at a folder of profile files"
+            raise ProfileError([safefile.not_a(where, exc, "profiles folder", fix)]) from None
+        return [n.removesuffix(".yaml") for n in found if n.endswith(".yaml") and not n.startswith(".")]
 
     def path_of(self, name_or_path: str) -> Path:
         if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
             return Path(os.path.realpath(name_or_path))  # not resolve(): before 3.13 it raises on a symlink loop
         path = self.directory / f"{name_or_path}.yaml"
-        if not path.is_file():
+        if not _profile_file(path):
             hint = catalogs.did_you_mean(name_or_path, self.names())
             raise ProfileError(
                 [
@@ -80,7 +100,7 @@ class ProfileStore:
                     [f"{paths.display(path)}: extends: chain deeper than {MAX_DEPTH} ({' -> '.join(seen)}); flatten it"]
                 )
             parent = path.parent / f"{doc.extends}.yaml"
-            if not parent.is_file():
+            if not _profile_file(parent, path):
                 hint = catalogs.did_you_mean(doc.extends, self.names())
                 raise ProfileError(
                     [f"{paths.display(path)}: extends: profile {doc.extends!r} not found{hint or '; check the name'}"]
@@ -192,8 +212,13 @@ class ProfileStore:
     # --- the lock ---------------------------------------------------------------------------
 
     def read_lock(self) -> dict[str, str]:
-        if not self.lock_path.is_file():
-            return {}
+        try:  # a FIFO or a dangling symlink there is named, never read as "nothing published yet"
+            if not safefile.is_present(self.lock_path):
+                return {}
+        except safefile.FileRefused as exc:
+            where = rules.shown(paths.display_node(self.lock_path))
+            fix = "remove it and run `knobfleet profiles lock` (or restore it from git); nothing was written"
+            raise ProfileError([safefile.not_a(where, exc, "lock file", fix)]) from None
         try:
             data = safeyaml.load_file(self.lock_path)
         except safeyaml.YamlProblem as exc:

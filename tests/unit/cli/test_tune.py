@@ -93,3 +93,43 @@ def test_a_live_stage_that_needs_a_router_is_refused_before_the_model_stage(
     assert code == EXIT_ERROR and out == "" and err.count("\n") == 1, err
     assert "stages.live: canary: lab1 is behind no router (knob_router_url)" in err
     assert not (project / "state" / "tune").exists()  # no record: no stage ran
+
+
+def test_a_second_shell_is_refused_while_a_campaign_runs_naming_its_pid(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 56, cause 9: ``tune --resume`` (or the same ``tune``) from a second shell while the first runs the
+    campaign is refused in one line naming the first's PID; nothing of the first's is touched. The first is a forked
+    process whose stages wait (no host is asked anything)."""
+    import multiprocessing
+    import os
+    import socket
+
+    from knobfleet import cli
+    from knobfleet.tune import run
+
+    fork = multiprocessing.get_context("fork")
+    started, release = fork.Event(), fork.Event()
+
+    def stages_wait(self: run.Campaign) -> dict[str, object]:
+        started.set()
+        release.wait(60)
+        raise run.TuneError("stopped by the test")
+
+    monkeypatch.setattr(run.Campaign, "run", stages_wait)
+    (project / "s.yaml").write_text(NO_ROUTER_SPACE)
+    argv = ["tune", str(project / "s.yaml"), "-i", str(project / "hosts.yml"), "--yes"]
+    first = fork.Process(target=lambda: os._exit(cli.run(argv)))
+    first.start()
+    try:
+        assert started.wait(60), "the first run never reached its stages"
+        for extra in (["--resume"], []):
+            code, out, err = call(capsys, *argv, *extra)
+            assert code == EXIT_ERROR and out == "" and err.count("\n") == 1, err
+            assert f"campaign seed is being run by PID {first.pid} on host {socket.gethostname()} since " in err
+            assert f"wait for it or stop PID {first.pid} (kill {first.pid})" in err
+    finally:
+        release.set()
+        first.join(60)
+    assert first.exitcode == EXIT_ERROR  # the first ended as its stages did, its own way
+    assert (project / "state" / "tune" / "seed.lock").read_text() == ""  # let go: the next run may own it
