@@ -250,6 +250,9 @@ def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) 
         "knob_serve_restart_sec": hv.restart_sec,
         "knob_serve_timeout_start_s": hv.timeout_start_s,
         "knob_serve_timeout_stop_s": hv.timeout_stop_s,
+        "knob_serve_runtime": hv.runtime,
+        "knob_serve_image": hv.image,
+        "knob_serve_container_options": list(hv.container_options),
     }
 
 

@@ -52,7 +52,9 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     vllm = tuple(h for h in (args.vllm or "").split(",") if h)
     sglang = tuple(h for h in (args.sglang or "").split(",") if h)
     try:
-        hosts = lab.up(args.n, vllm, router=args.router or False, group_size=args.groups, sglang=sglang)
+        hosts = lab.up(
+            args.n, vllm, router=args.router or False, group_size=args.groups, sglang=sglang, runtime=args.runtime
+        )
     finally:
         _notes(lab.notes)
     took = time.monotonic() - started
@@ -213,6 +215,14 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         metavar="KIND",
         help="start a router on 127.0.0.1 only, in front of every host's engine: sglang-router (0.3.2, the default) "
         "or smg (SMG 1.13, what SGLang users run today); installed once into /var/cache/knobfleet",
+    )
+    p.add_argument(
+        "--runtime",
+        default="systemd",
+        choices=("systemd", "podman", "docker"),
+        help="what runs each stand-in engine: systemd (the serve script execs it, the default) or podman (a "
+        "container of a local image, built from files and loaded at boot, started by a hand-written `podman run` "
+        "unit; nothing is pulled); docker is refused in the lab (its daemon cannot run inside systemd-nspawn)",
     )
     p.add_argument(
         "--groups",

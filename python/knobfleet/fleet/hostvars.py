@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from knobfleet import rules
 from knobfleet.errors import InventoryError
@@ -82,6 +82,13 @@ class HostVars(BaseModel):
     user: str = "root"
     engine: str | None = Field(default=None, description="the engine this host runs (inventory var knob_engine)")
     launcher: tuple[str, ...] | None = Field(default=None, description="None: the engine's launcher")
+    runtime: Literal["systemd", "docker", "podman"] = Field(
+        default="systemd", description="what runs the engine (knob_serve_runtime; python/knobfleet/runtimes.py)"
+    )
+    image: str = Field(default="", description="docker/podman: the engine's image, by ID (knob_serve_image)")
+    container_options: tuple[str, ...] = Field(
+        default=(), description="docker/podman: more `run` options, --name=value words (knob_serve_container_options)"
+    )
     model_path: str = Field(default_factory=lambda: str(_default("model_path")))
     listen_host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
@@ -156,6 +163,15 @@ class HostVars(BaseModel):
         if value is not None and (not value or any(not a or "\0" in a for a in value)):
             raise ValueError("must be a non-empty list of non-empty arguments without NUL bytes")
         return value
+
+    @model_validator(mode="after")
+    def _runtime(self) -> HostVars:
+        from knobfleet.runtimes import runtime
+
+        problems = runtime(self.runtime).problems(self.image, self.container_options)
+        if problems:
+            raise ValueError(problems[0])
+        return self
 
     @field_validator("host_env", "host_args", mode="after")
     @classmethod

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from knobfleet import paths
-from knobfleet.lab import hostfiles
+from knobfleet.lab import hostfiles, labruntime
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import write
 
@@ -73,6 +73,11 @@ def write_inventory(lab: Lab, hosts: list[LabHost]) -> Path:
         write(router_yml, router_group_vars(model, LabRouter(lab.dir).port))
     else:
         router_yml.unlink(missing_ok=True)
+    runtime_yml, runtime_vars = inv / "group_vars" / "all" / "runtime.yml", labruntime.group_vars(lab.dir)
+    if runtime_vars:
+        write(runtime_yml, runtime_vars)
+    else:
+        runtime_yml.unlink(missing_ok=True)
     write(inv / "group_vars" / "all" / "lab_ssh.yml", lab.ssh_vars())
     if lab.identity.slot == 0 and lab.dir == (paths.state_dir() / "lab").resolve() and os.access(default, os.W_OK):
         write(default / "lab_ssh.yml", lab.ssh_vars())

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles, sim
+from knobfleet.lab import hostfiles, labruntime, sim
+from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups
 from knobfleet.lab.hostfiles import LabHost
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ def prepare(lab: Lab, host: LabHost) -> None:
         model = lab.router_model or hostfiles.SIM_MODEL_PATH
         script = hostfiles.serve_script(host, model, lab.group_size())
         write(root / hostfiles.SCRIPT_PATH.lstrip("/"), script, 0o755)
+        if labruntime.recorded(lab.dir) == "podman":  # the stand-in in a container, by a hand-written podman unit
+            unit = labruntime.prepare(root, host, model)
     write(unit_dir / f"{service}.service", unit)
     link(unit_dir / "multi-user.target.wants" / f"{service}.service", f"/etc/systemd/system/{service}.service")
     mask_units(root)
@@ -103,6 +106,7 @@ def mask_units(root: Path) -> None:
         "getty.target.wants",
         "sockets.target.wants",
         "graphical.target.wants",
+        "default.target.wants",  # podman's own services (podman, podman-restart, podman-auto-update) want it
     ):
         d = Path("/etc/systemd/system") / wants
         if d.is_dir():
@@ -154,3 +158,41 @@ def link(path: Path, target: str) -> None:
     if path.is_symlink() or path.exists():
         path.unlink()
     path.symlink_to(target)
+
+
+def boot(lab: Lab, host: LabHost) -> None:
+    """Start the host's systemd-nspawn in its own session and cgroups, its console to the lab's run log."""
+    (lab.dir / "run").mkdir(parents=True, exist_ok=True)
+    log = open(lab.dir / "run" / f"{host.name}.log", "wb")  # noqa: SIM115 - handed to the child
+    cmd = [
+        "systemd-nspawn",
+        "--boot",
+        f"--directory={lab.host_dir(host) / 'root'}",
+        f"--machine={host.machine}",
+        f"--hostname={host.name}",
+        "--register=no",
+        "--keep-unit",
+        "--link-journal=no",
+        "--console=passive",
+        "--resolv-conf=off",
+        "--timezone=off",
+        "-q",
+    ]
+    dirs = cgroup_dirs(host)
+    # nspawn mounts a fresh tmpfs on /tmp by default, which would hide this machine's /tmp from the host: a
+    # checkout under /tmp (where many people clone) would then not exist inside it. Off, /tmp is part of the
+    # overlay like every other path: this machine's files below, the host's own writes on top (tmp.mount is
+    # masked in the hosts, so nothing mounts over it later).
+    env = dict(os.environ, SYSTEMD_NSPAWN_TMPFS_TMP="0")
+    with log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=lambda: join_cgroups(dirs),
+        )
+    lab.pid_file(host).write_text(f"{proc.pid}\n")

@@ -30,8 +30,19 @@ from typing import Any
 
 from knobfleet import labid, paths
 from knobfleet.errors import LabError
-from knobfleet.lab import hostfiles, labinventory, labroot, labservices, labspeed, limits, neighbours, options, slots
-from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups, kill_leftovers, remove_cgroups
+from knobfleet.lab import (
+    hostfiles,
+    labinventory,
+    labroot,
+    labruntime,
+    labservices,
+    labspeed,
+    limits,
+    neighbours,
+    options,
+    slots,
+)
+from knobfleet.lab.cgroups import cgroup_dirs, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import TMPFS_SIZE as TMPFS_SIZE
 from knobfleet.lab.labroot import run as _run
@@ -176,14 +187,15 @@ class Lab:
         router: bool | str = False,
         group_size: int = 0,
         sglang: tuple[str, ...] = (),
+        runtime: str = "systemd",
     ) -> list[HostStatus]:
         """Boot lab1..labN; hosts already running are kept, leftovers of crashed runs are cleaned. Hosts named
         in ``vllm`` run real vLLM (CPU build, tiny model; installed once, cached) instead of the stand-in.
         ``router``: SGLang's router in front of every host's engine (``router_lab``), on loopback only: True or
         ``"sglang-router"`` for sglang-router 0.3.2, ``"smg"`` for SMG 1.13.
         Hosts named in ``sglang`` run real SGLang 0.5.23 (CPU path, the same tiny model; ``sglang_install``).
-        ``group_size``: the hosts form engine groups of that many consecutive hosts (one multi-node engine each,
-        ``hostfiles.lab_groups``), declared in the lab inventory's ``knob_engine_groups``."""
+        ``group_size``: engine groups of that many consecutive hosts (``hostfiles.lab_groups``). ``runtime``: podman
+        runs each stand-in in a container (``labruntime``)."""
         options.hosts_to_boot(count, vllm, router, group_size, sglang)  # the options, checked before anything changes
         self.preflight()
         self.claim()
@@ -192,6 +204,7 @@ class Lab:
         self.ensure_keys()
         self._install_engines(vllm, router, sglang)
         running = {h.name for h in hosts if self.pid(h) is not None}
+        labruntime.record(self.dir, runtime, running)
         self._record_layout(running, vllm, router, group_size, sglang)
         self._boot_new([h for h in hosts if h.name not in running])
         self._write_known_hosts(hosts)
@@ -268,7 +281,7 @@ class Lab:
                 holder = neighbours.foreign(self.dir).get(host.machine)
                 raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder)}")
             labroot.prepare(self, host)
-            self._boot(host)
+            labroot.boot(self, host)
             started.append(host)
 
     def worker_urls(self, hosts: list[LabHost]) -> list[str]:
@@ -288,42 +301,6 @@ class Lab:
     def _install_sim(self, root: Path) -> None:
         """The stand-in engine under the host's site folder (``labroot.install_sim``)."""
         labroot.install_sim(root)
-
-    def _boot(self, host: LabHost) -> None:
-        (self.dir / "run").mkdir(parents=True, exist_ok=True)
-        log = open(self.dir / "run" / f"{host.name}.log", "wb")  # noqa: SIM115 - handed to the child
-        cmd = [
-            "systemd-nspawn",
-            "--boot",
-            f"--directory={self.host_dir(host) / 'root'}",
-            f"--machine={host.machine}",
-            f"--hostname={host.name}",
-            "--register=no",
-            "--keep-unit",
-            "--link-journal=no",
-            "--console=passive",
-            "--resolv-conf=off",
-            "--timezone=off",
-            "-q",
-        ]
-        dirs = cgroup_dirs(host)
-        # nspawn mounts a fresh tmpfs on /tmp by default, which would hide this machine's /tmp from the host: a
-        # checkout under /tmp (where many people clone) would then not exist inside it. Off, /tmp is part of the
-        # overlay like every other path: this machine's files below, the host's own writes on top (tmp.mount is
-        # masked in the hosts, so nothing mounts over it later).
-        env = dict(os.environ, SYSTEMD_NSPAWN_TMPFS_TMP="0")
-        with log:
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=lambda: join_cgroups(dirs),
-            )
-        self.pid_file(host).write_text(f"{proc.pid}\n")
 
     def _write_known_hosts(self, hosts: list[LabHost]) -> None:
         lines = []

@@ -55,6 +55,7 @@ from .knob_rules import refusal as refusal
 from .knob_rules import restore_ok as restore_ok
 from .knob_running import STALE_TOLERANCE_S as STALE_TOLERANCE_S
 from .knob_running import (
+    check_container,
     check_engine_args,
     check_engine_env,
     check_env,
@@ -64,6 +65,7 @@ from .knob_running import (
 from .knob_running import flags_of as flags_of
 from .knob_running import main_pid as main_pid
 from .knob_running import same_command as same_command
+from .knob_runtime import split_run_line
 
 # --- expected state ----------------------------------------------------------------------------------------
 
@@ -100,8 +102,8 @@ def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None
         "profile": {"name": profile["profile"], "version": profile["version"], "hash": profile["hash"]},
         "files": files,
         "env": env,
-        "argv": argv,
         "script_known": bool(script),
+        **engine_line(argv),
     }, None
 
 
@@ -122,9 +124,19 @@ def expected_from_files(
             "unit": {"path": unit_path, "sha256": unit_sha, "content": unit_shown},
         },
         "env": env,
-        "argv": argv,
         "script_known": True,
+        **engine_line(argv),
     }
+
+
+def engine_line(argv: list[str]) -> dict[str, Any]:
+    """The exec line's engine command (``argv``: what the engine's process must run), and under a container
+    runtime the run line's parts (``container``: ``knob_runtime.split_run_line``): the engine is the container's
+    command, not the ``docker``/``podman`` client the script execs."""
+    run = split_run_line(argv)
+    if run is None:
+        return {"argv": argv}
+    return {"argv": run["engine"], "container": run}
 
 
 # --- the rule ---------------------------------------------------------------------------------------------
@@ -266,6 +278,7 @@ def evaluate(
             _interrupted(doc, run_id, out)
             return out
     _files(doc, expected, out)
+    check_container(doc, expected, out)
     procs: list[dict[str, Any]] = doc.get("processes") or []
     pid = main_pid(doc)
     main = next((p for p in procs if p.get("pid") == pid), None)

@@ -426,6 +426,12 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
     props = unit_props(unit)
     procs = unit_processes(props.get("ControlGroup", ""))
     timeout = float(p.get("http_timeout_s") or 2.0)
+    files = {"script": file_info(p["script_path"]), "unit": file_info(p["unit_path"])}
+    from .knob_runtime import container_view
+
+    runtime = container_view(files, props, timeout)
+    if runtime is not None:  # the engine is the container's process tree, not the unit's (the client's)
+        procs = runtime.pop("processes")
     health, _ = http_get(p.get("health_url") or "", timeout)
     info_status, info_raw = http_get(p.get("info_url") or "", timeout)
     server_info = None
@@ -439,7 +445,7 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "service": p["service"],
         "unit": unit,
         "time": started,
-        "files": {"script": file_info(p["script_path"]), "unit": file_info(p["unit_path"])},
+        "files": files,
         "dropins": dropins(unit),
         "unit_props": props,
         "processes": procs,
@@ -448,6 +454,8 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
         "health_url": p.get("health_url") or "",
         "server_info": server_info,
     }
+    if runtime is not None:
+        doc["runtime"] = runtime
     if p.get("version_file"):  # only when asked: a probe without it keeps its document as it was
         doc["engine_version"] = engine_version(p["version_file"])
     try:  # before the secrets are hashed: it reads the script's exec line

@@ -37,6 +37,10 @@ class Kind(str, Enum):
     OUT_OF_ROUTER = "out_of_router"
     # The host's version file against the engine version its declared profile pins (profile engine_version).
     ENGINE_VERSION_MISMATCH = "engine_version_mismatch"
+    # Container runtimes (knob_runtime): the running container against the generation's run line.
+    IMAGE_MISMATCH = "image_mismatch"
+    CONTAINER_OUTSIDE_UNIT = "container_outside_unit"
+    RESTART_POLICY = "restart_policy"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -123,6 +127,27 @@ RULES: dict[Kind, Rule] = {
         False,
         "the engine version the host reports (knob_serve_version_file) is not the one its profile pins: the install "
         "behind the pinned launcher was changed, or the version file belongs to another install",
+    ),
+    Kind.IMAGE_MISMATCH: Rule(
+        "error",
+        Action.RESTART,
+        False,
+        "the running container's image is not the one its generation's run line names (a container run or "
+        "restarted by hand from another image): a restart runs the generation's image again",
+    ),
+    Kind.CONTAINER_OUTSIDE_UNIT: Rule(
+        "error",
+        Action.RESTART,
+        False,
+        "a container with the unit's name runs, but not under the unit (started by hand): the unit's restart "
+        "replaces it with the generation's",
+    ),
+    Kind.RESTART_POLICY: Rule(
+        "warning",
+        Action.INSTALL,
+        True,
+        "the run line asks the container runtime to restart the container (--restart), which fights systemd's own "
+        "Restart=: apply writes a line without it",
     ),
 }
 # /proc/PID/stat field 3 of a process that serves nothing: stopped (SIGSTOP), stopped by a tracer, a zombie

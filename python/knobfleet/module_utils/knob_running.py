@@ -17,6 +17,12 @@ STALE_TOLERANCE_S = 1.0
 
 
 def main_pid(doc: dict[str, Any]) -> int:
+    """The engine's main process: the unit's MainPID, or under a container runtime the container's process as the
+    runtime names it (the unit's main process is then the ``docker``/``podman`` client)."""
+    runtime = doc.get("runtime")
+    if isinstance(runtime, dict) and runtime.get("kind") not in (None, "systemd"):
+        pid = runtime.get("pid")
+        return pid if isinstance(pid, int) and pid > 0 else 0
     try:
         return int((doc.get("unit_props") or {}).get("MainPID") or 0)
     except ValueError:
@@ -280,3 +286,50 @@ def same_command(cmdline: list[str], argv: list[str]) -> bool:
     if cmdline == argv:
         return True
     return any(len(cmdline) == len(argv) + k and cmdline[k:] == argv for k in (1, 2))
+
+
+def check_container(doc: dict[str, Any], expected: dict[str, Any], out: list[dict[str, Any]]) -> None:
+    """Pure: the container the generation's run line names against the runtime's view of it (``doc["runtime"]``):
+    its image, whether it runs under the unit, and a ``--restart`` policy that would fight systemd's."""
+    run = expected.get("container")
+    seen = doc.get("runtime")
+    if not isinstance(run, dict):
+        return
+    if run.get("restart") not in (None, "no"):
+        out.append(
+            finding(
+                Kind.RESTART_POLICY,
+                "the run line has --restart=%s: the container runtime and systemd would both restart the engine"
+                % run["restart"],
+                name="--restart",
+                expected="no",
+                actual=run["restart"],
+            )
+        )
+    if not isinstance(seen, dict) or not seen.get("found"):
+        return
+    props = doc.get("unit_props") or {}
+    if seen.get("running") and props.get("ActiveState") != "active":
+        out.append(
+            finding(
+                Kind.CONTAINER_OUTSIDE_UNIT,
+                "container %s runs (pid %s) while %s is %s: it was started outside the unit"
+                % (seen.get("name"), seen.get("pid"), doc.get("unit"), props.get("ActiveState")),
+                pid=seen.get("pid"),
+                name=seen.get("name"),
+            )
+        )
+    want = str(run.get("image") or "")
+    have = str(seen.get("image_id") or "")
+    if seen.get("running") and want.startswith("sha256:") and have and have != want:
+        out.append(
+            finding(
+                Kind.IMAGE_MISMATCH,
+                "container %s runs image %s (%s), the generation's run line names %s"
+                % (seen.get("name"), have[:19], seen.get("image") or "?", want[:19]),
+                name="image",
+                expected=want,
+                actual=have,
+                pid=seen.get("pid"),
+            )
+        )

@@ -576,7 +576,9 @@ def test_refusal_says_why() -> None:
 def test_restore_ok_keeps_only_what_a_restored_generation_must_not_show() -> None:
     found = [{"kind": k.value} for k in Kind]
     assert [f["kind"] for f in restore_ok(found)] == [
-        k.value for k in Kind if k not in (Kind.DROPIN_PRESENT, Kind.ENV_UNEXPECTED, Kind.PROFILE_MISMATCH)
+        k.value
+        for k in Kind
+        if k not in (Kind.DROPIN_PRESENT, Kind.ENV_UNEXPECTED, Kind.PROFILE_MISMATCH, Kind.RESTART_POLICY)
     ]
     assert restore_ok([]) == []
 
