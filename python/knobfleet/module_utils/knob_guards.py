@@ -284,4 +284,25 @@ def check_launcher(module: Module, p: dict[str, Any], script_text: str, what: st
             )
         module.warn(text)
         return text
+    check_image(module, script_text, what)
     return None
+
+
+def check_image(module: Module, script_text: str, what: str) -> None:
+    """A serve script that runs a container: its image must be on this host already, before anything stops (nothing
+    is pulled during a restart: a pull is its own step, with its own error)."""
+    from .knob_runtime import image_id, split_run_line
+
+    run = split_run_line(script_env_argv(script_text)[1])
+    if run is None:
+        return
+    found, why = image_id(run["runtime"], run["image"])
+    if found is None:
+        tool = run["runtime"]
+        module.fail_json(
+            msg="%s runs image %s, but %s: nothing is pulled during a restart; load it first (`%s load --input FILE`, "
+            "or `%s pull REF` as a step of its own), then apply again; nothing was changed"
+            % (what, run["image"], why, tool, tool),
+            refused=True,
+            image_missing=run["image"],
+        )
