@@ -108,9 +108,29 @@ class _ProbeDocRequired(TypedDict):
     probe_s: float
 
 
+class RuntimeView(TypedDict, total=False):
+    """A container host's engine as its runtime names it (knob_runtime.container_view): the runtime, the container's
+    name and host PID (0: not running), its image ID and name, its restart policy, when it started, the unit's
+    main process (the client), and ``error`` when the runtime could not be asked."""
+
+    kind: str
+    name: str
+    client_pid: int
+    found: bool
+    pid: int
+    running: bool
+    image_id: str
+    image: str
+    restart: str | None
+    started: str
+    error: str
+
+
 class ProbeDoc(_ProbeDocRequired, total=False):
     """One host's probe document (``liveness``: verify only; ``engine_package``: the engine package's version from
-    its launcher's environment, knob_pkgmeta.engine_package: package, version, path, launcher, from, or error)."""
+    its launcher's environment, knob_pkgmeta.engine_package: package, version, path, launcher, from, or error;
+    ``runtime``: a container host's engine, knob_runtime.container_view)."""
 
     liveness: Liveness
     engine_package: dict[str, Any]
+    runtime: RuntimeView
