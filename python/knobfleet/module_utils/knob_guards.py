@@ -306,3 +306,45 @@ def check_image(module: Module, script_text: str, what: str) -> None:
             refused=True,
             image_missing=run["image"],
         )
+    check_gpu(module, run)
+
+
+def check_gpu(
+    module: Module,
+    run: dict[str, Any],
+    smi: str = "/usr/bin/nvidia-smi",
+    proc: str = "/proc/driver/nvidia/version",
+    cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
+) -> None:
+    """On a GPU host, before anything stops: the image's CUDA version against what the loaded driver supports, the
+    user-space driver against the kernel module, and every CDI spec against the loaded driver (knob_gpu). A host
+    with neither /proc/driver/nvidia/version nor nvidia-smi is a CPU host: nothing is said."""
+    import socket
+    import subprocess
+
+    from .knob_gpu import preflight, read_cdi_files, read_text
+    from .knob_runtime import image_config
+
+    proc_text = read_text(proc)
+    smi_text = None
+    if os.path.exists(smi):
+        try:
+            got = subprocess.run([smi], capture_output=True, timeout=15, check=False)
+            smi_text = (got.stdout + got.stderr)[: 1 << 20].decode("utf-8", "replace")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            smi_text = "nvidia-smi: %s" % exc
+    if not (proc_text or "").strip() and not (smi_text or "").strip():
+        return
+    config = image_config(run["runtime"], run["image"])
+    labels = config.get("Labels") if isinstance(config.get("Labels"), dict) else None
+    problems = preflight(
+        socket.gethostname(),
+        proc_text,
+        smi_text,
+        config.get("Env") or [],
+        labels,
+        read_cdi_files(cdi_dirs),
+        run["image"],
+    )
+    if problems:
+        module.fail_json(msg=problems[0], refused=True, gpu_preflight=problems)

@@ -258,6 +258,29 @@ def image_id(runtime: str, ref: str, timeout_s: float = 10.0) -> tuple[str | Non
     return (out if out.startswith("sha256:") else "sha256:" + out), ""
 
 
+def image_config(runtime: str, ref: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The local image's config (``Env``, ``Labels``: where an image carries its CUDA version), {} when it cannot
+    be read; nothing is pulled."""
+    import json
+    import subprocess
+
+    binary = BINARIES.get(runtime)
+    if binary is None or not os.path.exists(binary):
+        return {}
+    try:
+        proc = subprocess.run(
+            [binary, "image", "inspect", "--format", "{{json .Config}}", ref],
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        doc = json.loads(proc.stdout[: 1 << 20].decode("utf-8", "replace")) if proc.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    doc = doc[0] if isinstance(doc, list) and doc else doc
+    return doc if isinstance(doc, dict) else {}
+
+
 def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
     """``pid`` and every process under it (its workers), from ``/proc/*/stat``'s parent fields; bounded by the
     process table."""
