@@ -21,6 +21,7 @@ from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
 
 CASES = Path(__file__).parents[1] / "live" / "verify_cases"
+REPO = Path(__file__).resolve().parents[3]
 # The recorded probes are of hosts running ctas512@1: plan against the profiles (and catalogs) of that time.
 PROFILES_V1 = Path(__file__).parents[1] / "data" / "profiles_v1"
 CLEAN = json.loads((CASES / "clean" / "probe.json").read_text())
@@ -72,8 +73,32 @@ EXPECTED_ACTIONS = {
 }
 
 
+# Recorded on a podman lab host (`lab up --runtime podman`, the profiles of this checkout): planned against the same
+# host vars, the lab's runtime vars included. Applying ctas512 to the host whose container was run by hand starts
+# the unit, whose ExecStartPre removes the hand-run container (the lab test, tests/integration/test_containers.py).
+PODMAN_ACTIONS = {
+    "podman_clean": ("127.0.2.1", []),
+    "podman_run_by_hand": ("127.0.2.2", ["start"]),
+    "podman_restart_policy": ("127.0.2.1", []),  # the stored line's --restart: the rendered one has none
+}
+
+
 def test_every_case_has_its_expected_actions() -> None:
-    assert set(EXPECTED_ACTIONS) == {p.name for p in CASES.iterdir() if p.is_dir()}
+    assert set(EXPECTED_ACTIONS) | set(PODMAN_ACTIONS) == {p.name for p in CASES.iterdir() if p.is_dir()}
+
+
+@pytest.mark.parametrize("case", sorted(PODMAN_ACTIONS))
+def test_recorded_podman_case_actions(case: str) -> None:
+    from knobfleet.lab import labruntime
+
+    address, want = PODMAN_ACTIONS[case]
+    base = load_hosts(REPO / "inventories" / "lab", "lab1")[0]
+    hv = base.model_copy(update={"runtime": "podman", "image": labruntime.image_id(),
+                                 "container_options": labruntime.OPTIONS, "listen_host": address})  # fmt: skip
+    p = ProfileStore(REPO / "profiles").resolve("ctas512")
+    doc = json.loads((CASES / case / "probe.json").read_text())
+    got = plan_host(doc, render_host(p, hv), Declared(p.name, p.version, p.content_hash), engine(), "fail")
+    assert got.actions == want
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED_ACTIONS))

@@ -237,8 +237,10 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
     )
     payload = transport.bundle(source, paths.module_utils_dir())
     # knob_live imports knob_redact (which imports knob_lean and the lexer, knob_shell), knob_rules (the rule's
-    # table) and knob_running (which imports knob_argv, the argv reader): shipped with it, each after what it imports
-    want = ["knob_lean", "knob_shell", "knob_redact", "knob_rules", "knob_argv", "knob_running", "knob_live"]
+    # table), knob_running (which imports knob_argv, the argv reader) and knob_runtime (the run line's reader, which
+    # reads a container's processes with knob_procfs): shipped with it, each after what it imports
+    want = ["knob_lean", "knob_shell", "knob_redact", "knob_rules", "knob_argv", "knob_running", "knob_procfs",
+            "knob_runtime", "knob_live"]  # fmt: skip
     assert [n for n, _src in json.loads(payload)["utils"]] == want
     out = transport.run_function(
         [h], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
