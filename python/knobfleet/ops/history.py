@@ -157,4 +157,3 @@ def _rollback_outcomes(outcomes: list[RestoreOutcome], hosts: list[HostVars]) ->
             outcomes,
         )
     return outcomes
-

@@ -38,9 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-StepName = Literal[
-    "pre-check", "slot-before", "install", "restart", "ready", "finish", "verify", "slot-after", "gate"
-]
+StepName = Literal["pre-check", "slot-before", "install", "restart", "ready", "finish", "verify", "slot-after", "gate"]
 STEPS: tuple[StepName, ...] = (
     "pre-check",
     "slot-before",
