@@ -110,8 +110,11 @@ def render(targets: Iterable[Target], settings: Settings = Settings()) -> str:
 
 
 def engine_target(host: str, address: str, port: int, engine: str | None) -> Target:
-    """An engine's /metrics on the address it listens on (the inventory's listen host / port)."""
-    return Target("engine", f"{address}:{port}", host, {"engine": engine or "sglang"})
+    """An engine's /metrics on the address it listens on (the inventory's listen host / port), labelled with the
+    engine the host runs (``knob_engine``; unset: the catalogs' default engine, as profiles and hosts read it)."""
+    from knobfleet.profiles.catalog import default_engine
+
+    return Target("engine", f"{address}:{port}", host, {"engine": engine or default_engine()})
 
 
 def node_target(host: str, address: str, port: int = 9100) -> Target:
