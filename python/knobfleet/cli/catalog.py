@@ -95,7 +95,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "engine", choices=("vllm", "sglang"), help="vllm: from an installed vLLM; sglang: its wheel's source"
     )
-    p.add_argument("--version", default=None, help="engine version (default: the pinned one)")
+    p.add_argument("--version", type=types.VERSION, default=None, help="engine version (default: the pinned one)")
     p.add_argument(
         "--from-install",
         nargs="?",
@@ -114,14 +114,14 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(func=cmd_catalog_sync)
     p = csub.add_parser("versions", help="the engine versions with a synced catalog")
-    p.add_argument("engine", help="engine name (vllm, sglang)")
+    p.add_argument("engine", type=types.ENGINE, help="engine name (vllm, sglang)")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_catalog_versions)
     p = csub.add_parser(
         "diff", help="knobs added, removed, renamed and changed between two engine versions, and metric renames"
     )
-    p.add_argument("engine", help="engine name (vllm, sglang)")
-    p.add_argument("old", metavar="V1", help="the version upgraded from (a synced catalog)")
-    p.add_argument("new", metavar="V2", help="the version upgraded to")
+    p.add_argument("engine", type=types.ENGINE, help="engine name (vllm, sglang)")
+    p.add_argument("old", type=types.VERSION, metavar="V1", help="the version upgraded from (a synced catalog)")
+    p.add_argument("new", type=types.VERSION, metavar="V2", help="the version upgraded to")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")
     p.set_defaults(func=cmd_catalog_diff)

@@ -12,7 +12,12 @@ from knobfleet.errors import EXIT_OK
 
 def cmd_init(args: argparse.Namespace) -> int:
     from knobfleet import paths, project
+    from knobfleet.errors import UsageError
+    from knobfleet.module_utils.knob_redact import secret_shape
 
+    shape = secret_shape(args.name)
+    if shape:  # the name goes into knobfleet.toml and README.md, in git
+        raise UsageError(f"--name: the value looks like a secret ({shape}); name the project (nothing was written)")
     written = project.init(Path(args.directory), args.name, args.force)
     root = written[0].parent
     for path in written:

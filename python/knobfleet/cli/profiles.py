@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from knobfleet.cli import types
 from knobfleet.cli.common import Sub
 from knobfleet.cli.common import err as _err
 from knobfleet.cli.common import out as _out
@@ -127,7 +128,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("name", help="profile name or path")
     p.add_argument("--to", required=True, metavar="ENGINE@VERSION", help="the engine version, e.g. vllm@0.32.0")
     p.add_argument(
-        "--from", dest="source", default=None, metavar="VERSION",
+        "--from", dest="source", type=types.VERSION, default=None, metavar="VERSION",
         help="the engine version the profile is valid on (default: its fingerprint.engine_version, else pinned)",
     )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")

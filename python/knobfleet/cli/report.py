@@ -65,17 +65,34 @@ def write_fleet(doc: dict[str, Any], out: Path, title: str) -> None:
     write_page(html.fleet_page(dict(doc), title), out)
 
 
+def without_secrets(data: Any) -> Any:
+    """``data`` with every string shaped like a secret (``knob_redact.secret_shape``: a URL with a password, a
+    token) replaced by ``<secret>``: a record knobfleet did not write may hold one, and the page is made to be
+    shared."""
+    from knobfleet.module_utils.knob_redact import redact_value, secret_shape
+
+    if isinstance(data, str):
+        return redact_value(data) if secret_shape(data) else data
+    if isinstance(data, dict):
+        return {without_secrets(k): without_secrets(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_secrets(v) for v in data]
+    return data
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from knobfleet import paths
     from knobfleet.experiment import html
 
     source = Path(args.record)
-    doc = html.load(source)
+    doc = without_secrets(html.load(source))
     out = args.out or source.with_suffix(".html")
     if args.out is None:
         types.html_file(str(out))  # the default path next to the record, under the same rules as --out
     write_html(doc, out, paths.display(source))
-    _out(f"report: {paths.display(out)}")
+    from knobfleet.report import visible
+
+    _out(f"report: {visible(paths.display(out))}")
     return EXIT_OK
 
 

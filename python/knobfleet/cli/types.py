@@ -3,6 +3,8 @@ files and so goes through ``ops.fleet`` (the CLI reaches the fleet package only 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from knobfleet.argtypes import (
@@ -35,6 +37,7 @@ from knobfleet.rules import shown
 
 __all__ = [
     "CALIBRATIONS_MAX",
+    "ENGINE",
     "FRACTION",
     "INVENTORY_MAX",
     "NON_NEGATIVE",
@@ -44,6 +47,7 @@ __all__ = [
     "SECONDS",
     "SWEEP_MAX",
     "VAULT_PASSWORD_MAX",
+    "VERSION",
     "calibrations_file",
     "checked",
     "html_file",
@@ -58,6 +62,7 @@ __all__ = [
     "report_target",
     "serial",
     "vault_id",
+    "word",
 ]
 
 
@@ -70,3 +75,20 @@ def inventory(value: str) -> Path:
     if why:
         raise refuse(f"{shown(value)}: {why}")
     return path
+
+
+def word(what: str) -> Callable[[str], str]:
+    """An engine name or version: part of a catalog's file name (``generated/ENGINE@VERSION.yaml``), so a plain word
+    (letters, digits, ``._+-``): a ``/``, a newline or a NUL is refused while the line is parsed."""
+
+    def check(value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", value):
+            raise refuse(f"{shown(value)[:200]}: not {what} (letters, digits and ._+- only)")
+        return value
+
+    check.__name__ = what
+    return check
+
+
+ENGINE = word("an engine name")
+VERSION = word("an engine version")
