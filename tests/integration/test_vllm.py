@@ -137,15 +137,17 @@ def test_bench_and_consistency_against_vllm(vfleet: Fleet) -> None:
     # How many greedy outputs under load differ from serial ones is a property of the model and the CPU, not of
     # knobfleet: the tiny model has random weights, so its logits have near ties, and which float32 reductions run
     # depends on which requests share a batch (timing) and on the CPU's kernels. Here 0 of 32 diverge in most runs;
-    # one CI machine saw 16 of 32 (docs/VLLM.md). So the test holds the check itself: every comparison runs, none
-    # errs or loops, each divergence names a token inside the output, and the exit code follows the verdict.
+    # one CI machine saw 16 of 32 (docs/VLLM.md). An output that diverges can fall into a repetition loop the serial
+    # one does not have (the fresh-clone run of 0.2.5 saw 2 of 32): a loop is a divergence of that model, counted
+    # among the diverged. So the test holds the check itself: every comparison runs, none errs, every loop is among
+    # the divergences, each divergence names a token inside the output, and the exit code follows the verdict.
     cons = kf(vfleet, "bench", "--consistency", "--conc", "4", "--max-tokens", "16", "--json")
     result = json.loads(cons.stdout)
-    assert result["compared"] == 32 and result["errors"] == 0 and result["loops"] == 0, result
+    assert result["compared"] == 32 and result["errors"] == 0 and result["loops"] <= result["diverged"], result
     divs = result["divergences"]
     assert len(divs) == min(result["diverged"], 20), result
     assert all(0 <= d["first_divergent_token"] <= 16 and 0 <= d["prompt"] < 16 for d in divs), divs
-    assert result["passed"] == (result["diverged"] == 0), result
+    assert result["passed"] == (result["diverged"] == 0 and result["loops"] == 0), result
     assert cons.returncode == (0 if result["passed"] else 1), cons.stdout + cons.stderr
 
 
