@@ -184,29 +184,34 @@ def split_run_line(argv: list[str]) -> dict[str, Any] | None:
     }
 
 
+def ask(runtime: str, args: list[str], timeout_s: float) -> tuple[int, bytes, str]:
+    """Run the runtime's client with ``args`` (read-only subcommands only: inspect), bounded by ``timeout_s``:
+    (exit status, stdout at most 1 MiB, ""), or (-1, b"", why) when it is not installed or could not run."""
+    import subprocess
+
+    binary = BINARIES.get(runtime)
+    if binary is None or not os.path.exists(binary):
+        return -1, b"", "%s is not installed (%s)" % (runtime, binary)
+    try:
+        proc = subprocess.run([binary, *args], capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, b"", "%s %s: %s" % (runtime, " ".join(args[:2]), exc)
+    return proc.returncode, proc.stdout[: 1 << 20], ""
+
+
 def inspect(runtime: str, name: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """The runtime's view of the container ``name``: ``{"found": False}``, or its host PID (``pid``, 0 when not
     running), ``image_id``, ``image`` (as named when started), ``restart`` policy and ``started``; ``error``
     when the runtime could not be asked (missing, hung: bounded by ``timeout_s``)."""
     import json
-    import subprocess
 
-    binary = BINARIES.get(runtime)
-    if binary is None or not os.path.exists(binary):
-        return {"found": False, "error": "%s not installed (%s)" % (runtime, binary)}
-    try:
-        proc = subprocess.run(
-            [binary, "container", "inspect", "--format", "{{json .}}", name],
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"found": False, "error": "%s container inspect %s: %s" % (runtime, name, exc)}
-    if proc.returncode != 0:
+    rc, out, why = ask(runtime, ["container", "inspect", "--format", "{{json .}}", name], timeout_s)
+    if why:
+        return {"found": False, "error": why}
+    if rc != 0:
         return {"found": False}
     try:  # docker prints one object a line; podman 4.3 prints its whole array, indented, whatever the format
-        doc = json.loads(proc.stdout[: 1 << 20].decode("utf-8", "replace"))
+        doc = json.loads(out.decode("utf-8", "replace"))
     except ValueError:
         return {"found": False, "error": "%s container inspect %s: not JSON" % (runtime, name)}
     return view(doc[0] if isinstance(doc, list) and doc else doc)
@@ -238,23 +243,10 @@ def _obj(value: Any) -> dict[str, Any]:
 
 def image_id(runtime: str, ref: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
     """The ID of the local image ``ref`` (nothing is pulled): (``sha256:…``, "") or (None, why)."""
-    import subprocess
-
-    binary = BINARIES.get(runtime)
-    if binary is None or not os.path.exists(binary):
-        return None, "%s is not installed (%s)" % (runtime, binary)
-    try:
-        proc = subprocess.run(
-            [binary, "image", "inspect", "--format", "{{.Id}}", ref],
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, "%s image inspect %s: %s" % (runtime, ref, exc)
-    out = proc.stdout.decode("utf-8", "replace").strip()
-    if proc.returncode != 0 or not out:
-        return None, "no image %s on this host" % ref
+    rc, raw, why = ask(runtime, ["image", "inspect", "--format", "{{.Id}}", ref], timeout_s)
+    out = raw.decode("utf-8", "replace").strip()
+    if why or rc != 0 or not out:
+        return None, why or "no image %s on this host" % ref
     return (out if out.startswith("sha256:") else "sha256:" + out), ""
 
 
@@ -262,20 +254,11 @@ def image_config(runtime: str, ref: str, timeout_s: float = 10.0) -> dict[str, A
     """The local image's config (``Env``, ``Labels``: where an image carries its CUDA version), {} when it cannot
     be read; nothing is pulled."""
     import json
-    import subprocess
 
-    binary = BINARIES.get(runtime)
-    if binary is None or not os.path.exists(binary):
-        return {}
+    rc, out, why = ask(runtime, ["image", "inspect", "--format", "{{json .Config}}", ref], timeout_s)
     try:
-        proc = subprocess.run(
-            [binary, "image", "inspect", "--format", "{{json .Config}}", ref],
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        doc = json.loads(proc.stdout[: 1 << 20].decode("utf-8", "replace")) if proc.returncode == 0 else {}
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        doc = json.loads(out.decode("utf-8", "replace")) if rc == 0 and not why else {}
+    except ValueError:
         return {}
     doc = doc[0] if isinstance(doc, list) and doc else doc
     return doc if isinstance(doc, dict) else {}

@@ -32,8 +32,8 @@ def routed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))  # never this machine's own state folder
     router: dict[str, Any] = {"text": HOSTILE, "host": "gpu-1"}
-    hv = SimpleNamespace(host="gpu-1", router_url="http://10.0.0.9:30080", router_kind="sglang",
-                         base_url="http://10.0.0.1:30000")  # fmt: skip
+    hv = SimpleNamespace(host="gpu-1", router_url="http://127.0.9.9:30080", router_kind="sglang",
+                         base_url="http://127.0.9.1:30000")  # fmt: skip
 
     class Router:
         def list_workers(self) -> list[Any]:
@@ -88,5 +88,5 @@ def test_status_shows_every_cell_escaped_and_aligned(
     assert code == EXIT_UNREACHABLE and err == ""
     assert not raw_leak(out), ascii(out)
     _header, rule, row = out.splitlines()  # the message's CR LF is escaped: still one row
-    assert row.startswith("gpu\\u3164-1  http://10.0.0.1:30000  http://10.0.0.9:30080  " + ESCAPED[:20])
+    assert row.startswith("gpu\\u3164-1  http://127.0.9.1:30000  http://127.0.9.9:30080  " + ESCAPED[:20])
     assert len(rule.split()[0]) == len("gpu\\u3164-1")  # the column is as wide as what shows

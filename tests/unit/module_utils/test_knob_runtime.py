@@ -135,3 +135,28 @@ def test_a_containers_process_tree_is_read_from_the_parent_fields(tmp_path: Path
     (tmp_path / "self").mkdir()
     assert descendants(42, str(tmp_path)) == [42, 43, 44, 45]
     assert descendants(99, str(tmp_path)) == [99]
+
+
+def test_the_clients_answers_are_read_as_the_runtime_gives_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inspect and image_id through a stand-in client printing podman 4.3's recorded answer (its whole array, whatever
+    --format says), and what a missing client, a missing container and a missing image give."""
+    from knobfleet.module_utils import knob_runtime
+
+    client = tmp_path / "podman"
+    recorded = DATA / "podman-4.3.1-container-inspect.json"
+    client.write_text(
+        "#!/bin/sh\n"
+        f'case "$1 $2 $5" in "container inspect sglang-dsv4-decode") cat {recorded};; '
+        f'"image inspect {IMAGE}") echo {IMAGE[7:]};; *) echo "Error: no such object" >&2; exit 125;; esac\n'
+    )
+    client.chmod(0o755)
+    monkeypatch.setitem(knob_runtime.BINARIES, "podman", str(client))
+    assert knob_runtime.inspect("podman", "sglang-dsv4-decode")["pid"] == 669
+    assert knob_runtime.inspect("podman", "other") == {"found": False}
+    assert knob_runtime.image_id("podman", IMAGE) == (IMAGE, "")
+    assert knob_runtime.image_id("podman", OTHER) == (None, f"no image {OTHER} on this host")
+    monkeypatch.setitem(knob_runtime.BINARIES, "podman", str(tmp_path / "absent"))
+    assert knob_runtime.inspect("podman", "x")["error"].startswith("podman is not installed")
+    assert knob_runtime.image_id("podman", IMAGE)[0] is None
