@@ -166,8 +166,12 @@ class Harness:
     def prepare(self) -> None:
         import socket
 
+        from knobfleet.paths import ansible_dir
         from knobfleet.project import init
 
+        # An editable install stages its playbooks in the checkout on its first Ansible command; stage them here,
+        # before any case, so that no case's first command is the one that makes them (a fresh clone has none).
+        ansible_dir()
         s = socket.socket()
         s.bind((HOST, 0))
         self.port = s.getsockname()[1]  # nothing listens there once closed
@@ -305,7 +309,7 @@ class Harness:
         had = self.secrets_in(slot, prep.secrets)
         spec = run / "spec.json"
         parse_only = [list(p) for p in PARSE_ONLY]
-        roots = [str(self.root), *[str(p) for p in STAGED if p.is_dir()]]
+        roots = [str(self.root), *[str(p) for p in STAGED]]
         spec.write_text(json.dumps({"argv": prep.argv, "log": str(run / "driver.log"), "roots": roots,
                                     "parse_only": parse_only}))  # fmt: skip
         usage = run / "usage.txt"
