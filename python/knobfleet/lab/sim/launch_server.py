@@ -438,7 +438,14 @@ class Leader:
                 f"SM120 MMA decode: TARGET_CTAS={s.knobs.target_ctas} BLOCK_H={s.knobs.block_h} "
                 f"NSPLIT_MAX={s.knobs.nsplit_max} MIN_CHUNK={s.knobs.min_chunk} multi_stream_overlap={int(s.overlap)}"
             )
-            stopped = stopping.wait(s.startup / 2)  # a SIGTERM during start-up ends the process at once
+            # SGLang 0.5.23's phases, as its model runner logs them: weights, then the KV pool, then graph capture
+            stopped = stopping.wait(s.startup * 0.4)  # a SIGTERM during start-up ends the process at once
+            if not stopped:
+                log(f"Load weight end. elapsed={s.startup * 0.4:.2f} s, type=SimForCausalLM, avail mem=70.00 GB, "
+                    "mem usage=8.00 GB.")  # fmt: skip
+                stopped = stopping.wait(s.startup * 0.1)
+            if not stopped:
+                log("Memory pool end. avail mem=10.00 GB")
         if s.fail == "start" and not stopped:
             for w in self.workers:
                 w.terminate()
@@ -449,9 +456,13 @@ class Leader:
             )
         if not stopped:
             log(
-                f"Capture cuda graph begin. This can take up to several minutes. max_bs={args.cuda_graph_max_bs_decode}"
+                f"Capture decode CUDA graph begin. backend=triton, max_bs={args.cuda_graph_max_bs_decode}, "
+                "avail mem=10.00 GB"
             )
             stopped = stopping.wait(s.startup / 2)
+            if not stopped:
+                log(f"Capture decode CUDA graph end. elapsed={s.startup / 2:.2f} s, mem usage=0.50 GB, "
+                    "avail mem=9.50 GB.")  # fmt: skip
         if not stopped and not self.exit_code:
             self.engine.start()
             self.state.ready.set()
