@@ -130,10 +130,44 @@ def history_report(hosts: list[Any], ledger: int = 0) -> str:
         out.append(table(["gen", "profile", "hash", "status", "created", "operator", "reason"], rows))
         for err in h.errors:
             out.append(f"  error: {err}")
+        out.extend(_starts(h.ledger))
         for entry in h.ledger[-ledger:] if ledger else []:
             out.append("  ledger: " + " ".join(f"{k}={v}" for k, v in entry.items() if k != "files"))
         out.append("")
     return "\n".join(out).rstrip("\n")
+
+
+SHOWN_STARTS = 5
+
+
+def _starts(ledger: list[Any]) -> list[str]:
+    """The host's last measured starts (ledger events ``start``: module_utils/knob_startup.py), one line each."""
+    measured = [e for e in ledger if isinstance(e, dict) and e.get("event") == "start"]
+    measured = [e for e in measured if isinstance(e.get("start_s"), int | float)]
+    rows = []
+    for e in measured[-SHOWN_STARTS:]:
+        stop = e.get("stop_s")
+        phases = " ".join(
+            f"{p.get('phase')} {p.get('s'):.1f}s"
+            for p in e.get("phases") or []
+            if isinstance(p, dict) and isinstance(p.get("s"), int | float)
+        )
+        rows.append(
+            [
+                str(e.get("time") or "-")[:19],
+                str(e.get("kind") or "-") + (f" ({e['cache']} cache)" if e.get("cache") else ""),
+                "-" if e.get("generation") is None else f"{e['generation']:04d}",
+                f"{e.get('profile')}@{e.get('version')}" if e.get("profile") else "-",
+                str(e.get("engine_version") or "-"),
+                f"{stop:.1f}s" if isinstance(stop, int | float) else "-",
+                f"{e['start_s']:.1f}s",
+                phases or "-",
+            ]
+        )
+    if not rows:
+        return []
+    head = ["started", "kind", "gen", "profile", "engine", "stop", "start", "phases (from the journal)"]
+    return ["  restarts, newest last:", *("  " + line for line in table(head, rows).splitlines())]
 
 
 @human

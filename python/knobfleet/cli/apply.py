@@ -27,8 +27,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     profile = app.store().resolve(args.profile)
     check_gate_options(args, profile)  # before any host is touched
     hosts = fleet.hosts(inventory, args.limit)
-    if not args.check:
-        common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
     overrides: dict[str, int] = {}
     if getattr(args, "readiness_timeout", None) is not None:
         overrides["knob_serve_readiness_timeout_s"] = args.readiness_timeout
@@ -45,8 +43,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
         foreign_dropins=args.foreign_dropins,
         overrides=overrides,
         force_restart=getattr(args, "force_restart", False),
-        gate=_gate_judge(args, profile, inventory),
+        gate=None,
+        announce=None if args.json or args.check else _say,
     )
+    if not args.check:
+        if common.will_ask(args):  # the restarts and their cost, from a plan, before the question
+            from dataclasses import replace
+
+            _say(apply_uc.apply(profile, hosts, door, replace(opts, check=True, announce=None)).cost.lines())
+        common.confirm("apply", f"Apply {profile.ref} to {len(hosts)} host(s)?", len(hosts), args)
+        opts = replace_gate(opts, _gate_judge(args, profile, inventory))
     try:
         with interrupts.handled(), Progress(enabled=not args.json) as progress:
             result = apply_uc.apply(profile, hosts, door, opts, on_event=progress)
@@ -59,12 +65,28 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _out(report.to_json(result.as_json()))
     else:
         _out(report.apply_summary(result))
+        if args.check and result.cost is not None:
+            _out("\n".join(result.cost.lines()))
         for g in result.gates:
             _out(f"gate {g.host}: {'PASS' if g.passed else 'REJECT'} — {g.reason}")
     return result.exit_code
 
 
 GATE_OPTIONS = ("baseline", "gate_conc")
+
+
+def _say(lines: list[str]) -> None:
+    """The rollout's restarts and their cost, on stderr (stdout is the report)."""
+    import sys
+
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+
+
+def replace_gate(opts: Any, gate: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(opts, gate=gate)
 
 
 def check_gate_options(args: argparse.Namespace, profile: Any) -> None:

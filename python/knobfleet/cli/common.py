@@ -95,6 +95,11 @@ def yes_opt(p: argparse.ArgumentParser) -> None:
     )
 
 
+def will_ask(args: argparse.Namespace) -> bool:
+    """Whether ``confirm`` will put its question to a person (no --yes, no --json, a terminal)."""
+    return not getattr(args, "yes", False) and not getattr(args, "json", False) and sys.stdin.isatty()
+
+
 def confirm(command: str, question: str, n_hosts: int, args: argparse.Namespace) -> None:
     """Changing hosts needs a yes: ``--yes``, or an interactive answer. Without a terminal (cron, CI, a pipe) or
     with --json, refuse (exit 64) rather than proceed silently."""

@@ -24,7 +24,7 @@ from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, HostResult, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared
-from knobfleet.ops import interrupts, plan, ranks
+from knobfleet.ops import apply_cost, interrupts, plan, ranks
 from knobfleet.ops.apply_ahead import _ahead as _ahead
 from knobfleet.ops.apply_ahead import _last_applied as _last_applied
 from knobfleet.ops.apply_ahead import _last_applied_file as _last_applied_file
@@ -90,7 +90,7 @@ def _outcome(hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, 
     out.status = "applied" if inst.committed else "unchanged"
     out.actions = list(inst.actions or (["install", "restart"] if out.generation != out.previous else []))
     if isinstance(ready, ReadyResult):
-        out.main_pid, out.ready_s = ready.main_pid, ready.ready_s
+        out.main_pid, out.ready_s, out.startup = ready.main_pid, ready.ready_s, ready.startup
     if isinstance(restart, RestartResult):
         out.restart_s = restart.restart_s
     if started:
@@ -177,6 +177,8 @@ class _Rollout:
         self.groups = ranks.of(self.hosts)
         self.versions: dict[str, str | None] = {}  # engine versions the pre-check read (engine groups)
         self.notes: dict[str, str] = {}  # the pre-check's word on a host it did not refuse (versions.unknown_note)
+        self.seen: dict[str, dict[str, Any]] = {}  # per host the pre-check probed: ledger tail, engine version
+        self.cost: Any = None  # ops/restart_cost.Cost, once the pre-check decided
         self.declared = Declared(self.profile.name, self.profile.version, self.profile.content_hash)
         self.rendered: dict[str, Rendered] = {}
         self.trusted: dict[str, Any] = {"knob_serve_break_lock": self.opts.break_lock, **self.opts.overrides}
@@ -208,8 +210,27 @@ class _Rollout:
 
     def report(self) -> ApplyReport:
         return ApplyReport(
-            self.profile, False, self.run_ids, self.outcomes, time.monotonic() - self.started, 0.0, self.gates
+            self.profile,
+            False,
+            self.run_ids,
+            self.outcomes,
+            time.monotonic() - self.started,
+            0.0,
+            self.gates,
+            self.cost,
         )
+
+    def price(self, decided: dict[str, HostOutcome]) -> None:
+        """The restarts this rollout causes and what they will cost (ops/apply_cost.py), told before the first
+        batch; in a plan each pending host carries its own figure."""
+        self.cost = apply_cost.cost(
+            self.hosts, decided, self.seen, self.profile.name, self.opts, self.door.inventory, self.units
+        )
+        for h in self.cost.hosts:
+            if h.host in decided:
+                decided[h.host].cost = h.as_json()
+        if self.opts.announce is not None:
+            self.opts.announce(self.cost.lines())
 
     def playbook(
         self, group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
@@ -262,7 +283,7 @@ class _Rollout:
         last = _last_applied(self.door.inventory)
         if self.groups:
             decided = self.group_decisions(
-                pre_check(profile, hosts, self.rendered, self.door, opts, self.versions, self.notes)
+                pre_check(profile, hosts, self.rendered, self.door, opts, self.versions, self.notes, self.seen)
             )
         elif (
             speculative(hosts, opts, profile.content_hash, last, self.door)
@@ -277,10 +298,10 @@ class _Rollout:
                 lambda gate, cancel: self.playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
                 ahead_id,
                 len(hosts),
-                lambda: pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes),
+                lambda: pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes, seen=self.seen),
             )
         else:
-            decided = pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes)
+            decided = pre_check(profile, hosts, self.rendered, self.door, opts, notes=self.notes, seen=self.seen)
         if opts.gate is not None and not opts.check:  # a host already on the profile is judged in its batch too
             decided = {h: o for h, o in decided.items() if o.status != "unchanged"}
         for host, o in decided.items():
@@ -288,6 +309,7 @@ class _Rollout:
         todo = [hv.host for hv in hosts if hv.host not in decided]
         groups = plan.batches(todo, opts.serial, opts.canary, self.units(todo))
         self.outcomes = list(decided.values())
+        self.price(decided)
         self.batches(groups, ahead)
         order = {hv.host: i for i, hv in enumerate(hosts)}
         self.outcomes.sort(key=lambda o: order.get(o.host, len(order)))
@@ -307,9 +329,11 @@ class _Rollout:
             time.monotonic() - self.started,
             self.ansible_s,
             self.gates,
+            self.cost,
         )
         if not opts.check:
             _remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
+            apply_cost.remember(self.door.inventory, self.outcomes, report.wall_s)
         locks = [o for o in self.outcomes if o.lock and o.status == "failed"]
         if locks and len(locks) == len([o for o in self.outcomes if o.status == "failed"]) and not opts.check:
             first = locks[0]

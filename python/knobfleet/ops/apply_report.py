@@ -21,6 +21,7 @@ class ApplyReport:
     wall_s: float
     ansible_s: float
     gates: list[Any] = field(default_factory=list)  # apply --gate: each judged host's verdict, in order
+    cost: Any = None  # ops/restart_cost.Cost: the restarts the rollout causes, priced before it started
 
     @property
     def exit_code(self) -> int:
@@ -41,4 +42,5 @@ class ApplyReport:
             "exit_code": self.exit_code,
             "hosts": [h.as_json() for h in self.hosts],
             **({"gate": [g.as_json() for g in self.gates]} if self.gates else {}),
+            **({"cost": self.cost.as_json()} if self.cost is not None else {}),
         }

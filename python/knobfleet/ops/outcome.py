@@ -36,6 +36,8 @@ class HostOutcome:
     restored: Any = None  # RestoreOutcome when a failure was rolled back
     group: str = ""  # the engine group this host is a rank of ("dsv4-a rank 0"): restarts with its group
     dropped: int | None = None  # --force-restart: requests still in flight when its drain timed out
+    startup: dict[str, Any] | None = None  # what the engine's start cost: stop, start, phases (knob_startup)
+    cost: dict[str, Any] | None = None  # a plan's price of the restart it would cause (ops/restart_cost.py)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -58,6 +60,10 @@ class HostOutcome:
             out["group"] = self.group
         if self.dropped is not None:
             out["dropped"] = self.dropped
+        if self.startup is not None:
+            out["startup"] = self.startup
+        if self.cost is not None:
+            out["cost"] = self.cost
         out["live"] = {"ok": not self.findings, "findings": [f.as_json() for f in self.findings], "seen": self.seen}
         if self.knob_changes or self.diffs:
             out["knob_changes"] = self.knob_changes

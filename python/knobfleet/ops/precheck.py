@@ -32,6 +32,9 @@ class Options:
     # apply --gate: judges each host of a batch before it is put back (ops/apply_gate.py); a verdict has host,
     # passed, reason and as_json(). Hosts already in sync go through the batches too, to be judged.
     gate: Any = None
+    # Told the rollout's restarts and what they will cost (ops/restart_cost.Cost.lines) once the pre-check has
+    # read the hosts' ledgers, before the first batch starts: the CLI prints them.
+    announce: Any = None
 
 
 def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome:
@@ -129,11 +132,13 @@ def pre_check(
     opts: Options,
     versions: dict[str, str | None] | None = None,
     notes: dict[str, str] | None = None,
+    seen: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, HostOutcome]:
     """Hosts decided by one quick probe each: in sync (left alone), refused, or — in a plan — pending. Empty when
     no transport ``--via`` allows answers without a playbook for every host: then the role decides on every
     host. ``notes`` (where given) gets, per host, what the pre-check has to say without refusing it (an engine
-    version nothing reports: validated against the profile's own catalog)."""
+    version nothing reports: validated against the profile's own catalog). ``seen`` (where given) gets each probed
+    host's ledger tail and engine version, which price the restarts (ops/restart_cost.py)."""
     from knobfleet.engines.adapter import engine as adapter
 
     gate = door(inventory, opts.via)
@@ -152,6 +157,12 @@ def pre_check(
             continue  # unreachable or erroring now: the playbook run reports it
         if versions is not None and hv.version_file:
             versions[hv.host] = o.doc.get("engine_version")
+        if seen is not None:
+            package = o.doc.get("engine_package") or {}
+            seen[hv.host] = {
+                "ledger": (o.doc.get("generations") or {}).get("ledger") or [],
+                "engine_version": package.get("version") or o.doc.get("engine_version"),
+            }
         wrong = version_refusal(profile, hv, o.doc, catalog_dir, notes)
         if wrong is not None:
             current = (o.doc.get("generations") or {}).get("current")

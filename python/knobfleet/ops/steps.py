@@ -96,6 +96,7 @@ class ReadyResult(StepResult):
     main_pid: int | None = None
     ready_s: float | None = None
     probe: dict[str, Any] | None = None
+    startup: dict[str, Any] | None = None  # what the start cost (module_utils/knob_startup: stop, start, phases)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +208,7 @@ def read_play(host: str, results: dict[str, dict[str, Any]], success: bool) -> l
             main_pid=ready.get("main_pid"),
             ready_s=ready.get("ready_s"),
             probe=ready.get("probe") if isinstance(ready.get("probe"), dict) else None,
+            startup=ready.get("startup") if isinstance(ready.get("startup"), dict) else None,
         )
     )
     if ready_ok:

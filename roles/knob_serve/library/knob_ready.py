@@ -78,6 +78,23 @@ options:
     description: The fleet's key for secret markers (knobfleet passes its own); empty shows secrets as C(<secret>).
     type: str
     default: ""
+  phases:
+    description:
+      - The engine's start-up phases (its catalog's C(serve.startup_phases)), each C(name) and C(pattern) (a
+        regular expression searched in the unit's journal lines since the start). A phase ends at its last
+        matching line before the engine was ready.
+    type: list
+    elements: dict
+    default: []
+  run_id:
+    description: Recorded with the start in the ledger.
+    type: str
+    default: ""
+  cache_state:
+    description: Whether the engine's compile caches held anything before this start (C(cold), C(warm), C(off)),
+      recorded with it.
+    type: str
+    default: ""
 notes:
   - Supports check mode (reports what it would do in C(would)).
 """
@@ -124,6 +141,15 @@ probe:
   description: The probe document of the ready engine (when the paths were given).
   returned: success
   type: dict
+startup:
+  description:
+    - What this start cost (only when the module restarted or started the engine), from the unit's timestamps,
+      the first health 200 and the journal (module_utils knob_startup). With C(state_dir) it is also appended to
+      the service's ledger (event C(start)), keyed by generation, profile and engine version.
+  returned: when the engine was restarted or started
+  type: dict
+  sample: {kind: restart, stop_s: 0.4, pre_s: 0.02, start_s: 31.7,
+           phases: [{phase: weights, s: 9.1, end_s: 9.1}, {phase: serving, s: 2.0, end_s: 31.6}]}
 """
 
 import re
@@ -134,6 +160,7 @@ import urllib.request
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.knob_live import redact_text, secret_values
 from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
+from ansible.module_utils.knob_startup import TIMESTAMPS, compile_phases, journal_entries, phases, timing
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
 
@@ -234,6 +261,64 @@ def bring_up(module, p, timings=None):
     return done
 
 
+def measure_start(module, p, done, begun, ready_us):
+    """The start's cost (knob_startup) when this call restarted or started the engine, else None; a journal that
+    cannot be read leaves the phases out, never the start."""
+    if "restart" not in done and "start" not in done:
+        return None
+    rc, out, _ = module.run_command(["systemctl", "show", p["service"], "--property=" + ",".join(TIMESTAMPS)])
+    t = timing(parse_props(out), ready_us, "restart" in done) if rc == 0 else None
+    if t is None:
+        return None
+    rc, out, _ = module.run_command(
+        ["journalctl", "-u", p["service"], "--since", "@%d" % int(begun), "-n", "5000", "--no-pager", "-o", "json",
+         "--output-fields=MESSAGE"]
+    )  # fmt: skip
+    try:
+        patterns = compile_phases(p["phases"])
+    except ValueError as exc:
+        module.warn("start-up phases not read: %s" % exc)
+        patterns = []
+    found = phases(journal_entries(out), patterns, t["main_us"], ready_us) if rc == 0 and patterns else []
+    return {
+        "kind": "restart" if "restart" in done else "start",
+        "stop_s": t["stop_s"],
+        "pre_s": t["pre_s"],
+        "start_s": t["start_s"],
+        "phases": found,
+        "cache": p["cache_state"] or None,
+    }
+
+
+def record_start(module, p, startup, probe):
+    """Append the start to the service's ledger (event ``start``), keyed by the generation it ran, its profile and
+    the engine version the probe read; a ledger that cannot be written is a warning (the engine is up)."""
+    from ansible.module_utils.knob_store import Store, now
+
+    store = Store(p["state_dir"])
+    try:
+        number = store.current()
+        meta = store.meta(number) if number is not None else {}
+    except (OSError, ValueError):
+        number, meta = None, {}
+    package = (probe or {}).get("engine_package") or {}
+    entry = dict(
+        startup,
+        time=now(),
+        event="start",
+        generation=number,
+        profile=meta.get("profile"),
+        version=meta.get("version"),
+        hash=meta.get("hash"),
+        engine_version=package.get("version") or (probe or {}).get("engine_version"),
+        run_id=p["run_id"],
+    )
+    try:
+        store.append_ledger(entry)
+    except OSError as exc:
+        module.warn("the start was not recorded in %s: %s" % (store.ledger, exc.strerror or exc))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -252,6 +337,9 @@ def main():
             info_url=dict(type="str", default=""),
             secret=dict(type="list", elements="str", default=[]),
             secret_key=dict(type="str", default="", no_log=True),
+            phases=dict(type="list", elements="dict", default=[]),
+            run_id=dict(type="str", default=""),
+            cache_state=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -297,6 +385,7 @@ def main():
         state = check_alive("during start-up")
         status = health(p["url"])
         if status == 200:
+            ready_us = int(time.monotonic() * 1e6)
             break
         if time.monotonic() > deadline:
             log = journal(module, p["service"], since=begun)
@@ -324,6 +413,9 @@ def main():
         main_pid=int(state["MainPID"]),
         n_restarts=int(state.get("NRestarts", "0") or 0),
     )
+    startup = measure_start(module, p, done, begun, ready_us)
+    if startup is not None:
+        result["startup"] = startup
     if p["script_path"] and p["unit_path"] and p["state_dir"]:
         result["probe"] = observe(
             {
@@ -337,6 +429,8 @@ def main():
                 "secret_key": p.get("secret_key", ""),
             }
         )
+    if startup is not None and p["state_dir"]:
+        record_start(module, p, startup, result.get("probe"))
     module.exit_json(**result)
 
 

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def load() -> Any:
-    for util in ("knob_fs", "knob_live", "knob_observe"):
+    for util in ("knob_fs", "knob_live", "knob_observe", "knob_startup", "knob_store"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )
@@ -282,3 +282,63 @@ def test_a_failing_systemctl_is_named(systemd: Systemd, url: str, capsys: pytest
     systemd.fail = {"show": "Unit e.service not loaded."}
     rc, res = ready(capsys, url=url)
     assert rc == 1 and res["msg"] == "systemctl show e.service failed: Unit e.service not loaded."
+
+
+def test_a_restart_is_measured_from_systemd_and_the_journal_and_kept_in_the_ledger(
+    systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's stop, start-to-ready and phases (the catalog's patterns over the journal's JSON lines since the
+    start, on systemd's monotonic clock), returned and appended to the service's ledger as an event ``start``."""
+    import time
+
+    from knobfleet.module_utils.knob_store import Store
+
+    Health.answers = [200]
+    systemd.active, systemd.pid = "active", "7"
+    now = int(time.monotonic() * 1e6)
+    stamps = {
+        "ActiveExitTimestampMonotonic": now - 9_000_000,
+        "InactiveEnterTimestampMonotonic": now - 8_000_000,
+        "InactiveExitTimestampMonotonic": now - 7_000_000,
+        "ExecMainStartTimestampMonotonic": now - 6_000_000,
+    }
+    lines = [(now - 5_000_000, "Load weight end. elapsed=1.00 s"), (now - 2_000_000, "Capture decode CUDA graph end.")]
+    journal = "\n".join(json.dumps({"__MONOTONIC_TIMESTAMP": str(at), "MESSAGE": m}) for at, m in lines)
+    plain = systemd.run_command
+
+    def answer(argv: list[str], **kw: Any) -> tuple[int, str, str]:
+        if argv[:2] == ["systemctl", "show"] and "Timestamp" in argv[-1]:
+            systemd.ran.append(list(argv))
+            return 0, "".join(f"{k}={v}\n" for k, v in stamps.items()), ""
+        if argv[0] == "journalctl" and "json" in argv:
+            systemd.ran.append(list(argv))
+            return 0, journal, ""
+        return plain(argv, **kw)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: answer(argv, **kw))
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    phases = [
+        {"name": "weights", "pattern": "^Load weight end"},
+        {"name": "cuda_graph", "pattern": "CUDA graph end"},
+        {"name": "never_logged", "pattern": "^nothing"},
+    ]
+    rc, res = ready(capsys, url=url, restart=True, state_dir=str(state), phases=phases, run_id="r1", cache_state="warm")
+    assert rc == 0, res
+    s = res["startup"]
+    assert (s["kind"], s["stop_s"], s["pre_s"], s["cache"]) == ("restart", 1.0, 1.0, "warm")
+    assert 7.0 <= s["start_s"] < 9.0
+    assert [(p["phase"], p["s"]) for p in s["phases"][:2]] == [("weights", 1.0), ("cuda_graph", 3.0)]
+    assert s["phases"][-1]["phase"] == "serving" and len(s["phases"]) == 3
+    (cmd,) = [c for c in systemd.ran if c[0] == "journalctl"]
+    assert cmd[cmd.index("--since") + 1].startswith("@")
+    (entry,) = [json.loads(x) for x in Path(Store(str(state)).ledger).read_text().splitlines()]
+    assert entry["event"] == "start" and entry["run_id"] == "r1" and entry["start_s"] == s["start_s"]
+    assert entry["generation"] is None and "time" in entry
+
+
+def test_no_start_no_measure(systemd: Systemd, url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    Health.answers = [200]
+    systemd.active, systemd.pid, systemd.enabled = "active", "5", "enabled"
+    rc, res = ready(capsys, url=url, start=True, state_dir=str(tmp_path))
+    assert rc == 0 and "startup" not in res and not (tmp_path / "ledger.jsonl").exists()
