@@ -38,6 +38,7 @@ class Engine:
     metric_names: Metrics | None = None  # the catalog's serve.metrics
     info_version: tuple[str | int, ...] = ("version",)  # where its server info says its version
     rank_spec: tuple[dict[str, str | bool], dict[str, str | bool]] | None = None  # serve.ranks: (flags, followers')
+    startup_phases: tuple[tuple[str, str], ...] = ()  # serve.startup_phases: (name, pattern) in order
 
     def ranks(self, needed_by: str) -> tuple[dict[str, str | bool], dict[str, str | bool]]:
         """The engine's rank flags (catalog ``serve.ranks``: every rank's, followers' own); a one-line
@@ -167,6 +168,7 @@ class Engine:
             "readiness_path": self.readiness_path,
             "info_path": self.info_path or "",
             "secret_env": list(self.secret_env),
+            "startup_phases": [{"name": n, "pattern": p} for n, p in self.startup_phases],
         }
 
     def short(self, knob: str) -> str:
@@ -209,6 +211,7 @@ def engine(name: str | None = None) -> Engine:
         metric_names=s.metrics,
         info_version=s.info_version,
         rank_spec=(dict(s.ranks.flags), dict(s.ranks.follower_flags)) if s.ranks is not None else None,
+        startup_phases=tuple((p.name, p.pattern) for p in s.startup_phases),
     )
 
 

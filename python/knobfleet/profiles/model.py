@@ -243,6 +243,25 @@ class Ranks(_Strict):
     follower_flags: dict[str, RankValue] = Field(default_factory=dict, description="flags of ranks 1..N-1 only")
 
 
+class StartupPhase(_Strict):
+    """One phase of the engine's start-up as its log shows it (catalog ``serve.startup_phases``): the phase ends at
+    the last journal line ``pattern`` matches before the engine is ready (module_utils/knob_startup.py)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="the phase's name in history and plans")
+    pattern: str = Field(min_length=1, max_length=400, description="a regular expression searched in each line")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        import re
+
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc}); escape ( ) [ ] . with a backslash") from None
+        return v
+
+
 class Serve(_Strict):
     """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
 
@@ -282,6 +301,9 @@ class Serve(_Strict):
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
     metrics: Metrics | None = Field(default=None, description="the Prometheus names the drain and the canary read")
     ranks: Ranks | None = Field(default=None, description="how a multi-node engine's ranks find each other")
+    startup_phases: tuple[StartupPhase, ...] = Field(
+        default=(), description="the start-up phases its log shows, in order (knobfleet measures each restart's)"
+    )
 
 
 class Catalog(_Strict):

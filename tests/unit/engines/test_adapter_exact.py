@@ -21,6 +21,7 @@ TOY = Engine(
     secret_env=("TOY_TOKEN",),
     info_args=True,
     info_args_ignore=("--port",),
+    startup_phases=(("weights", r"weights loaded\."),),
 )
 
 
@@ -65,6 +66,7 @@ def test_rules_and_role_vars_exactly() -> None:
         "readiness_path": "/health",
         "info_path": "/info",
         "secret_env": ["TOY_TOKEN"],
+        "startup_phases": [{"name": "weights", "pattern": r"weights loaded\."}],
     }
 
 
