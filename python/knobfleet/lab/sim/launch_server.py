@@ -12,7 +12,9 @@ lab's host env sets it), SGLANG_SIM_SLOWDOWN (a profile's knob in the lab's test
 so a profile can be a known few percent worse: profiles/slower5.yaml),
 SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG_SIM_FAIL for tests:
 ``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
-seconds after becoming ready).
+seconds after becoming ready), and SGLANG_SIM_HANG (a fraction 0..1 of streamed requests that stop sending tokens
+after 0-2 of them, status 200, seeded by SGLANG_SIM_SEED; each held until the client leaves, a drain, or
+SGLANG_SIM_HANG_MAX_S, default 300: ``hang``).
 
 On SIGTERM it drains like SGLang: ``/health`` turns 503 and new requests get 503 at once, the requests in
 flight run to their end, then the process exits; a watchdog (SGLANG_SIM_DRAIN_TIMEOUT_S, default 30) bounds
@@ -46,7 +48,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from . import __version__, flags, model
+from . import __version__, flags, hang, model
 from .cluster import ConsensusError, Follower, Rendezvous, fingerprint
 from .engine import Engine, EngineConfig
 from .server import State, make_dummy_health_server, make_server
@@ -262,6 +264,10 @@ def read_setup(args: argparse.Namespace, env: dict[str, str]) -> Setup:
     noise = float(env.get("SGLANG_SIM_NOISE", str(model.DEFAULT_NOISE)))
     seed = int(env["SGLANG_SIM_SEED"]) if env.get("SGLANG_SIM_SEED") else None
     fail = env.get("SGLANG_SIM_FAIL", "")
+    try:
+        hang.from_env(env)
+    except ValueError as exc:
+        die("ValueError", str(exc), "sim_config")
     host, port = args.host or "127.0.0.1", args.port or 30000
     tp = args.tp_size or 1
     version = engine_version()
@@ -322,6 +328,7 @@ class Leader:
         state.worker_pids = [w.pid for w in self.workers]
         state.health_timeout_s = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         state.version = s.version
+        state.hang = hang.from_env(env)  # checked by read_setup, before anything started
         self.state = state
         try:
             self.httpd = make_server(s.host, s.port, state)

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import __version__
 from .engine import Engine
+from .hang import Hang
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 CHAT_DEFAULT_MAX_TOKENS = 2048
@@ -70,6 +71,7 @@ class State:
         self.draining = threading.Event()  # set on SIGTERM: health 503, new requests refused, in-flight ones finish
         self.version = __version__  # the engine version server info reports (the launcher reads sglang_sim/VERSION)
         self.ranks: Callable[[], list[dict[str, Any]]] | None = None  # rank 0 of a multi-node engine: who joined
+        self.hang: Hang | None = None  # SGLANG_SIM_HANG: the streams that stop sending tokens, status 200 (hang.py)
         self._active = 0
         self._lock = threading.Lock()
 
@@ -147,6 +149,17 @@ class Handler(BaseHTTPRequestHandler):
     def _event(self, data: Any) -> None:
         self.wfile.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode()) + b"\n\n")
         self.wfile.flush()
+
+    def _hangs_after(self, max_tokens: int) -> int | None:
+        """The tokens this stream sends before it hangs (SGLANG_SIM_HANG), or None."""
+        return self.state.hang.at(max_tokens) if self.state.hang is not None else None
+
+    def _hold(self) -> None:
+        """A hung stream: what was written goes out, then nothing until the client leaves, a drain or the bound."""
+        self.wfile.flush()
+        if self.state.hang is not None:
+            self.state.hang.hold(self.connection, self.state.draining)
+        self.close_connection = True
 
     def _ready(self) -> bool:
         st = self.state
@@ -316,8 +329,13 @@ class Handler(BaseHTTPRequestHandler):
         head = {"id": rid, "object": "text_completion", "created": created, "model": model_name}
         prefix = b"data: " + json.dumps(head).encode()[:-1] + b', "choices": [{"index": 0, "text": '
         suffix = b', "finish_reason": null, "logprobs": null}]}\n\n'
-        for tok in self.state.engine.stream(req):
+        hang = self._hangs_after(req.max_tokens)
+        for i, tok in enumerate(self.state.engine.stream(req)):
+            if i == hang:
+                return self._hold()
             self.wfile.write(prefix + json.dumps(" " + tok).encode() + suffix)
+        if hang is not None:  # fewer tokens than the hang's point (an early EOS): it hangs before its end
+            return self._hold()
         final = {
             "id": rid,
             "object": "text_completion",
@@ -370,8 +388,13 @@ class Handler(BaseHTTPRequestHandler):
 
         self._start_events()
         self._event(chunk({"role": "assistant", "content": ""}, None))
+        hang = self._hangs_after(req.max_tokens)
         for i, tok in enumerate(self.state.engine.stream(req)):
+            if i == hang:
+                return self._hold()
             self._event(chunk({"content": tok if i == 0 else " " + tok}, None))
+        if hang is not None:
+            return self._hold()
         self._event(chunk({}, req.finish_reason))
         if options.get("include_usage"):
             self._event({**head, "choices": [], "usage": _usage(prompt, len(req.tokens))})
