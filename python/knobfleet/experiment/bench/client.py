@@ -77,8 +77,10 @@ class Target:
         self.model = str(data[0].get("id") or "default")
         return self.model
 
-    def complete(self, text: str, max_tokens: int, deadline: float) -> dict[str, Any]:
-        """One streaming completion; returns latency, ttft, token texts, finish reason, or an error."""
+    def complete(self, text: str, max_tokens: int, deadline: float, stall_s: float | None = None) -> dict[str, Any]:
+        """One streaming completion; returns latency, ttft, token texts, finish reason, or an error. ``stall_s``: a
+        stream whose next token (the first included) does not come within that many seconds of the request or the
+        last token is closed, with ``stalled`` set and the error ``stalled`` (the canary's hung-stream probes)."""
         body = json.dumps(
             {
                 "model": self.model,
@@ -98,13 +100,16 @@ class Target:
             "finish_reason": None,
             "error": None,
             "itl": None,
+            "stalled": False,
         }
         stamps: list[float] = []
-        conn = http.client.HTTPConnection(
-            self.host, self.port, timeout=max(1.0, min(self.timeout, deadline - time.time()))
-        )
+        timeout = max(1.0, min(self.timeout, deadline - time.time()))
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=min(timeout, stall_s or timeout))
+        sent, last = False, 0.0  # the request went out; when it did, then each token: what a stall counts from
+        resp: http.client.HTTPResponse | None = None
         try:
             conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            sent, last = True, time.perf_counter()
             resp = conn.getresponse()
             if resp.status != 200:
                 out["error"] = f"HTTP {resp.status}"
@@ -114,6 +119,9 @@ class Target:
             for raw in resp:
                 if time.time() > deadline:
                     out["error"] = "timeout"
+                    return out
+                if stall_s is not None and time.perf_counter() - last > stall_s:
+                    out["error"], out["stalled"] = "stalled", True  # lines came, tokens did not
                     return out
                 line = raw.strip()
                 if not line.startswith(b"data:"):
@@ -125,7 +133,7 @@ class Target:
                 choice = (chunk.get("choices") or [{}])[0]
                 piece = choice.get("text") or ""
                 if piece:
-                    now = time.perf_counter()
+                    now = last = time.perf_counter()
                     stamps.append(now)
                     out["texts"].append(piece)
                     if out["ttft"] is None:
@@ -137,9 +145,16 @@ class Target:
             out["tokens"] = int((usage or {}).get("completion_tokens") or len(out["texts"]))
             if len(stamps) > 1:
                 out["itl"] = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+        except TimeoutError as exc:
+            if stall_s is not None and sent:  # sent, then no token within the bound
+                out["error"], out["stalled"] = "stalled", True
+            else:
+                out["error"] = type(exc).__name__ + (f": {exc}" if str(exc) else "")
         except (OSError, ValueError, http.client.HTTPException) as exc:
             out["error"] = type(exc).__name__ + (f": {exc}" if str(exc) else "")
         finally:
+            if resp is not None:
+                resp.close()  # its file holds the socket open: a stalled stream ends here, for the server too
             conn.close()
         return out
 
