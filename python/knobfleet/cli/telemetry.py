@@ -108,6 +108,8 @@ def _canary_settings(args: argparse.Namespace) -> Any:
         window_s=args.window,
         design=args.design,
         swap_after=args.swap_after,
+        probes=args.probes,
+        hang_s=args.hang,
     )
     bad = settings.check()
     if bad is not None:
@@ -120,7 +122,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import time
 
     from knobfleet import report
-    from knobfleet.experiment import records
+    from knobfleet.experiment import canary_probe, records
     from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary, split
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops import profiles as app
@@ -132,8 +134,9 @@ def cmd_canary(args: argparse.Namespace) -> int:
     hosts = fleet.hosts(inventory, args.limit)
     settings = _canary_settings(args)
     opts = CanaryOptions(
-        hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory
-    )
+        hosts=args.hosts, fraction=args.fraction, window_s=args.window, settings=settings, advisory=args.advisory,
+        prober=canary_probe.start,
+    )  # fmt: skip
     prom = Prometheus(_prometheus(args))  # a URL that is not http(s): one line, before the question
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
@@ -197,6 +200,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
 
 PRE_WINDOWS = 3  # experiment.canary.Settings.pre_windows (a unit test holds them equal; no stats import at parse)
+PROBES, MAX_PROBES, HANG_S = 8, 32, 20.0  # Settings.probes, canary.MAX_PROBES, Settings.hang_s (held equal too)
 
 
 def _prometheus(args: argparse.Namespace) -> str:
@@ -276,6 +280,16 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="judge and report the decision without acting on it: the canaries stay on the profile",
     )
+    p.add_argument(
+        "--probes", type=types.integer(0, MAX_PROBES), default=PROBES, metavar="N",
+        help=f"streamed probe requests per host and window, sent straight to each engine to catch hung streams "
+        f"({PROBES}; 0: none): a canary side with significantly more hung streams than the baseline rolls back",
+    )  # fmt: skip
+    p.add_argument(
+        "--hang", type=duration, default=HANG_S, metavar="DURATION",
+        help=f"a probe stream with no token (the first included) for this long counts hung and is closed "
+        f"({HANG_S:g}s; at most 10m)",
+    )  # fmt: skip
     p.add_argument("--max-regression", type=types.FRACTION, default=0.05,
                    help="the regression a canary must catch: promotion needs every metric shown better than minus "
                    "this (0.05)")  # fmt: skip

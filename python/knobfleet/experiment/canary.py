@@ -29,8 +29,9 @@ chance that an identical profile is rolled back as worse at most ``alpha`` overa
 
 - any metric significantly worse on the new profile (its interval entirely below 0) by more than ``min_effect``
   (its estimate below ln(1 - min_effect)), or a new-side error rate significantly above the current side's (engine
-  side), or the router's error rate significantly above its pre-period rate → **rollback** at once: a profile that
-  is measurably worse on live traffic does not spread;
+  side), or the router's error rate significantly above its pre-period rate, or the canaries' share of hung streams
+  (probes that got a 200 and then no token for ``hang_s``: ``canary_probe``) significantly above the baseline's
+  → **rollback** at once: a profile that is measurably worse on live traffic does not spread;
 - after the swap, every metric's interval (at the promotion side's z, ``beta``) above ln(1 - max_regression): the
   canary is shown to be no worse than the margin on anything (non-inferiority) → **promote**;
 - otherwise another window, up to ``max_windows`` in all; then **inconclusive** (the new profile is taken back: an
@@ -54,6 +55,11 @@ from knobfleet.experiment import stats
 
 METRICS: dict[str, bool] = {"tput": True, "itl": False, "ttft": False}  # name -> higher is better
 PRIMARY = "tput"
+MAX_PROBES = 32  # hung-stream probes per host and window (canary_probe)
+MAX_HANG_S = 600.0
+# The settings a canary's record keeps (besides its metrics).
+RECORDED = ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests", "pre_windows",
+            "design", "swap_after", "beta", "probes", "hang_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,12 @@ class Settings:
     # and its weight in pseudo-lags (``walk_variance``).
     walk_prior: float = 0.003
     walk_prior_weight: float = 4.0
+    # The hung-stream probes (experiment/canary_probe.py): streamed requests per host and window sent straight to each
+    # engine, and the seconds without a token (the first included) after which a stream counts hung. 20 s is far
+    # above a healthy engine's gap between tokens (its TTFT under load included) and far below the minutes a hung
+    # request holds; 0 probes: none sent, nothing judged on them.
+    probes: int = 8
+    hang_s: float = 20.0
 
     @property
     def prior_rho(self) -> float:
@@ -133,6 +145,11 @@ class Settings:
         """None, or the one line saying which setting cannot work and what would."""
         if self.design not in ("crossover", "did"):
             return f"design {self.design!r}: use crossover or did"
+        if not 0 <= self.probes <= MAX_PROBES or not 0 < self.hang_s <= MAX_HANG_S:
+            return (
+                f"probes {self.probes}, hang bound {self.hang_s:g}s: choose 0..{MAX_PROBES} probes per host and "
+                f"window and a bound in (0, {MAX_HANG_S:g}] seconds"
+            )
         if self.crossover and self.second_windows < self.min_windows:
             return (
                 f"max_windows {self.max_windows} leaves {self.second_windows} window(s) after the swap at "
@@ -153,6 +170,12 @@ class Window:
     baseline_errors: int = 0
     router_requests: int = 0  # every request the router answered in the window, and those it failed
     router_errors: int = 0
+    # The hung-stream probes (canary_probe): streams each side's probes got (a 200 and its headers), and per host
+    # those that then went without a token for the bound.
+    canary_streams: int = 0
+    baseline_streams: int = 0
+    canary_hung: Mapping[str, int] = field(default_factory=dict)
+    baseline_hung: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -351,6 +374,24 @@ def _error_excess(windows: Sequence[Window], z: float) -> str | None:
     )
 
 
+def _hung_excess(windows: Sequence[Window], z: float, s: Settings) -> str | None:
+    """The hung-stream guardrail, the 5xx one's rule on the probes: is the canaries' share of hung streams
+    significantly above the baseline's (one-sided two-proportion test over all windows)?"""
+    hung: dict[str, int] = {}
+    for w in windows:
+        for host, n in w.canary_hung.items():
+            hung[host] = hung.get(host, 0) + n
+    cs, bs = sum(w.canary_streams for w in windows), sum(w.baseline_streams for w in windows)
+    ch, bh = sum(hung.values()), sum(sum(w.baseline_hung.values()) for w in windows)
+    if not rate_excess(ch, cs, bh, bs, z):
+        return None
+    who = ", ".join(f"{h} {n}" for h, n in sorted(hung.items()) if n)
+    return (
+        f"hung streams: {ch} of {cs} probe streams on the canaries ({who}) went {s.hang_s:g}s without a token, "
+        f"status 200, against {bh} of {bs} on the baseline"
+    )
+
+
 def _at(se: stats.Interval, z: float) -> stats.Interval:
     """``se`` (an interval at z = 1: its half-width is the standard error) widened to ``z``."""
     half = z * (se.high - se.estimate)
@@ -381,7 +422,7 @@ def judge(
         looked = len(judged)
     z, zp = s.z(final), s.z_promote(final)
     v = Verdict("continue", "", len(judged) + len(second), skipped, pre=len(base), crossed=len(second))
-    excess = _error_excess(every, z) or _router_excess(pre, every, z)
+    excess = _error_excess(every, z) or _router_excess(pre, every, z) or _hung_excess(every, z, s)
     if excess:
         v.verdict, v.reason = "rollback", excess
         return v

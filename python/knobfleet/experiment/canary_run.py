@@ -14,7 +14,8 @@
 5. Each window, Prometheus gives each side's output tokens per request-second (the tokens generated over the
    time requests spent in flight, ``rate(e2e_sum)``: Little's law, exact over the window, where a sampled running
    gauge aliases with regular traffic) and mean inter-token latency (``rate(_sum)/rate(_count)``: exact means), and
-   requests served, and the router's requests and errors. A window in which a host of either side restarted (its
+   requests served, and the router's requests and errors; the canary's own probes (``canary_probe``) count each
+   host's hung streams (a 200, then no token for ``hang_s``). A window in which a host of either side restarted (its
    finished-requests counter reset: ``resets()``, which every engine has; real SGLang exports no
    ``process_start_time_seconds``) does not count.
 6. Promote: every host not yet on the profile gets it. Roll back (or inconclusive): the hosts on the profile (the
@@ -37,7 +38,8 @@ from typing import Any
 
 from knobfleet.errors import KnobfleetError, UsageError
 from knobfleet.experiment import running
-from knobfleet.experiment.canary import Settings, Verdict, Window, judge, pre_period_shortfall
+from knobfleet.experiment.canary import RECORDED, Settings, Verdict, Window, judge, pre_period_shortfall
+from knobfleet.experiment.canary_probe import Pending
 from knobfleet.experiment.canary_windows import _engine, _measure, engine_series
 from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
@@ -58,6 +60,8 @@ class CanaryOptions:
     settings: Settings = field(default_factory=Settings)
     serial: str = "1"
     advisory: bool = False  # judge and report, change nothing after the canary apply
+    # Starts a window's hung-stream probes (canary_probe.start; the CLI's): None sends none (the unit tests' fakes)
+    prober: Callable[[Sequence[HostVars], Settings], Pending | None] | None = None
 
 
 @dataclass
@@ -100,12 +104,7 @@ class CanaryReport:
             "followup": self.followup,
             "exit_code": self.exit_code,
             "started": self.started,
-            "settings": {
-                k: getattr(self.settings, k)
-                for k in ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests")
-            }
-            | {"pre_windows": self.settings.pre_windows, "metrics": list(self.settings.metrics)}
-            | {"design": self.settings.design, "swap_after": self.settings.swap_after, "beta": self.settings.beta},
+            "settings": {k: getattr(self.settings, k) for k in RECORDED} | {"metrics": list(self.settings.metrics)},
             "record": self.record,
             **self.ran,
             # the content the canaries ran (the report's "What ran"); none when the canary apply never happened
@@ -262,8 +261,9 @@ def _pre_period(
     pre: list[Window] = []
     measured_since = clock()
     for k in range(1, s.pre_windows + 1):
+        probes = opts.prober(canaries + baseline, s) if opts.prober else None
         sleep(opts.window_s)
-        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since)
+        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since, probes)
         row["pre"] = True
         report.pre.append(row)
         if window is None:
@@ -423,9 +423,10 @@ class _Judging:
         fresh_since = self.clock()
         verdict = report.verdict
         for _ in range(attempts):
+            probes = self.opts.prober(new + old, s) if self.opts.prober else None
             self.sleep(self.opts.window_s)
             self.k += 1
-            row, window = _measure(self.prom, new, old, self.k, self.clock(), self.opts.window_s, fresh_since)
+            row, window = _measure(self.prom, new, old, self.k, self.clock(), self.opts.window_s, fresh_since, probes)
             row["crossed"] = crossover
             report.windows.append(row)
             if window is None:

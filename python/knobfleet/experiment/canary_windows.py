@@ -1,14 +1,16 @@
 """The canary's windows as Prometheus measures them (pure but for the queries): each side's per-host throughput per
 running request, mean ITL and finished requests over one window from the engine's own series (its catalog's
-``serve.metrics``), the router's requests and 5xx answers, and the row and ``Window`` the judge reads."""
+``serve.metrics``), the router's requests and 5xx answers, the window's hung-stream probes (``canary_probe``: their
+counts join the row and the ``Window``), and the row and ``Window`` the judge reads."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from knobfleet.experiment.canary import Window
+from knobfleet.experiment.canary_probe import HostProbes, Pending
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.telemetry.prom import PromError, Prometheus, series
 
@@ -92,14 +94,18 @@ def _measure(
     end: float,
     window_s: float,
     fresh_since: float,
+    probes: Pending | None = None,
 ) -> tuple[dict[str, Any], Window | None]:
-    """One window: its row for the report, and the judge's ``Window`` (None: the window does not count)."""
+    """One window: its row for the report, and the judge's ``Window`` (None: the window does not count).
+    ``probes``: the window's hung-stream probes, waited for here (Prometheus is asked at ``end`` all the same)."""
     side = {"canary": [h.host for h in canaries], "baseline": [h.host for h in baseline]}
+    probed: Mapping[str, HostProbes] = probes.result() if probes is not None else {}
+    kept = {"probes": {h: p.as_json() for h, p in probed.items()}} if probes is not None else {}
     try:
         values, requests, resets = window_values(prom, list(canaries) + list(baseline), end, window_s)
         router_requests, router_errors = router_values(prom, end, window_s)
     except PromError as exc:
-        return {"window": k, "end": end, "skipped": str(exc)}, None
+        return {"window": k, "end": end, "skipped": str(exc), **kept}, None
     absent = [
         f"{h} ({', '.join(m for m in ('tput', 'itl') if h not in values[m])})"
         for names in side.values()
@@ -113,6 +119,7 @@ def _measure(
         "values": values,
         "requests": requests,
         "router": {"requests": router_requests, "errors": router_errors},
+        **kept,
     }
     if absent:
         # ITL comes from streamed requests only (real SGLang fills its histogram there): a host sent none has none
@@ -131,5 +138,9 @@ def _measure(
         round(sum(requests.get(h, 0.0) for h in side["baseline"])),
         router_requests=router_requests,
         router_errors=router_errors,
+        canary_streams=sum(p.sent - p.failed for h, p in probed.items() if h in side["canary"]),
+        baseline_streams=sum(p.sent - p.failed for h, p in probed.items() if h in side["baseline"]),
+        canary_hung={h: p.hung for h, p in probed.items() if h in side["canary"]},
+        baseline_hung={h: p.hung for h, p in probed.items() if h in side["baseline"]},
     )
     return row, window

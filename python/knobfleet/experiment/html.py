@@ -70,8 +70,21 @@ def window_differences(rec: dict[str, Any]) -> list[dict[str, Any]]:
                     diff[m] = c / b - 1 if METRICS.get(m, True) else b / c - 1
             iv = row.get("interval") if isinstance(row.get("interval"), dict) else {}
             out.append({"pre": pre, "crossed": crossed, "window": row.get("window"), "skipped": row.get("skipped"),
-                        "interval": iv, **diff})  # fmt: skip
+                        "interval": iv, "hung": _hung(row.get("probes"), new, old), **diff})  # fmt: skip
     return out
+
+
+def _hung(probes: Any, new: list[str], old: list[str]) -> str:
+    """The window's hung-stream probes, "hung/sent" on the new profile's side, then on the current one's ("" when
+    the canary sent none)."""
+    if not isinstance(probes, dict):
+        return ""
+    sides = []
+    for hosts in (new, old):
+        counts = [p for h, p in probes.items() if h in hosts and isinstance(p, dict)]
+        hung, sent = (sum(p[k] for p in counts if isinstance(p.get(k), int)) for k in ("hung", "sent"))
+        sides.append(f"{hung}/{sent}")
+    return " · ".join(sides)
 
 
 def canary_sentence(rec: dict[str, Any]) -> str:
@@ -119,7 +132,7 @@ def canary_page(rec: dict[str, Any]) -> str:
         ax.legend(fontsize=8, loc="best")
 
     rows = [["pre" if d["pre"] else "after swap" if d.get("crossed") else "judged", d["window"], pct(d["tput"]),
-             pct(d["itl"]), d["skipped"] or ""] for d in diffs]  # fmt: skip
+             pct(d["itl"]), d["hung"], d["skipped"] or ""] for d in diffs]  # fmt: skip
     iv_rows = [[m, pct(iv.get("estimate")), pct(iv.get("low")), pct(iv.get("high"))]
                for m, iv in sorted(intervals.items()) if isinstance(iv, dict)]  # fmt: skip
     host_rows: list[list[Any]] = [

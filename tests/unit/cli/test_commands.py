@@ -267,7 +267,9 @@ def test_history_canaries_lists_the_kept_records(
 
 
 def test_the_canary_options_default_to_the_judges() -> None:
-    from knobfleet.cli.telemetry import PRE_WINDOWS
+    from knobfleet.cli.telemetry import HANG_S, MAX_PROBES, PRE_WINDOWS, PROBES
+    from knobfleet.experiment.canary import MAX_PROBES as JUDGES_MAX
     from knobfleet.experiment.canary import Settings
 
     assert Settings().pre_windows == PRE_WINDOWS
+    assert (Settings().probes, Settings().hang_s, JUDGES_MAX) == (PROBES, HANG_S, MAX_PROBES)
