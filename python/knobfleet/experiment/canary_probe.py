@@ -16,8 +16,10 @@ is ``failed``: that is the 5xx guardrail's business, not this one's.
 
 Everything is bounded: at most ``MAX_PROBES`` (32) per host and window and ``MAX_THREADS`` threads for all of them; the
 probes start spread over the first ``window - hang_s`` seconds of the window (all at once when the window is no
-longer than the bound); each ends within ``hang_s`` of its last token and within ``probe_limit`` overall; ``result``
-waits at most until the last one's bound. The threads are daemons: an interrupted canary does not wait for them.
+longer than the bound); each ends within ``hang_s`` of its last token and within ``probe_limit`` overall (after its
+model look-up, itself bounded); ``result`` waits at most until the last one's bound, and a probe still running then
+is not counted. The threads are daemons: an interrupted canary does not wait for them. The probes are requests like
+any other in the engines' metrics: every probed host gets the same few, so both sides carry them alike.
 Only the head of an engine group (rank 0 of a tensor-parallel group) is probed: the other ranks serve no API.
 """
 
@@ -95,7 +97,8 @@ class Round:
         self._outcomes: list[tuple[str, str]] = []  # (host, ok | hung | failed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._until = now + spread + probe_limit(hang_s) + 5.0  # the last probe's start and its bound
+        # the last probe's start, its model look-up (the bench client's 10 s GET) and its bound
+        self._until = now + spread + probe_limit(hang_s) + 15.0
         self._threads = [
             threading.Thread(target=self._work, name=f"canary-probe-{k}", daemon=True)
             for k in range(min(MAX_THREADS, len(jobs)))
