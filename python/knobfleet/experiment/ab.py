@@ -7,7 +7,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,9 +95,10 @@ def activate(
     inventory: Path,
     on_event: Callable[[Event], None] | None,
     routed: bool = True,
-) -> None:
-    """Apply ``profile`` on one host (no gate) and insist that it is live and verified. ``routed=False``: the
-    caller has taken the host out of its router already (the gate's own applies), so no drain and no re-add."""
+) -> Any:
+    """Apply ``profile`` on one host (no gate) and insist that it is live and verified; its ApplyReport (the
+    host's measured start, ``hosts[0].startup``, prices the restart). ``routed=False``: the caller has taken the
+    host out of its router already (the gate's own applies), so no drain and no re-add."""
     from knobfleet.ops.apply import apply
     from knobfleet.ops.steps import Slots
 
@@ -108,6 +109,58 @@ def activate(
         if o.restored is not None and o.restored.ok:
             restored = f"; restored generation {o.restored.generation}"
         raise ApplyFailed(f"{hv.host}: applying {profile.ref} failed: {o.message}{restored}")
+    return rep
+
+
+@dataclass
+class Spent:
+    """Where an A/B's time went: each round's wall time, and the restarts' own (measured by knob_ready)."""
+
+    rounds: list[float] = field(default_factory=list)
+    restarts: int = 0
+    restart_s: float = 0.0
+    unmeasured: int = 0  # restarts without a measured start
+    stopped: str = ""  # why no further round started (the deadline)
+
+    def restart(self, rep: Any) -> None:
+        took = restart_seconds(rep)
+        self.restarts += 1
+        if took is None:
+            self.unmeasured += 1
+        else:
+            self.restart_s += took
+
+    def out_of_time(self, deadline: float | None) -> bool:
+        """Whether another round (the longest so far), then the winner's activation (half a round: one of its two
+        applies, its bench time not needed), would end after ``deadline``."""
+        if deadline is None or not self.rounds:
+            return False
+        need = max(self.rounds) * 1.5
+        left = deadline - time.monotonic()
+        if left >= need:
+            return False
+        self.stopped = (
+            f"stopped before round {len(self.rounds) + 1}: the budget has {max(left, 0):.0f}s left and a round "
+            f"took up to {max(self.rounds):.0f}s here"
+        )
+        return True
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "round_s": self.rounds,
+            "restarts": self.restarts,
+            "restart_s": round(self.restart_s, 1),
+            "unmeasured_restarts": self.unmeasured,
+            "stopped": self.stopped or None,
+        }
+
+
+def restart_seconds(rep: Any) -> float | None:
+    """What an activation's restart took the host out of service for (stop + start to ready, as knob_ready
+    measured it), None where nothing restarted or nothing was measured."""
+    o = rep.hosts[0] if rep is not None and rep.hosts else None
+    s = (o.startup or {}) if o is not None and o.restarted else {}
+    return float(s.get("stop_s") or 0.0) + float(s["start_s"]) if isinstance(s.get("start_s"), int | float) else None
 
 
 @dataclass(frozen=True)
@@ -218,9 +271,12 @@ def ab(
     check_consistency: bool = True,
     on_event: Callable[[Event], None] | None = None,
     status: Rounds | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Rounds of AB / BA on one host until the sequential rule stops; leaves the winner applied. ``status``
-    (if given) hears each round's start, each step and each round's result."""
+    (if given) hears each round's start, each step and each round's result. ``deadline`` (a ``time.monotonic()``
+    value: a budget's end): no round starts that the rounds measured so far say would end after it (with the
+    winner's activation after it), and the document says so."""
     if a.content_hash == b.content_hash:
         raise KnobfleetError(f"ab: {a.ref} and {b.ref} are the same profile content; nothing to compare")
     profiles = {"A": a, "B": b}
@@ -232,8 +288,10 @@ def ab(
     live: str | None = None
     started = time.monotonic()
     decision = Decision("continue", "not started", 0)
+    spent = Spent()
     for r in range(settings.max_rounds):
         got: dict[str, dict[int, float]] = {}
+        round_started = time.monotonic()
         if status is not None:
             status.start(r + 1, "".join(order(r)))
         for arm in order(r):
@@ -241,7 +299,7 @@ def ab(
             if live != arm:
                 if status is not None:
                     status.step(f"applying {name}")
-                activate(profiles[arm], hv, inventory, on_event)
+                spent.restart(activate(profiles[arm], hv, inventory, on_event))
                 live = arm
             if check_consistency and cons[arm] is None:
                 if status is not None:
@@ -262,6 +320,13 @@ def ab(
                 per_bucket[c].append(stats.log_ratio(got["A"][c], got["B"][c]))
         b_cons_ok = cons["B"] is None or bool(cons["B"].get("passed"))
         decision = decide(per_bucket, settings, errors=errs["B"], consistency_ok=b_cons_ok)
+        spent.rounds.append(round(time.monotonic() - round_started, 1))
+        if not decision.final and r + 1 < settings.max_rounds and spent.out_of_time(deadline):
+            decision.reason += f"; {spent.stopped}"
+            decision.rounds = r + 1
+            if status is not None:
+                status.done(r + 1, round_found(decision), spent.stopped)
+            break
         if decision.final or r + 1 >= settings.max_rounds:
             if not decision.final:
                 decision.verdict = "inconclusive"
@@ -274,10 +339,11 @@ def ab(
         decision.verdict = "inconclusive"
     winner = "B" if decision.verdict == "promote" else "A"
     if live != winner:
-        activate(profiles[winner], hv, inventory, on_event)
+        spent.restart(activate(profiles[winner], hv, inventory, on_event))
     doc = _document(
         a, b, hv.host, decision, settings, runs, cons, errs, profiles[winner].name, time.monotonic() - started
     )
+    doc["spent"] = spent.as_json()
     doc["time_scale"] = time_scale(hv, a)
     doc["profile_hashes"] = {a.ref: a.content_hash, b.ref: b.content_hash}
     for bucket in doc["buckets"]:  # html_ab.latency_runs reads {"A": {"itl": [...], ...}, "B": {...}} in seconds

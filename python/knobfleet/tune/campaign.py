@@ -208,7 +208,27 @@ def ab_summary(doc: dict[str, Any]) -> dict[str, Any]:
         ],
         "consistency": doc.get("consistency"),
         "wall_s": doc.get("wall_s"),
+        **({"spent": doc["spent"]} if isinstance(doc.get("spent"), dict) else {}),
     }
+
+
+def round_estimate(space: Space, results: list[dict[str, Any]]) -> tuple[float, str]:
+    """What one AB/BA round costs on the engine host: the longest round an earlier A/B of this campaign measured
+    there (two applies with their restarts, two benches), never less than the space's declared ``round``; the
+    declared one until an A/B has run. (seconds, where the figure comes from)"""
+    measured = [
+        float(x)
+        for r in results
+        for x in (((r.get("ab") or {}).get("spent") or {}).get("round_s") or [])
+        if isinstance(x, int | float)
+    ]
+    declared = space.engine.round_s
+    if not measured:
+        return declared, f"declared round {declared:g}s (no round measured on this host yet)"
+    longest = max(measured)
+    if longest <= declared:
+        return declared, f"declared round {declared:g}s (measured rounds took up to {longest:.0f}s)"
+    return longest, f"measured: a round took up to {longest:.0f}s here (declared {declared:g}s)"
 
 
 def engine_pick(results: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -239,18 +259,33 @@ class Ledger:
     wall_s: float = 0.0
     host_s: float = 0.0
     gpu_s: float = 0.0
+    restart_s: float = 0.0  # of host_s: the engine's restarts (stop + start to ready, measured by knob_ready)
 
     def as_json(self) -> dict[str, float]:
-        return {"wall_s": round(self.wall_s, 1), "host_s": round(self.host_s, 1), "gpu_s": round(self.gpu_s, 1)}
+        return {
+            "wall_s": round(self.wall_s, 1),
+            "host_s": round(self.host_s, 1),
+            "gpu_s": round(self.gpu_s, 1),
+            "restart_s": round(self.restart_s, 1),
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any] | None) -> Ledger:
         doc = doc or {}
-        return cls(float(doc.get("wall_s", 0)), float(doc.get("host_s", 0)), float(doc.get("gpu_s", 0)))
+        return cls(
+            float(doc.get("wall_s", 0)),
+            float(doc.get("host_s", 0)),
+            float(doc.get("gpu_s", 0)),
+            float(doc.get("restart_s", 0)),
+        )
 
 
-def rounds_affordable(space: Space, used: Ledger) -> int:
-    """How many AB/BA rounds the host budget (and the wall budget) still pays for, at the space's round cost."""
-    host_left = space.budget.host_s - used.host_s
-    wall_left = space.budget.wall_s - used.wall_s
-    return max(0, int(min(host_left, wall_left) // space.engine.round_s))
+def budget_left(space: Space, used: Ledger) -> float:
+    """Seconds the host budget (and the wall budget) has left."""
+    return max(0.0, min(space.budget.host_s - used.host_s, space.budget.wall_s - used.wall_s))
+
+
+def rounds_affordable(space: Space, used: Ledger, round_s: float | None = None) -> int:
+    """How many AB/BA rounds the host budget (and the wall budget) still pays for, at ``round_s`` a round (the
+    measured round time, ``round_estimate``; default the space's declared round)."""
+    return max(0, int(budget_left(space, used) // (round_s or space.engine.round_s)))

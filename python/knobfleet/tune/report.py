@@ -15,6 +15,12 @@ def knobs_text(knobs: dict[str, Any]) -> str:
     return ", ".join(f"{k.removeprefix('SGLANG_SM120_MMA_')}={v}" for k, v in knobs.items())
 
 
+def restarts(stages: dict[str, Any]) -> int:
+    """The engine host's restarts the campaign's A/Bs caused."""
+    results = (stages.get("engine") or {}).get("results") or []
+    return sum(int(((r.get("ab") or {}).get("spent") or {}).get("restarts") or 0) for r in results)
+
+
 def budget_lines(doc: dict[str, Any]) -> list[str]:
     """How much of each budget the campaign used, stage by stage."""
     used, limits = doc.get("used") or {}, doc.get("budget") or {}
@@ -34,6 +40,8 @@ def budget_lines(doc: dict[str, Any]) -> list[str]:
 
     return [
         "budget used: " + ", ".join([part("wall_s", "wall"), part("host_s", "host"), part("gpu_s", "GPU")]),
+        f"  restarts: {float(used.get('restart_s') or 0) / 60:.1f} min of the host's (the engine's stops and starts "
+        f"to ready, measured on the host; {restarts(st)} restart(s))",
         "  by stage: "
         + " · ".join(
             [

@@ -43,7 +43,14 @@ class Stages(Protocol):
 
     def kernel_rows(self, ctas: list[int], block_h: list[int], batches: list[int]) -> list[dict[str, Any]]: ...
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]: ...
+    def ab(
+        self,
+        base: Profile,
+        candidate: Profile,
+        max_rounds: int,
+        weights: dict[int, float],
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]: ...
 
     def restore(self, base: Profile) -> None: ...
 
@@ -276,12 +283,14 @@ class Campaign:
         for index in order:
             if index in finished:
                 continue
-            rounds = min(e.max_rounds, campaign.rounds_affordable(self.space, self.used))
+            round_s, basis = campaign.round_estimate(self.space, section["results"])
+            rounds = min(e.max_rounds, campaign.rounds_affordable(self.space, self.used, round_s))
             cand = candidate_profile(self.space, self.base, index, by_index[index]["knobs"])
             result: dict[str, Any] = {"index": index, "name": cand.name, "knobs": by_index[index]["knobs"]}
+            result["round_estimate"] = {"s": round(round_s, 1), "basis": basis, "rounds": rounds}
             if rounds < 3:
                 result["skipped"] = (
-                    f"budget: {rounds} round(s) left at ~{e.round_s:g}s each, an A/B needs 3; raise "
+                    f"budget: {rounds} round(s) left at ~{round_s:.0f}s each ({basis}), an A/B needs 3; raise "
                     "budget.host_minutes or budget.wall"
                 )
                 section["results"].append(result)
@@ -289,11 +298,15 @@ class Campaign:
                 continue
             section["running"] = index
             self.save()
-            self.on_step(f"engine: ab {self.base.name} vs {cand.name} on {e.host} (at most {rounds} rounds)")
+            self.on_step(
+                f"engine: ab {self.base.name} vs {cand.name} on {e.host} (at most {rounds} rounds at ~{round_s:.0f}s: "
+                f"{basis}; 2 restarts a round)"
+            )
             started = self.clock()
             try:
-                doc = self.stages.ab(self.base, cand, rounds, self.weights)
+                doc = self.stages.ab(self.base, cand, rounds, self.weights, campaign.budget_left(self.space, self.used))
                 result["ab"] = campaign.ab_summary(doc)
+                self.used.restart_s += float((doc.get("spent") or {}).get("restart_s") or 0.0)
                 if result["ab"]["verdict"] == "promote" and (doc.get("consistency") or {}).get("B") == "fail":
                     result["ab"]["verdict"] = "keep"
                     result["out"] = "failed the output-consistency check"

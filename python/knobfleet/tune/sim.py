@@ -80,7 +80,14 @@ class SimStages:
         self.drift = a * self.drift + math.sqrt(1 - a * a) * self.rng.gauss(0, SIGMA_DRIFT)
         return {c: self.true_tok_s(profile, c) * math.exp(self.drift + self.rng.gauss(0, SIGMA_WHITE)) for c in conc}
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]:
+    def ab(
+        self,
+        base: Profile,
+        candidate: Profile,
+        max_rounds: int,
+        weights: dict[int, float],
+        deadline_s: float | None = None,  # the simulation takes no time
+    ) -> dict[str, Any]:
         from knobfleet.errors import KnobfleetError
         from knobfleet.experiment import stats
 

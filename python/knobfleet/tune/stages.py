@@ -95,7 +95,14 @@ class HostStages:
             "re-run the campaign (the kernel stage measures again)",
         )
 
-    def ab(self, base: Profile, candidate: Profile, max_rounds: int, weights: dict[int, float]) -> dict[str, Any]:
+    def ab(
+        self,
+        base: Profile,
+        candidate: Profile,
+        max_rounds: int,
+        weights: dict[int, float],
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]:
         from knobfleet.experiment import ab
         from knobfleet.experiment.bench.run import BenchSpec
         from knobfleet.experiment.design import Settings
@@ -112,7 +119,15 @@ class HostStages:
         spec = BenchSpec(conc=e.conc, n_mult=e.n_mult, max_tokens=e.max_tokens)
         folder = paths.state_dir() / "tune" / self.space.name / f"{time.strftime('%Y%m%dT%H%M%S')}-{candidate.name}"
         return ab.ab(
-            base, candidate, self._engine_host(), self.inventory, settings, spec, folder, on_event=self.on_event
+            base,
+            candidate,
+            self._engine_host(),
+            self.inventory,
+            settings,
+            spec,
+            folder,
+            on_event=self.on_event,
+            deadline=None if deadline_s is None else time.monotonic() + deadline_s,
         )
 
     def restore(self, base: Profile) -> None:

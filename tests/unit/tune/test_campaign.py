@@ -4,6 +4,7 @@ measured rows, what the record keeps of an A/B, the engine stage's pick, the bud
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -132,10 +133,43 @@ def test_the_engine_stage_picks_the_surest_promoted_candidate(
 
 
 def test_the_ledger_round_trips_and_starts_at_zero() -> None:
-    assert campaign.Ledger.from_json(None).as_json() == {"wall_s": 0.0, "host_s": 0.0, "gpu_s": 0.0}
-    assert campaign.Ledger.from_json({}).as_json() == {"wall_s": 0.0, "host_s": 0.0, "gpu_s": 0.0}
-    led = campaign.Ledger(1.26, 2.0, 3.0)
-    assert campaign.Ledger.from_json(led.as_json()).as_json() == {"wall_s": 1.3, "host_s": 2.0, "gpu_s": 3.0}
+    zero = {"wall_s": 0.0, "host_s": 0.0, "gpu_s": 0.0, "restart_s": 0.0}
+    assert campaign.Ledger.from_json(None).as_json() == zero
+    assert campaign.Ledger.from_json({}).as_json() == zero
+    led = campaign.Ledger(1.26, 2.0, 3.0, 0.5)
+    assert campaign.Ledger.from_json(led.as_json()).as_json() == {**zero, "wall_s": 1.3, "host_s": 2.0, "gpu_s": 3.0,
+                                                                  "restart_s": 0.5}  # fmt: skip
+
+
+def ab_result(*rounds: float) -> dict[str, Any]:
+    return {"ab": {"spent": {"round_s": list(rounds), "restarts": 2 * len(rounds)}}}
+
+
+@pytest.mark.parametrize(
+    ("results", "expected", "basis"),
+    [
+        ([], 30.0, "declared round 30s (no round measured on this host yet)"),
+        ([ab_result(20.0, 25.0)], 30.0, "declared round 30s (measured rounds took up to 25s)"),
+        ([ab_result(240.0, 251.0), {"skipped": "x"}, ab_result(190.0)], 251.0,
+         "measured: a round took up to 251s here (declared 30s)"),
+    ],
+)  # fmt: skip
+def test_rounds_are_priced_at_the_longest_measured_round(
+    results: list[dict[str, Any]], expected: float, basis: str
+) -> None:
+    space = SimpleNamespace(engine=SimpleNamespace(round_s=30.0))
+    assert campaign.round_estimate(space, results) == (expected, basis)  # type: ignore[arg-type]
+
+
+def test_the_cap_follows_the_measured_round_not_the_declared_one() -> None:
+    """The lab's case: a 45-minute host budget, a declared 30 s round, rounds measured at 250 s: 10 rounds, not
+    90; the declared round would have allowed 8 (max_rounds) and overrun the budget by minutes."""
+    budget = SimpleNamespace(host_s=2700.0, wall_s=7200.0)
+    space = SimpleNamespace(budget=budget, engine=SimpleNamespace(round_s=30.0))
+    used = campaign.Ledger(wall_s=200.0, host_s=200.0)
+    assert campaign.budget_left(space, used) == 2500.0  # type: ignore[arg-type]
+    assert campaign.rounds_affordable(space, used) == 83  # type: ignore[arg-type]
+    assert campaign.rounds_affordable(space, used, 250.0) == 10  # type: ignore[arg-type]
 
 
 def test_rounds_affordable_is_bounded_by_the_smaller_budget(tmp_path: Path) -> None:

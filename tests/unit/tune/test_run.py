@@ -249,7 +249,10 @@ def test_live_traffic_is_measured_once_and_weights_the_ab(tmp_path: Path) -> Non
     c, stages = campaign(tmp_path, text, live={96: 1.0})
     seen: list[dict[int, float]] = []
     real_ab = stages.ab
-    stages.ab = lambda base, cand, rounds, weights: (seen.append(weights), real_ab(base, cand, rounds, weights))[1]  # type: ignore[method-assign]
+    stages.ab = lambda base, cand, rounds, weights, left=None: (  # type: ignore[method-assign]
+        seen.append(weights),
+        real_ab(base, cand, rounds, weights, left),
+    )[1]
     c.new_record()
     doc = c.run()
     assert stages.calls.count("live_weights") == 1 and doc["weights"] == {"96": 1.0}
