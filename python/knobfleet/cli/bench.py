@@ -150,6 +150,12 @@ def _settings_shown(settings: object) -> list[tuple[str, object]]:
     return [(k, found[k]) for k in SHOWN_SETTINGS if k in found]
 
 
+def _err(text: str) -> None:
+    import sys
+
+    sys.stderr.write(text + "\n")
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     from knobfleet import paths, report
     from knobfleet.cli.parse import parse_weights
@@ -160,8 +166,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     hv, inventory = _one_host(args, "ab")
     st = app.store()
-    common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     a, b = st.resolve(args.a), st.resolve(args.b)
+    if not args.json:  # what the design costs in restarts, before the question
+        from knobfleet.ops import fleet
+        from knobfleet.ops.apply_cost import host_restarts
+        from knobfleet.ops.restart_cost import experiment_lines
+
+        why = f"at most {args.max_rounds} rounds of AB/BA, 2 applies a round, +1 to leave the winner applied"
+        restarts = host_restarts([hv], fleet.door(inventory), b.name)
+        _err("\n".join(experiment_lines(f"ab on {hv.host}", restarts, 2 * args.max_rounds + 1, why)))
+    common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     weights = parse_weights(args.weights)
     spec = _spec(args)
     missing = sorted(set(spec.conc) - set(weights))

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from knobfleet.errors import UsageError
+from knobfleet.errors import KnobfleetError, UsageError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops import plan
 from knobfleet.ops.outcome import HostOutcome
-from knobfleet.ops.restart_cost import Cost, price
+from knobfleet.ops.restart_cost import Cost, Measured, measured, price
 
 
 def _file(inventory: Path) -> Path:
@@ -100,4 +100,23 @@ def cost(
         profile,
         {h: v.get("engine_version") for h, v in seen.items()},
         overhead(inventory),
+        # --gate: each judged host also runs the baseline and the profile once more (experiment/gate.py)
+        restarts_each=3 if opts.gate is not None else 1,
     )
+
+
+def host_restarts(hosts: Sequence[HostVars], door: Any, profile: str) -> dict[str, Measured | None]:
+    """Each host's measured restart (``restart_cost.measured``) from one quick probe of its ledger; a host the
+    probe does not answer, or that has no start yet, is unmeasured (None)."""
+    try:
+        outcomes = door.probe(list(hosts), quick=True)
+    except (KnobfleetError, OSError):  # a price is advice: a probe that fails leaves the hosts unmeasured
+        outcomes = {}
+    out: dict[str, Measured | None] = {}
+    for hv in hosts:
+        o = outcomes.get(hv.host)
+        doc = getattr(o, "doc", None) or {}
+        package = doc.get("engine_package") or {}
+        ledger = (doc.get("generations") or {}).get("ledger") or []
+        out[hv.host] = measured(ledger, profile, package.get("version") or doc.get("engine_version"))
+    return out

@@ -166,6 +166,28 @@ class Cost:
         return out
 
 
+def experiment_lines(what: str, hosts: Mapping[str, Measured | None], restarts_each: int, why: str) -> list[str]:
+    """What an experiment (``ab``, ``canary``) will cost in restarts, stated before it asks to proceed:
+    ``restarts_each`` restarts on each host (``why`` says where they come from), priced at each host's measured
+    restart."""
+    total = restarts_each * len(hosts)
+    out = [f"{what}: up to {total} restart(s), {restarts_each} on each of {len(hosts)} host(s) ({why})"]
+    seconds = 0.0
+    for host, m in hosts.items():
+        if m is None:
+            out.append(f"  {host}: unmeasured (no start in its ledger yet)")
+            continue
+        seconds += m.seconds * restarts_each
+        out.append(
+            f"  {host}: {m.seconds:.1f}s a restart (median of {m.n}, {m.basis}) = {_clock(m.seconds * restarts_each)}"
+        )
+    missing = [h for h, m in hosts.items() if m is None]
+    if len(missing) < len(hosts):
+        left = f" (leaves out {len(missing)} unmeasured host(s))" if missing else ""
+        out.append(f"  restarts alone: {seconds / 60:.1f} host-minutes out of service{left}")
+    return out
+
+
 def _clock(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m}m{s:02d}s" if m else f"{s}s"

@@ -87,3 +87,15 @@ def test_nothing_measured_and_nothing_to_change() -> None:
         price([["a"]], {"a"}, {}, "p", {}).lines()[-1] == "expected time: unmeasured (no host has a measured start yet)"
     )
     assert price([["a"]], set(), {}, "p", {}).lines() == ["restarts: none (nothing to change)"]
+
+
+def test_an_experiment_states_its_restarts_per_host() -> None:
+    from knobfleet.ops.restart_cost import experiment_lines
+
+    m = measured([start("p", "1", 1.0, 29.0)], "p", "1")
+    lines = experiment_lines("ab on lab1", {"lab1": m, "lab2": None}, 17, "8 rounds")
+    assert lines[0] == "ab on lab1: up to 34 restart(s), 17 on each of 2 host(s) (8 rounds)"
+    assert lines[1] == "  lab1: 30.0s a restart (median of 1, this profile on this engine version) = 8m30s"
+    assert lines[2] == "  lab2: unmeasured (no start in its ledger yet)"
+    assert lines[3] == "  restarts alone: 8.5 host-minutes out of service (leaves out 1 unmeasured host(s))"
+    assert experiment_lines("x", {"a": None}, 1, "y")[-1] == "  a: unmeasured (no start in its ledger yet)"
