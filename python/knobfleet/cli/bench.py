@@ -42,6 +42,7 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         timeout_s=args.timeout,
         tool=args.tool,
         input_len=args.input_len,
+        warmup_max=args.warmup_max,
     )
 
 
@@ -276,6 +277,14 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
         help="concurrency buckets, comma-separated (48,64,80,96)",
     )
     p.add_argument("--n-mult", type=types.POSITIVE, default=4, help="requests per bucket = N x concurrency (4)")
+    p.add_argument(
+        "--warmup-max",
+        type=types.NON_NEGATIVE,
+        default=128,
+        metavar="N",
+        help="after C warm-up requests per bucket, warm up on until the engine's median ITL and TTFT stop improving "
+        "by more than 3%% a chunk, at most N requests (128; 0: C only). What was set aside is in the record",
+    )
     p.add_argument("--max-tokens", type=types.POSITIVE, default=256, help="tokens generated per request (256)")
     p.add_argument("--timeout", type=types.POSITIVE, default=1800, help="bound per bench run, seconds")
     p.add_argument(

@@ -121,6 +121,16 @@ class Spent:
     restart_s: float = 0.0
     unmeasured: int = 0  # restarts without a measured start
     stopped: str = ""  # why no further round started (the deadline)
+    warmup: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})  # requests set aside per arm
+    unconverged: int = 0  # buckets whose warm-up reached its bound before the engine converged
+
+    def warmed(self, arm: str, doc: dict[str, Any]) -> None:
+        """A bench run's warm-up (bench/client.py warm_up): the requests set aside, and the buckets it left
+        unconverged."""
+        for b in doc.get("buckets") or []:
+            self.warmup[arm] = self.warmup.get(arm, 0) + int(b.get("warmup") or 0)
+            if (b.get("warmup_detail") or {}).get("converged") is False:
+                self.unconverged += 1
 
     def restart(self, rep: Any) -> None:
         took = restart_seconds(rep)
@@ -152,6 +162,8 @@ class Spent:
             "restart_s": round(self.restart_s, 1),
             "unmeasured_restarts": self.unmeasured,
             "stopped": self.stopped or None,
+            "warmup_requests": self.warmup,
+            "warmup_unconverged": self.unconverged,
         }
 
 
@@ -308,6 +320,7 @@ def ab(
             if status is not None:
                 status.step(f"benchmarking {name}")
             doc = run_bench([hv], inventory, spec, on_event=on_event)[hv.host]
+            spent.warmed(arm, doc)
             errs[arm] += errors(doc)
             got[arm] = throughput(doc)
             for c, v in got[arm].items():

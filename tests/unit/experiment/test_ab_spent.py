@@ -35,7 +35,10 @@ def test_spent_counts_restarts_measured_and_not() -> None:
     s = Spent()
     s.restart(report(True, {"stop_s": 1.0, "start_s": 9.0}))
     s.restart(report(True, None))
-    assert s.as_json() == {"round_s": [], "restarts": 2, "restart_s": 10.0, "unmeasured_restarts": 1, "stopped": None}
+    s.warmed("B", {"buckets": [{"warmup": 16, "warmup_detail": {"converged": True}},
+                               {"warmup": 128, "warmup_detail": {"converged": False}}]})  # fmt: skip
+    assert s.as_json() == {"round_s": [], "restarts": 2, "restart_s": 10.0, "unmeasured_restarts": 1, "stopped": None,
+                           "warmup_requests": {"A": 0, "B": 144}, "warmup_unconverged": 1}  # fmt: skip
 
 
 @pytest.mark.parametrize(("left", "stops"), [(None, False), (400.0, False), (140.0, True), (-5.0, True)])

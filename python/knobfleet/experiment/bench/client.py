@@ -8,8 +8,12 @@ Stdlib only, so it runs on any GPU host next to the engine (SGLang, vLLM, or the
 
 Load: for each concurrency C, C worker threads keep C streaming /v1/completions requests in flight
 (greedy, ignore_eos, fixed-seed prompts) until n requests finish; ``--warmup`` requests per bucket run
-first and are not measured. Every bucket is bounded by ``--timeout`` seconds; requests that fail or do not
-finish are counted as errors, never dropped. Prints one summary line per bucket and writes JSON.
+first and are not measured. With ``--warmup-max`` above it, the warm-up goes on in chunks (each as long as
+all before it) until the engine has converged (``warmed``: the last chunk's median ITL and TTFT no longer
+better than the chunk before by more than ``--warmup-tol``), at most ``--warmup-max`` requests; what was set
+aside is in the bucket's ``warmup`` and ``warmup_detail``. Every bucket is bounded by ``--timeout`` seconds;
+requests that fail or do not finish are counted as errors, never dropped. Prints one summary line per bucket and
+writes JSON.
 
 Consistency: each fixed prompt runs alone (serial), then all of them at once (repeatedly, so they share
 batches); each concurrent output is compared token by token with its serial output. Reports the first
@@ -200,10 +204,71 @@ def closed_loop(
     return done, wall
 
 
-def bucket(t: Target, conc: int, n: int, max_tokens: int, warmup: int, seed: int, timeout: float) -> dict[str, Any]:
+def _medians(reqs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    ok = [r for r in reqs if not r["error"]]
+    itl = [r["itl"] for r in ok if r["itl"] is not None]
+    ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
+    return (statistics.median(itl) if itl else None, statistics.median(ttft) if ttft else None)
+
+
+def warmed(chunks: list[tuple[float | None, float | None]], tol: float) -> bool:
+    """Whether the engine has converged: neither the median ITL nor the median TTFT of the last chunk is better
+    than the chunk before by more than ``tol`` (a warming engine gets faster chunk by chunk; noise either way
+    within ``tol``, or a chunk that got worse, ends it). Pure."""
+    if len(chunks) < 2:
+        return False
+    for before, last in zip(chunks[-2], chunks[-1], strict=True):
+        if before is not None and last is not None and before > 0 and (before - last) / before > tol:
+            return False
+    return True
+
+
+def warm_up(
+    t: Target, conc: int, least: int, most: int, tol: float, seed: int, max_tokens: int, deadline: float
+) -> dict[str, Any]:
+    """Unmeasured requests before a bucket: ``least``, then chunks (each as many requests as all before it, at least
+    ``conc``) until ``warmed`` or ``most``. A restarted engine converges over its first ~50-100 requests: a chunk
+    of a few requests improves on the one before by less than the noise long before that."""
+    chunks: list[tuple[float | None, float | None]] = []
+    sent = 0
+    while time.time() <= deadline:
+        if sent == 0:
+            k = least if least > 0 else min(max(conc, 1), most)
+        elif sent < most and not warmed(chunks, tol):
+            k = min(max(conc, sent, 1), most - sent)  # chunks double: a slow trend shows over a longer span
+        else:
+            break
+        if k <= 0:
+            break
+        reqs, _ = closed_loop(t, conc, [prompt(seed, -1 - sent - j) for j in range(k)], max_tokens, deadline)
+        sent += k
+        chunks.append(_medians(reqs))
+        if most <= least:
+            break
+    return {
+        "requests": sent,
+        "converged": warmed(chunks, tol) if most > least else None,
+        "bound": most,
+        "itl_p50": [c[0] for c in chunks],
+        "ttft_p50": [c[1] for c in chunks],
+    }
+
+
+def bucket(
+    t: Target,
+    conc: int,
+    n: int,
+    max_tokens: int,
+    warmup: int,
+    seed: int,
+    timeout: float,
+    warmup_max: int = 0,
+    warmup_tol: float = 0.03,
+) -> dict[str, Any]:
     deadline = time.time() + timeout
-    if warmup:
-        closed_loop(t, conc, [prompt(seed, -1 - i) for i in range(warmup)], max_tokens, deadline)
+    warm = None
+    if warmup or warmup_max:
+        warm = warm_up(t, conc, warmup, max(warmup_max, warmup), warmup_tol, seed, max_tokens, deadline)
     reqs, wall = closed_loop(t, conc, [prompt(seed, i) for i in range(n)], max_tokens, deadline)
     ok = [r for r in reqs if not r["error"]]
     toks = sum(r["tokens"] for r in ok)
@@ -219,7 +284,8 @@ def bucket(t: Target, conc: int, n: int, max_tokens: int, warmup: int, seed: int
         "concurrency": conc,
         "n": n,
         "max_tokens": max_tokens,
-        "warmup": warmup,
+        "warmup": warm["requests"] if warm else 0,
+        "warmup_detail": warm,
         "wall_s": round(wall, 4),
         "tokens": toks,
         "errors": len(reqs) - len(ok),
@@ -309,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-mult", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--warmup", type=int, default=None, help="unmeasured requests per bucket (default: C)")
+    ap.add_argument("--warmup-max", type=int, default=0, help="go on warming up until converged, at most this many")
+    ap.add_argument("--warmup-tol", type=float, default=0.03, help="a chunk better than the last by more: not warm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per bucket")
     ap.add_argument("--consistency", action="store_true")
@@ -343,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["buckets"] = []
         for c in concs:
             n = args.n or args.n_mult * c
-            b = bucket(t, c, n, args.max_tokens, c if args.warmup is None else args.warmup, args.seed, args.timeout)
+            least = c if args.warmup is None else args.warmup
+            b = bucket(t, c, n, args.max_tokens, least, args.seed, args.timeout, args.warmup_max, args.warmup_tol)
             doc["buckets"].append(b)
             print(summary_line(b), file=sys.stderr, flush=True)
     text = json.dumps(doc)

@@ -22,6 +22,9 @@ class BenchSpec:
     n_mult: int = 4
     max_tokens: int = 256
     warmup: int | None = None
+    # warm up until converged, at most this many requests (client.py warm_up; 0: the fixed warm-up only)
+    warmup_max: int = 128
+    warmup_tol: float = 0.03
     seed: int = 0
     timeout_s: int = 1800
     cons_prompts: int = 16
@@ -59,6 +62,8 @@ def run_bench(
             "knob_bench_n_mult": spec.n_mult,
             "knob_bench_max_tokens": spec.max_tokens,
             "knob_bench_warmup": spec.warmup,
+            "knob_bench_warmup_max": spec.warmup_max,
+            "knob_bench_warmup_tol": spec.warmup_tol,
             "knob_bench_seed": spec.seed,
             "knob_bench_timeout_s": spec.timeout_s,
             "knob_bench_consistency": consistency,
