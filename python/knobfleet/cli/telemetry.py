@@ -146,6 +146,16 @@ def cmd_canary(args: argparse.Namespace) -> int:
         if settings.crossover
         else ""
     )
+    if not args.json:  # what the design costs in restarts (and the other design), before the question
+        from knobfleet.ops.apply_cost import host_restarts
+        from knobfleet.ops.restart_cost import canary_lines
+
+        measured = host_restarts([*canaries, *baseline], door, profile.name)
+        sys.stderr.write(
+            "\n".join(canary_lines(
+                args.design, {h.host: measured[h.host] for h in canaries}, {h.host: measured[h.host] for h in baseline}
+            )) + "\n"
+        )  # fmt: skip
     common.confirm(
         "canary",
         f"Measure {settings.pre_windows} pre-period window(s), then apply {profile.ref} to {len(canaries)} canary "

@@ -188,6 +188,29 @@ def experiment_lines(what: str, hosts: Mapping[str, Measured | None], restarts_e
     return out
 
 
+# Restarts a canary causes on each host of each subset, at most (experiment/canary_run.py): the canaries take the
+# profile and the baseline restarts as fresh; a crossover swaps (both subsets restart again), and its verdict puts
+# one subset back or onto the profile once more; a difference-in-differences canary has no swap, and a rollback
+# puts the canaries back.
+CANARY_RESTARTS = {"crossover": (3, 3), "did": (2, 1)}
+
+
+def canary_lines(
+    design: str, canaries: Mapping[str, Measured | None], baseline: Mapping[str, Measured | None]
+) -> list[str]:
+    """What a canary's design costs in restarts, and what the other design would cost, before it asks."""
+    other = "did" if design == "crossover" else "crossover"
+    c, b = CANARY_RESTARTS[design]
+    out = experiment_lines(f"canary ({design}) canaries", canaries, c, "the profile, the swap, the verdict"
+                           if design == "crossover" else "the profile, a rollback")  # fmt: skip
+    out += experiment_lines(f"canary ({design}) baseline", baseline, b, "fresh restart, the swap, the verdict"
+                            if design == "crossover" else "a fresh restart")  # fmt: skip
+    oc, ob = CANARY_RESTARTS[other]
+    mine, theirs = c * len(canaries) + b * len(baseline), oc * len(canaries) + ob * len(baseline)
+    out.append(f"  the {other} design would cost up to {theirs} restart(s) instead of {mine}")
+    return out
+
+
 def _clock(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m}m{s:02d}s" if m else f"{s}s"

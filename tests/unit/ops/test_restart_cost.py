@@ -99,3 +99,17 @@ def test_an_experiment_states_its_restarts_per_host() -> None:
     assert lines[2] == "  lab2: unmeasured (no start in its ledger yet)"
     assert lines[3] == "  restarts alone: 8.5 host-minutes out of service (leaves out 1 unmeasured host(s))"
     assert experiment_lines("x", {"a": None}, 1, "y")[-1] == "  a: unmeasured (no start in its ledger yet)"
+
+
+def test_a_canary_states_its_design_and_the_other() -> None:
+    from knobfleet.ops.restart_cost import canary_lines
+
+    m = measured([start("p", "1", 0.0, 60.0)], "p", "1")
+    lines = canary_lines("crossover", {"lab1": m}, {"lab2": m, "lab3": None})
+    assert lines[0] == (
+        "canary (crossover) canaries: up to 3 restart(s), 3 on each of 1 host(s) (the profile, the swap, the verdict)"
+    )
+    assert "canary (crossover) baseline: up to 6 restart(s), 3 on each of 2 host(s)" in lines[3]
+    assert lines[-1] == "  the did design would cost up to 4 restart(s) instead of 9"
+    did = canary_lines("did", {"lab1": m}, {"lab2": m})
+    assert did[-1] == "  the crossover design would cost up to 6 restart(s) instead of 3"
