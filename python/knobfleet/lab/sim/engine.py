@@ -30,6 +30,7 @@ class Request:
     cond: threading.Condition = field(default_factory=threading.Condition)
     arrived: float = field(default_factory=time.monotonic)
     last_token_at: float | None = None
+    first_not_before: float = 0.0  # a warming engine holds a new request's first token until then
 
     @property
     def done(self) -> bool:
@@ -46,6 +47,7 @@ class EngineConfig:
     max_running: int
     seed: int | None
     calibration: Calibration | None = None  # measured GPU terms for this GPU, when stored
+    warmup: bool = False  # SGLANG_SIM_WARMUP: slower right after its start (model.Warmup)
 
 
 class Engine:
@@ -57,6 +59,7 @@ class Engine:
         self._seq = 0
         self._drift = model.Drift(cfg.noise, random.Random(cfg.seed))
         self._speed = model.HostSpeed()
+        self._warm = model.Warmup.drawn(random.Random(f"{cfg.seed}-warmup")) if cfg.warmup else None
         self.last_gen_throughput = 0.0
         self.generated_tokens = 0
         self.metrics = Metrics()
@@ -140,6 +143,8 @@ class Engine:
             context = model.BASE_CONTEXT + sum(len(r.tokens) for r in batch) / len(batch)
             step = model.step_seconds(len(batch), self.cfg.knobs, self.cfg.sms, context, self.cfg.calibration)
             step *= self._drift.factor(step) / self._speed.factor()
+            if self._warm is not None:
+                step *= self._warm.step_factor()
             dt = step * self.cfg.time_scale
             now = time.monotonic()
             if next_at < now - dt:  # idle before, or more than a step behind: start the clock afresh
@@ -150,8 +155,15 @@ class Engine:
                 time.sleep(delay)
             finished = []
             produced = time.monotonic()
+            made = 0
             for req in batch:
                 first = req.last_token_at is None
+                if first and self._warm is not None:
+                    if not req.first_not_before:
+                        req.first_not_before = req.arrived + self._warm.first_token_delay(dt)
+                    if produced < req.first_not_before:
+                        continue  # a warming engine: this request's first token comes later
+                made += 1
                 self.metrics.token(produced - (req.arrived if first else req.last_token_at or produced), first)
                 req.last_token_at = produced
                 with req.cond:
@@ -162,10 +174,12 @@ class Engine:
                         req.finish_reason = "stop"
                     if req.done:
                         finished.append(req)
+                        if self._warm is not None:
+                            self._warm.served += 1
                         self.metrics.request_finished(produced - req.arrived)
                     req.cond.notify_all()
-            self.generated_tokens += len(batch)
-            self.last_gen_throughput = len(batch) / step if step > 0 else 0.0
+            self.generated_tokens += made
+            self.last_gen_throughput = made / step if step > 0 else 0.0
             if finished:
                 with self._lock:
                     self._running = [r for r in self._running if not r.done]

@@ -14,7 +14,9 @@ SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG
 ``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
 seconds after becoming ready), and SGLANG_SIM_HANG (a fraction 0..1 of streamed requests that stop sending tokens
 after 0-2 of them, status 200, seeded by SGLANG_SIM_SEED; each held until the client leaves, a drain, or
-SGLANG_SIM_HANG_MAX_S, default 300: ``hang``).
+SGLANG_SIM_HANG_MAX_S, default 300: ``hang``), and SGLANG_SIM_WARMUP=1: after each start the engine is slower
+(decode steps 6.6%, first tokens 27% of a step later) and converges over its first ~50-100 requests, seeded
+(``model.Warmup``: the shape published for SGLang on 8xH200).
 
 On SIGTERM it drains like SGLang: ``/health`` turns 503 and new requests get 503 at once, the requests in
 flight run to their end, then the process exits; a watchdog (SGLANG_SIM_DRAIN_TIMEOUT_S, default 30) bounds
@@ -249,6 +251,7 @@ class Setup:
     tp: int
     version: str
     server_args: dict[str, Any]
+    warmup: bool = False
 
 
 def read_setup(args: argparse.Namespace, env: dict[str, str]) -> Setup:
@@ -276,8 +279,24 @@ def read_setup(args: argparse.Namespace, env: dict[str, str]) -> Setup:
     for name in SECRET_ARGS:  # like SGLang: its server info and log show a digest of a key, never the key
         if server_args.get(name):
             server_args[name] = "sha256:" + hashlib.sha256(str(server_args[name]).encode()).hexdigest()[:12]
+    warmup = env.get("SGLANG_SIM_WARMUP", "0").strip().lower() in ("1", "true", "on", "yes")
     return Setup(
-        knobs, overlap, expose, gpus, gpu, startup, scale, noise, seed, fail, host, port, tp, version, server_args
+        knobs,
+        overlap,
+        expose,
+        gpus,
+        gpu,
+        startup,
+        scale,
+        noise,
+        seed,
+        fail,
+        host,
+        port,
+        tp,
+        version,
+        server_args,
+        warmup,
     )
 
 
@@ -320,6 +339,7 @@ class Leader:
                 args.max_running_requests or 256,
                 s.seed,
                 calibration,
+                s.warmup,
             )
         )
         env_vars = {k: v for k, v in env.items() if k.startswith(("SGLANG_", "SGL_"))}

@@ -177,6 +177,36 @@ HOST_SPEED_FILE = "/etc/knobfleet-lab/host-speed"
 HOST_SPEED_RANGE = (0.1, 10.0)
 
 
+WARMUP_TPUT = 0.066  # throughput per request-second lost right after a restart (SGLang on 8xH200: -6.6%)
+WARMUP_TTFT = 0.27  # time to first token added right after a restart (the same measurement: +27%)
+
+
+@dataclass
+class Warmup:
+    """A restarted engine is not yet the engine you measured (``SGLANG_SIM_WARMUP=1``): right after its start its
+    decode steps are ``WARMUP_TPUT`` slower and its first tokens ``WARMUP_TTFT`` later, the penalty decaying with
+    the requests it has served as exp(-served / (n / 3)), down to 5% after ``n`` requests; ``n`` is drawn per start
+    uniformly from 50..100 (the published ~50-100 requests), seeded by SGLANG_SIM_SEED."""
+
+    n: float
+    served: int = 0
+
+    @classmethod
+    def drawn(cls, rng: random.Random) -> Warmup:
+        return cls(rng.uniform(50.0, 100.0))
+
+    def penalty(self) -> float:
+        return math.exp(-self.served / (self.n / 3.0))
+
+    def step_factor(self) -> float:
+        """What a decode step takes now, relative to the converged engine."""
+        return 1.0 / (1.0 - WARMUP_TPUT * self.penalty())
+
+    def first_token_delay(self, step_s: float) -> float:
+        """Seconds a new request's first token waits beyond the converged engine's (a step's worth is its TTFT)."""
+        return WARMUP_TTFT * self.penalty() * step_s
+
+
 class HostSpeed:
     """The host's speed factor from ``HOST_SPEED_FILE`` (1.0 when absent or unreadable), re-read every second."""
 
