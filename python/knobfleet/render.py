@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # render reads a host's vars; it never resolves anything thro
 
 SCRIPT_TEMPLATE = "serve.sh.j2"
 LAUNCHER_TEMPLATE = "launcher.json.j2"  # the one place that decides the launcher (the role reads it too)
+CACHE_TEMPLATE = "compile_cache.json.j2"  # the one place that decides the compile caches' folder (the role's too)
 UNIT_TEMPLATE = "unit.service.j2"
 
 
@@ -231,6 +232,23 @@ def launcher_of(profile: Profile, hv: HostVars) -> tuple[str, ...] | None:
     return tuple(str(a) for a in chosen) or None
 
 
+def compile_cache_of(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, Any]:
+    """Where the host's engine keeps its JIT and compile caches (docs/CACHES.md): ``{}`` when off, else ``root``
+    (the service's cache folder), ``dir`` (the engine's folder in it: ``<engine>@<version>`` where the profile pins
+    one) and ``env`` (each catalog cache variable -> its subfolder). The role's own template decides
+    (templates/compile_cache.json.j2), read by its preflight too."""
+    adapter = engine or _engine(profile)
+    variables = {
+        "knob_serve_compile_cache": hv.compile_cache,
+        "knob_serve_engine": {"name": adapter.name, "compile_caches": dict(adapter.compile_caches)},
+        "knob_serve_profile": profile_vars(profile),
+        "knob_serve_state_root": hv.state_root,
+        "knob_serve_service": hv.service,
+    }
+    env = _environment(paths.roles_dir() / "knob_serve" / "templates")
+    return dict(json.loads(env.get_template(CACHE_TEMPLATE).render(variables)))
+
+
 def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, Any]:
     """Every variable the knob_serve templates read, exactly as Ansible will see it."""
     return {
@@ -253,6 +271,7 @@ def template_vars(profile: Profile, hv: HostVars, engine: Engine | None = None) 
         "knob_serve_runtime": hv.runtime,
         "knob_serve_image": hv.image,
         "knob_serve_container_options": list(hv.container_options),
+        "knob_serve_cache": compile_cache_of(profile, hv, engine),
     }
 
 
@@ -267,8 +286,11 @@ def rank_spec(group: EngineGroup, engine: Engine) -> RankSpec:
     return engine.ranks(f"engine group {group.name}") if group.kind == "tp" else ({}, {})
 
 
-def expected_env(profile: Profile, hv: HostVars) -> dict[str, str]:
-    merged = {**hv.host_env, **profile.env_strings()}
+def expected_env(profile: Profile, hv: HostVars, engine: Engine | None = None) -> dict[str, str]:
+    """The env the serve script exports: the compile caches' variables, then the host's, then the profile's (a
+    later one wins: a profile or host setting a cache variable keeps its own value)."""
+    caches = compile_cache_of(profile, hv, engine).get("env") or {}
+    merged = {**caches, **hv.host_env, **profile.env_strings()}
     return {k: merged[k] for k in sorted(merged)}
 
 
@@ -304,7 +326,7 @@ def render_host(
         hv.host,
         script,
         unit,
-        expected_env(profile, hv),
+        expected_env(profile, hv, engine),
         expected_argv(profile, hv, engine),
         hv.script_path,
         hv.unit_path,

@@ -44,6 +44,8 @@ def apply_summary(result: Any) -> str:
         for h in result.hosts:
             if h.knob_changes:
                 out.append(f"\n{h.host}: " + ", ".join(h.knob_changes))
+            for why in getattr(h, "cache_cold", None) or []:
+                out.append(f"{h.host}: compile cache cold after the restart: {why}")
             for d in h.diffs:
                 if d.get("diff"):
                     out.append(d["diff"].rstrip("\n"))

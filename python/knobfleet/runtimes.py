@@ -61,8 +61,10 @@ class Runtime:
     def container(self) -> bool:
         return self.binary is not None
 
-    def problems(self, image: str, options: tuple[str, ...]) -> list[str]:
-        """What this runtime refuses in a host's vars before anything changes, one line each (without the host)."""
+    def problems(self, image: str, options: tuple[str, ...], cache: str = "") -> list[str]:
+        """What this runtime refuses in a host's vars before anything changes, one line each (without the host).
+        ``cache``: the service's compile-cache folder, which knobfleet mounts at its own path (``--volume``): an
+        option mounting anything at, above or inside it is refused."""
         if not self.container:
             if image or options:
                 var = "knob_serve_image" if image else "knob_serve_container_options"
@@ -83,7 +85,32 @@ class Runtime:
                 )
             elif name in OWN_OPTIONS:
                 out.append(f"knob_serve_container_options: {name} is not yours to set: {OWN_OPTIONS[name]}")
+            elif cache and any(_overlaps(cache, t) for t in mount_targets(opt)):
+                out.append(
+                    f"knob_serve_container_options: {opt!r} mounts over the compile cache {cache}, which knobfleet "
+                    "mounts itself: mount elsewhere, or move the cache with knob_serve_compile_cache (false: off)"
+                )
         return out
+
+
+def mount_targets(option: str) -> list[str]:
+    """The container paths a ``--volume``, ``--mount`` or ``--tmpfs`` option mounts at (none for other options)."""
+    name, _, value = option.partition("=")
+    if name == "--volume":
+        parts = value.split(":")
+        return [parts[1] if len(parts) > 1 else parts[0]]
+    if name == "--tmpfs":
+        return [value.split(":")[0]]
+    if name == "--mount":
+        fields = dict(f.partition("=")[::2] for f in value.split(","))
+        return [v for k, v in fields.items() if k in ("target", "destination", "dst", "dest")]
+    return []
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two container paths is the other or inside it."""
+    a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 RUNTIMES: dict[str, Runtime] = {

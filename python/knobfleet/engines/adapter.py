@@ -6,7 +6,7 @@ Pure apart from reading the catalog (cached)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,9 @@ class Engine:
     metric_names: Metrics | None = None  # the catalog's serve.metrics
     info_version: tuple[str | int, ...] = ("version",)  # where its server info says its version
     rank_spec: tuple[dict[str, str | bool], dict[str, str | bool]] | None = None  # serve.ranks: (flags, followers')
+    # serve.compile_caches: env var -> subfolder of the service's cache folder, and the knobs in the compile key
+    compile_caches: dict[str, str] = field(default_factory=dict)
+    compile_key: tuple[str, ...] = ()
     startup_phases: tuple[tuple[str, str], ...] = ()  # serve.startup_phases: (name, pattern) in order
 
     def ranks(self, needed_by: str) -> tuple[dict[str, str | bool], dict[str, str | bool]]:
@@ -168,6 +171,7 @@ class Engine:
             "readiness_path": self.readiness_path,
             "info_path": self.info_path or "",
             "secret_env": list(self.secret_env),
+            "compile_caches": dict(self.compile_caches),  # templates/compile_cache.json.j2
             "startup_phases": [{"name": n, "pattern": p} for n, p in self.startup_phases],
         }
 
@@ -211,6 +215,8 @@ def engine(name: str | None = None) -> Engine:
         metric_names=s.metrics,
         info_version=s.info_version,
         rank_spec=(dict(s.ranks.flags), dict(s.ranks.follower_flags)) if s.ranks is not None else None,
+        compile_caches=dict(s.compile_caches.env) if s.compile_caches is not None else {},
+        compile_key=s.compile_caches.key if s.compile_caches is not None else (),
         startup_phases=tuple((p.name, p.pattern) for p in s.startup_phases),
     )
 

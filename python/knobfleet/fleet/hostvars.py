@@ -80,6 +80,11 @@ class HostVars(BaseModel):
     unit_dir: str = "/etc/systemd/system"
     state_root: str = "/var/lib/knobfleet"
     user: str = "root"
+    compile_cache: bool | str = Field(
+        default=True,
+        description="the engine's JIT/compile caches, kept across generations (knob_serve_compile_cache; "
+        "docs/CACHES.md): true = <state_root>/.compile-cache/<service>, an absolute path = that folder, false = off",
+    )
     engine: str | None = Field(default=None, description="the engine this host runs (inventory var knob_engine)")
     launcher: tuple[str, ...] | None = Field(default=None, description="None: the engine's launcher")
     runtime: Literal["systemd", "docker", "podman"] = Field(
@@ -143,6 +148,25 @@ class HostVars(BaseModel):
             raise ValueError(why)
         return value
 
+    @field_validator("compile_cache")
+    @classmethod
+    def _compile_cache(cls, value: bool | str, info: ValidationInfo) -> bool | str:
+        if isinstance(value, bool):
+            return value
+        how = "set it to true (the default folder), false (no cache) or an absolute path of its own"
+        why = rules.check("path", value)
+        if why:
+            raise ValueError(f"{rules.shown(value)} must be {why}; {how}")
+        if value.count("/") < 2 or value.endswith("/"):
+            raise ValueError(f"{value} is too near the root: the engine's user would own it; {how}")
+        state = f"{info.data.get('state_root', '')}/{info.data.get('service', '')}"
+        owned = {"the service's state folder": state, "knob_serve_unit_dir": str(info.data.get("unit_dir", "")),
+                 "knob_serve_script_path": str(info.data.get("script_path", ""))}  # fmt: skip
+        for what, path in owned.items():
+            if path and _overlaps(value, path):
+                raise ValueError(f"{value} overlaps {what} {path} (root's, never the engine user's); {how}")
+        return value
+
     @field_validator("router_url")
     @classmethod
     def _router_url(cls, value: str | None) -> str | None:
@@ -168,7 +192,7 @@ class HostVars(BaseModel):
     def _runtime(self) -> HostVars:
         from knobfleet.runtimes import runtime
 
-        problems = runtime(self.runtime).problems(self.image, self.container_options)
+        problems = runtime(self.runtime).problems(self.image, self.container_options, self.compile_cache_root or "")
         if problems:
             raise ValueError(problems[0])
         return self
@@ -234,6 +258,16 @@ class HostVars(BaseModel):
         return value
 
     @property
+    def compile_cache_root(self) -> str | None:
+        """The service's compile-cache folder on the host (None: off). The role's templates/compile_cache.json.j2
+        decides the same (tests/unit/test_compile_cache_render.py holds them equal)."""
+        if self.compile_cache is False:
+            return None
+        if isinstance(self.compile_cache, str):
+            return self.compile_cache
+        return f"{self.state_root}/.compile-cache/{self.service}"
+
+    @property
     def unit_name(self) -> str:
         return f"{self.service}.service"
 
@@ -284,6 +318,11 @@ class HostVars(BaseModel):
     @property
     def health_url(self) -> str:
         return self.base_url + (self.readiness_path or self.adapter().readiness_path)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two absolute paths is the other or inside it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 # Integer host vars: ``true`` is not a port (pydantic would read it as 1), nor is 30000.5.

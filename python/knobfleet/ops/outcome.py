@@ -38,6 +38,8 @@ class HostOutcome:
     dropped: int | None = None  # --force-restart: requests still in flight when its drain timed out
     startup: dict[str, Any] | None = None  # what the engine's start cost: stop, start, phases (knob_startup)
     cost: dict[str, Any] | None = None  # a plan's price of the restart it would cause (ops/restart_cost.py)
+    # a plan's: why the compile cache will be cold after the restart (plan.cache_cold, compile_cache.invalidations)
+    cache_cold: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -64,6 +66,8 @@ class HostOutcome:
             out["startup"] = self.startup
         if self.cost is not None:
             out["cost"] = self.cost
+        if self.cache_cold:
+            out["compile_cache"] = {"cold": self.cache_cold}
         out["live"] = {"ok": not self.findings, "findings": [f.as_json() for f in self.findings], "seen": self.seen}
         if self.knob_changes or self.diffs:
             out["knob_changes"] = self.knob_changes

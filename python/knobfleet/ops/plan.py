@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from knobfleet.compile_cache import Side, invalidations
 from knobfleet.errors import UsageError
 from knobfleet.live.verify import Declared, Finding, actions, check_rendered, refusal
 from knobfleet.module_utils import knob_argv, knob_live, knob_redact
@@ -115,6 +116,8 @@ class HostPlan:
     knob_changes: list[str]
     main_pid: int | None
     seen: dict[str, str]
+    # why the engine's compile cache will be cold after the restart this plan causes (compile_cache.invalidations)
+    cache_cold: list[str] = field(default_factory=list)
 
     @property
     def in_sync(self) -> bool:
@@ -176,8 +179,10 @@ def plan_host(
     engine: Engine,
     dropin_policy: str = "fail",
     break_lock: bool = False,
+    versions: tuple[str | None, str | None] = (None, None),
 ) -> HostPlan:
-    """Pure: the findings between the host in ``doc`` and ``rendered``, and the actions that repair them."""
+    """Pure: the findings between the host in ``doc`` and ``rendered``, and the actions that repair them.
+    ``versions``: the engine version the host runs and the one it will run (None: unknown), for ``cache_cold``."""
     findings = check_rendered(doc, rendered, declared, engine.rules())
     acts = actions(findings, dropin_policy, break_lock)
     files = doc.get("files") or {}
@@ -195,6 +200,10 @@ def plan_host(
             else:
                 changes += [str(c) for c in unit_changes(before, text)]
     pid = knob_live.main_pid(doc) or None
+    cold = []
+    if {"restart", "start"} & set(acts):
+        before = str((files.get("script") or {}).get("content") or "")
+        cold = cache_cold(engine, before, rendered.script_shown, versions)
     return HostPlan(
         rendered.host,
         findings,
@@ -204,4 +213,17 @@ def plan_host(
         changes,
         pid,
         seen_knobs(doc, engine),
+        cold,
     )
+
+
+def cache_cold(
+    engine: Engine, before_script: str, after_script: str, versions: tuple[str | None, str | None] = (None, None)
+) -> list[str]:
+    """Why the compile cache will be cold when the engine starts on ``after_script`` where ``before_script`` ran
+    (``compile_cache.invalidations`` over the two scripts' env and flags and the two engine versions)."""
+    sides = []
+    for text, version in ((before_script, versions[0]), (after_script, versions[1])):
+        env, argv = parse_script(text)
+        sides.append(Side(version, env, _shown_flags(argv, engine.argv_spec)))
+    return invalidations(engine, sides[0], sides[1])

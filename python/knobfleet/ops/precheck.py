@@ -69,6 +69,7 @@ def from_plan(p: plan.HostPlan, check: bool, current: int | None) -> HostOutcome
         seen=p.seen,
         diffs=p.diffs,
         knob_changes=p.knob_changes,
+        cache_cold=p.cache_cold,
     )
 
 
@@ -169,13 +170,22 @@ def pre_check(
             out[hv.host] = HostOutcome(hv.host, "refused", 0, current, current, message=wrong)
             continue
         policy = opts.foreign_dropins or hv.foreign_dropins
-        p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock)
+        runs = running_version(hv, o.doc, eng.info_version)
+        after = profile.engine_version or runs  # unpinned: the host keeps the version it runs
+        p = plan.plan_host(o.doc, rendered[hv.host], declared, eng, policy, opts.break_lock, (runs, after))
         if p.in_sync or p.refused or opts.check:
             out[hv.host] = from_plan(p, opts.check, (o.doc.get("generations") or {}).get("current"))
             lock = (o.doc.get("generations") or {}).get("lock")
             if p.refused and isinstance(lock, dict) and not lock.get("corrupt") and _refused_for_the_lock(p):
                 out[hv.host].message = lock_refusal(lock)
     return out
+
+
+def running_version(hv: HostVars, doc: dict[str, Any], info_version: tuple[str | int, ...]) -> str | None:
+    """The engine version the host runs now, as the version check reads it (None: no source says)."""
+    from knobfleet.profiles.hostversion import host_version
+
+    return host_version(doc, hv.engine_version, info_version, hv.version_file).version
 
 
 def _refused_for_the_lock(p: plan.HostPlan) -> bool:

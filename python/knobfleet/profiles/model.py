@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator, model_validator
 
 from knobfleet import rules
 
@@ -262,6 +263,42 @@ class StartupPhase(_Strict):
         return v
 
 
+CACHE_SUBFOLDER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class CompileCaches(_Strict):
+    """Where the engine keeps its JIT and compile caches (catalog ``serve.compile_caches``; docs/CACHES.md): the env
+    vars the serve script points into the service's persistent cache folder, each at its own subfolder, and the knobs
+    whose values enter the engines' compile keys (a change makes the next start compile again: ``plan`` says so)."""
+
+    env: dict[str, str] = Field(min_length=1, description="env var -> its subfolder of the service's cache folder")
+    key: tuple[str, ...] = Field(default=(), description="env vars and flags (catalog names) in the compile key")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, sub in env.items():
+            if not ENV_NAME_RE.fullmatch(name):
+                raise ValueError(f"invalid env name {name!r}")
+            if not CACHE_SUBFOLDER_RE.fullmatch(sub) or sub in (".", ".."):
+                raise ValueError(f"{name}: subfolder {sub!r} must be one plain folder name (letters, digits, _.-)")
+        subs = sorted(env.values())
+        twice = sorted({s for s in subs if subs.count(s) > 1})
+        if twice:
+            raise ValueError(f"subfolder {twice[0]!r} is named by two env vars; give each its own")
+        return env
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: tuple[str, ...]) -> tuple[str, ...]:
+        for name in key:
+            if not (ENV_NAME_RE.fullmatch(name) or FLAG_NAME_RE.fullmatch(name)):
+                raise ValueError(f"{name!r} is neither an env var nor a flag name")
+        if len(set(key)) != len(key):
+            raise ValueError("a knob is named twice")
+        return key
+
+
 class Serve(_Strict):
     """How the engine is launched, reached and observed: the data its adapter (knobfleet.engines) is built from."""
 
@@ -301,6 +338,9 @@ class Serve(_Strict):
     bench: BenchTool | None = Field(default=None, description="the engine's own serving benchmark, if it has one")
     metrics: Metrics | None = Field(default=None, description="the Prometheus names the drain and the canary read")
     ranks: Ranks | None = Field(default=None, description="how a multi-node engine's ranks find each other")
+    compile_caches: CompileCaches | None = Field(
+        default=None, description="the JIT/compile caches kept across generations, and the knobs in their key"
+    )
     startup_phases: tuple[StartupPhase, ...] = Field(
         default=(), description="the start-up phases its log shows, in order (knobfleet measures each restart's)"
     )
@@ -330,6 +370,23 @@ class Catalog(_Strict):
             if not pattern.fullmatch(name):
                 raise ValueError(f"invalid {knob.kind} name {name!r}")
         return knobs
+
+    @model_validator(mode="after")
+    def _compile_caches(self) -> Catalog:
+        """A cache env var the engine sets itself (``serve.ignore_env``) would differ in its children: refused; so
+        is a compile-key knob the catalog marks secret (plan names the values that changed)."""
+        caches = self.serve.compile_caches
+        if caches is None:
+            return self
+        where = f"serve.compile_caches of engine {self.engine} (profiles/catalogs/{self.engine}.overlay.yaml)"
+        for name in caches.env:
+            if name in self.serve.ignore_env:
+                raise ValueError(f"{where}: {name} is in serve.ignore_env (the engine sets it itself); drop one")
+        for name in caches.key:
+            knob = self.knobs.get(name)
+            if knob is not None and knob.secret:
+                raise ValueError(f"{where}: key {name} is marked secret; a compile key shows its values: drop it")
+        return self
 
     def env_knobs(self) -> dict[str, Knob]:
         return {n: k for n, k in self.knobs.items() if k.kind == "env"}
