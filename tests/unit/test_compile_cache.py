@@ -110,7 +110,8 @@ def test_no_cache_no_export_no_volume() -> None:
     assert "--volume" not in r.script
 
 
-DOCKER = {"knob_serve_service": "svc", "knob_serve_runtime": "docker", "knob_serve_image": IMAGE}
+DOCKER = {"knob_serve_service": "svc", "knob_serve_runtime": "docker", "knob_serve_image": IMAGE,
+          "knob_serve_compile_cache": True}  # fmt: skip
 
 
 @pytest.mark.parametrize(

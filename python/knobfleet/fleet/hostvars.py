@@ -81,9 +81,10 @@ class HostVars(BaseModel):
     state_root: str = "/var/lib/knobfleet"
     user: str = "root"
     compile_cache: bool | str = Field(
-        default=True,
+        default_factory=lambda: _default("compile_cache"),
         description="the engine's JIT/compile caches, kept across generations (knob_serve_compile_cache; "
-        "docs/CACHES.md): true = <state_root>/.compile-cache/<service>, an absolute path = that folder, false = off",
+        "docs/CACHES.md): true = <state_root>/.compile-cache/<service>, an absolute path = that folder, false = off "
+        "(the default: turning it on changes every host's script and unit, so each restarts once)",
     )
     engine: str | None = Field(default=None, description="the engine this host runs (inventory var knob_engine)")
     launcher: tuple[str, ...] | None = Field(default=None, description="None: the engine's launcher")

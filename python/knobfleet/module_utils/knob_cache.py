@@ -20,10 +20,11 @@ def cache_state(root: str | None) -> str:
     - ``"off"``: no cache is kept (``root`` is None or empty: ``knob_serve_compile_cache: false``, or an engine whose
       catalog names no ``serve.compile_caches``);
     - ``"warm"``: ``root`` is a folder holding at least one regular file, anywhere below it;
-    - ``"cold"``: anything else: no such folder, only empty folders, a root or entry that cannot be read, a symlink
-      (never followed), or no file within the first ``MAX_ENTRIES`` entries.
+    - ``"cold"``: anything else: no such folder, only empty folders, a root that cannot be read, or no file within
+      the first ``MAX_ENTRIES`` entries (a folder below the root that cannot be read is skipped).
 
-    Read-only, never raises, follows no symlink. "warm" says some entry exists, not that this start's keys hit: the
+    Read-only and never raises. ``root`` itself may be a symlink (the engine follows it too); no symlink below it is
+    followed or counted. "warm" says some entry exists, not that this start's keys hit: the
     engines key their own entries (``compile_cache.invalidations`` says when a change misses them)."""
     if not root:
         return "off"

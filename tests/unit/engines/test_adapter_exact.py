@@ -66,6 +66,7 @@ def test_rules_and_role_vars_exactly() -> None:
         "readiness_path": "/health",
         "info_path": "/info",
         "secret_env": ["TOY_TOKEN"],
+        "compile_caches": {},
         "startup_phases": [{"name": "weights", "pattern": r"weights loaded\."}],
     }
 

@@ -17,7 +17,7 @@ from knobfleet.report_rollout import apply_summary
 def script(pin: str | None, tp: int) -> str:
     doc = {"name": "p", "version": 1, "engine": "sglang", "env": {}, "args": {"tp-size": tp}}
     prof = Profile.model_validate({**doc, **({"engine_version": pin} if pin else {})})
-    return render_host(prof, HostVars(host="h", service="svc")).script
+    return render_host(prof, HostVars(host="h", service="svc", compile_cache=True)).script
 
 
 def test_an_upgrade_and_a_key_knob_are_named_and_printed() -> None:
