@@ -157,6 +157,16 @@ def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
 
 
+def _say_ab_cost(args: argparse.Namespace, hv: Any, inventory: Any, profile: str) -> None:
+    from knobfleet.ops import fleet
+    from knobfleet.ops.apply_cost import host_restarts
+    from knobfleet.ops.restart_cost import experiment_lines
+
+    why = f"at most {args.max_rounds} rounds of AB/BA, 2 applies a round, +1 to leave the winner applied"
+    restarts = host_restarts([hv], fleet.door(inventory), profile)
+    _err("\n".join(experiment_lines(f"ab on {hv.host}", restarts, 2 * args.max_rounds + 1, why)))
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     from knobfleet import paths, report
     from knobfleet.cli.parse import parse_weights
@@ -169,13 +179,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     st = app.store()
     a, b = st.resolve(args.a), st.resolve(args.b)
     if not args.json:  # what the design costs in restarts, before the question
-        from knobfleet.ops import fleet
-        from knobfleet.ops.apply_cost import host_restarts
-        from knobfleet.ops.restart_cost import experiment_lines
-
-        why = f"at most {args.max_rounds} rounds of AB/BA, 2 applies a round, +1 to leave the winner applied"
-        restarts = host_restarts([hv], fleet.door(inventory), b.name)
-        _err("\n".join(experiment_lines(f"ab on {hv.host}", restarts, 2 * args.max_rounds + 1, why)))
+        _say_ab_cost(args, hv, inventory, b.name)
     common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     weights = parse_weights(args.weights)
     spec = _spec(args)

@@ -117,6 +117,17 @@ def _canary_settings(args: argparse.Namespace) -> Any:
     return settings
 
 
+def _say_canary_cost(design: str, door: Any, profile: str, canaries: list[Any], baseline: list[Any]) -> None:
+    import sys
+
+    from knobfleet.ops.apply_cost import host_restarts
+    from knobfleet.ops.restart_cost import canary_lines
+
+    measured = host_restarts([*canaries, *baseline], door, profile)
+    side = {name: {h.host: measured[h.host] for h in hosts} for name, hosts in (("c", canaries), ("b", baseline))}
+    sys.stderr.write("\n".join(canary_lines(design, side["c"], side["b"])) + "\n")
+
+
 def cmd_canary(args: argparse.Namespace) -> int:
     import sys
     import time
@@ -140,22 +151,10 @@ def cmd_canary(args: argparse.Namespace) -> int:
     prom = Prometheus(_prometheus(args))  # a URL that is not http(s): one line, before the question
     canaries, baseline, _rest = split(hosts, opts)  # bad sizes and unrouted hosts: one line, before the question
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
-    swap = (
-        f", then swap them after {settings.swap_after} window(s) (the baseline takes {profile.ref}, the canaries "
-        "go back)"
-        if settings.crossover
-        else ""
-    )
+    swap = (f", then swap them after {settings.swap_after} window(s) (the baseline takes {profile.ref}, the canaries "
+            "go back)" if settings.crossover else "")  # fmt: skip
     if not args.json:  # what the design costs in restarts (and the other design), before the question
-        from knobfleet.ops.apply_cost import host_restarts
-        from knobfleet.ops.restart_cost import canary_lines
-
-        measured = host_restarts([*canaries, *baseline], door, profile.name)
-        sys.stderr.write(
-            "\n".join(canary_lines(
-                args.design, {h.host: measured[h.host] for h in canaries}, {h.host: measured[h.host] for h in baseline}
-            )) + "\n"
-        )  # fmt: skip
+        _say_canary_cost(args.design, door, profile.name, canaries, baseline)
     common.confirm(
         "canary",
         f"Measure {settings.pre_windows} pre-period window(s), then apply {profile.ref} to {len(canaries)} canary "

@@ -334,20 +334,8 @@ def ab(
         b_cons_ok = cons["B"] is None or bool(cons["B"].get("passed"))
         decision = decide(per_bucket, settings, errors=errs["B"], consistency_ok=b_cons_ok)
         spent.rounds.append(round(time.monotonic() - round_started, 1))
-        if not decision.final and r + 1 < settings.max_rounds and spent.out_of_time(deadline):
-            decision.reason += f"; {spent.stopped}"
-            decision.rounds = r + 1
-            if status is not None:
-                status.done(r + 1, round_found(decision), spent.stopped)
+        if _round_ends(decision, r, settings, spent, deadline, status, (a, b)):
             break
-        if decision.final or r + 1 >= settings.max_rounds:
-            if not decision.final:
-                decision.verdict = "inconclusive"
-            if status is not None:
-                status.done(r + 1, round_found(decision), round_next(decision, r, settings, a, b))
-            break
-        if status is not None:
-            status.done(r + 1, round_found(decision), round_next(decision, r, settings, a, b))
     if not decision.final:
         decision.verdict = "inconclusive"
     winner = "B" if decision.verdict == "promote" else "A"
@@ -364,6 +352,31 @@ def ab(
         bucket["latency"] = {arm: latency[arm].get(c, {}) for arm in ("A", "B")}
     write_reports(doc, report_dir)
     return doc
+
+
+def _round_ends(
+    decision: Decision,
+    r: int,
+    settings: Settings,
+    spent: Spent,
+    deadline: float | None,
+    status: Rounds | None,
+    pair: tuple[Profile, Profile],
+) -> bool:
+    """After round ``r``: whether the A/B stops (a final decision, the last round, or no time for another before
+    ``deadline``), telling ``status`` what the round found and what comes next."""
+    if not decision.final and r + 1 < settings.max_rounds and spent.out_of_time(deadline):
+        decision.reason += f"; {spent.stopped}"
+        decision.rounds = r + 1
+        if status is not None:
+            status.done(r + 1, round_found(decision), spent.stopped)
+        return True
+    last = decision.final or r + 1 >= settings.max_rounds
+    if last and not decision.final:
+        decision.verdict = "inconclusive"
+    if status is not None:
+        status.done(r + 1, round_found(decision), round_next(decision, r, settings, *pair))
+    return last
 
 
 def latency_p50(doc: dict[str, Any]) -> dict[int, dict[str, float | None]]:

@@ -14,9 +14,7 @@ SGLANG_SIM_NOISE (drift sd, default 0.025; 0 = off), SGLANG_SIM_SEED, and SGLANG
 ``start`` (exit 1 during start-up), ``never-ready`` (health stays 503), ``after:<s>`` (exit 3 that many
 seconds after becoming ready), and SGLANG_SIM_HANG (a fraction 0..1 of streamed requests that stop sending tokens
 after 0-2 of them, status 200, seeded by SGLANG_SIM_SEED; each held until the client leaves, a drain, or
-SGLANG_SIM_HANG_MAX_S, default 300: ``hang``), and SGLANG_SIM_WARMUP=1: after each start the engine is slower
-(decode steps 6.6%, first tokens 27% of a step later) and converges over its first ~50-100 requests, seeded
-(``model.Warmup``: the shape published for SGLang on 8xH200).
+SGLANG_SIM_HANG_MAX_S, default 300: ``hang``), and SGLANG_SIM_WARMUP=1 (slower after each start: ``model.Warmup``).
 
 On SIGTERM it drains like SGLang: ``/health`` turns 503 and new requests get 503 at once, the requests in
 flight run to their end, then the process exits; a watchdog (SGLANG_SIM_DRAIN_TIMEOUT_S, default 30) bounds
@@ -468,8 +466,7 @@ class Leader:
             # SGLang 0.5.23's phases, as its model runner logs them: weights, then the KV pool, then graph capture
             stopped = stopping.wait(s.startup * 0.4)  # a SIGTERM during start-up ends the process at once
             if not stopped:
-                log(f"Load weight end. elapsed={s.startup * 0.4:.2f} s, type=SimForCausalLM, avail mem=70.00 GB, "
-                    "mem usage=8.00 GB.")  # fmt: skip
+                log(f"Load weight end. elapsed={s.startup * 0.4:.2f} s, type=SimForCausalLM, mem usage=8.00 GB.")
                 stopped = stopping.wait(s.startup * 0.1)
             if not stopped:
                 log("Memory pool end. avail mem=10.00 GB")
@@ -488,8 +485,7 @@ class Leader:
             )
             stopped = stopping.wait(s.startup / 2)
             if not stopped:
-                log(f"Capture decode CUDA graph end. elapsed={s.startup / 2:.2f} s, mem usage=0.50 GB, "
-                    "avail mem=9.50 GB.")  # fmt: skip
+                log(f"Capture decode CUDA graph end. elapsed={s.startup / 2:.2f} s, mem usage=0.50 GB.")
         if not stopped and not self.exit_code:
             self.engine.start()
             self.state.ready.set()
