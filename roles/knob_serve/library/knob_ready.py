@@ -90,11 +90,12 @@ options:
     description: Recorded with the start in the ledger.
     type: str
     default: ""
-  cache_state:
-    description: Whether the engine's compile caches held anything before this start (C(cold), C(warm), C(off)),
-      recorded with it.
+  cache_dir:
+    description:
+      - The engine's compile cache folder (the role's C(knob_serve_cache.dir); empty when no cache is kept). Read
+        before the restart (module_utils knob_cache) and recorded with the start as C(cold), C(warm) or C(off).
+        Not given: not recorded.
     type: str
-    default: ""
 notes:
   - Supports check mode (reports what it would do in C(would)).
 """
@@ -160,6 +161,7 @@ import urllib.request
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.knob_live import redact_text, secret_values
 from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
+from ansible.module_utils.knob_cache import cache_state
 from ansible.module_utils.knob_startup import TIMESTAMPS, compile_phases, journal_entries, phases, timing
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
@@ -261,7 +263,7 @@ def bring_up(module, p, timings=None):
     return done
 
 
-def measure_start(module, p, done, begun, ready_us):
+def measure_start(module, p, done, begun, ready_us, cache=None):
     """The start's cost (knob_startup) when this call restarted or started the engine, else None; a journal that
     cannot be read leaves the phases out, never the start."""
     if "restart" not in done and "start" not in done:
@@ -286,7 +288,7 @@ def measure_start(module, p, done, begun, ready_us):
         "pre_s": t["pre_s"],
         "start_s": t["start_s"],
         "phases": found,
-        "cache": p["cache_state"] or None,
+        "cache": cache,
     }
 
 
@@ -339,13 +341,14 @@ def main():
             secret_key=dict(type="str", default="", no_log=True),
             phases=dict(type="list", elements="dict", default=[]),
             run_id=dict(type="str", default=""),
-            cache_state=dict(type="str", default=""),
+            cache_dir=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     timings = {}
     begun = time.time() - 1  # journal lines of this start only (journalctl --since has whole seconds)
+    cache = None if p["cache_dir"] is None else cache_state(p["cache_dir"])  # what this start will find
     done = bring_up(module, p, timings)
     changed = any(verb != "daemon-reload" for verb in done)
     if module.check_mode:
@@ -413,7 +416,7 @@ def main():
         main_pid=int(state["MainPID"]),
         n_restarts=int(state.get("NRestarts", "0") or 0),
     )
-    startup = measure_start(module, p, done, begun, ready_us)
+    startup = measure_start(module, p, done, begun, ready_us, cache)
     if startup is not None:
         result["startup"] = startup
     if p["script_path"] and p["unit_path"] and p["state_dir"]:

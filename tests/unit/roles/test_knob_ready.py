@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def load() -> Any:
-    for util in ("knob_fs", "knob_live", "knob_observe", "knob_startup", "knob_store"):
+    for util in ("knob_fs", "knob_live", "knob_observe", "knob_startup", "knob_store", "knob_cache"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )
@@ -323,7 +323,12 @@ def test_a_restart_is_measured_from_systemd_and_the_journal_and_kept_in_the_ledg
         {"name": "cuda_graph", "pattern": "CUDA graph end"},
         {"name": "never_logged", "pattern": "^nothing"},
     ]
-    rc, res = ready(capsys, url=url, restart=True, state_dir=str(state), phases=phases, run_id="r1", cache_state="warm")
+    cache = tmp_path / "cache" / "sglang"
+    (cache / "triton").mkdir(parents=True)
+    (cache / "triton" / "kernel.bin").write_bytes(b"x")
+    rc, res = ready(
+        capsys, url=url, restart=True, state_dir=str(state), phases=phases, run_id="r1", cache_dir=str(cache)
+    )
     assert rc == 0, res
     s = res["startup"]
     assert (s["kind"], s["stop_s"], s["pre_s"], s["cache"]) == ("restart", 1.0, 1.0, "warm")
