@@ -157,7 +157,7 @@ def _starts(ledger: list[Any]) -> list[str]:
         rows.append(
             [
                 str(e.get("time") or "-")[:19],
-                str(e.get("kind") or "-") + (f" ({e['cache']} cache)" if e.get("cache") else ""),
+                str(e.get("kind") or "-") + (f", cache {e['cache']}" if e.get("cache") else ""),
                 "-" if e.get("generation") is None else f"{e['generation']:04d}",
                 f"{e.get('profile')}@{e.get('version')}" if e.get("profile") else "-",
                 str(e.get("engine_version") or "-"),

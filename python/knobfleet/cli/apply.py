@@ -198,6 +198,8 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
                    help="after readiness, watch S seconds that the engine stays up (default: "
                    "knob_serve_readiness_grace_s)")  # fmt: skip
     p.set_defaults(func=cmd_apply)
-    p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff)")
+    p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff) and what its restarts cost")
     _common(p)
-    p.set_defaults(func=cmd_plan, diff=True, serial=None, canary=False, max_fail_percent=0.0, yes=True)
+    p.add_argument("--serial", type=types.serial, default=None, help="price the rollout in batches of N hosts or N%%")
+    p.add_argument("--canary", action="store_true", help="price the rollout with one host first")
+    p.set_defaults(func=cmd_plan, diff=True, max_fail_percent=0.0, yes=True)
