@@ -178,7 +178,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     hv, inventory = _one_host(args, "ab")
     st = app.store()
     a, b = st.resolve(args.a), st.resolve(args.b)
-    if not args.json:  # what the design costs in restarts, before the question
+    if common.will_ask(args):  # what the design costs in restarts, before the question (a refusal stays one line)
         _say_ab_cost(args, hv, inventory, b.name)
     common.confirm("ab", f"Run an A/B experiment on {hv.host} (switches its profile back and forth)?", 1, args)
     weights = parse_weights(args.weights)

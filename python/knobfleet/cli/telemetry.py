@@ -153,7 +153,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     then = "report what it would do and leave them there" if args.advisory else "promote or roll back"
     swap = (f", then swap them after {settings.swap_after} window(s) (the baseline takes {profile.ref}, the canaries "
             "go back)" if settings.crossover else "")  # fmt: skip
-    if not args.json:  # what the design costs in restarts (and the other design), before the question
+    if common.will_ask(args):  # what the design costs in restarts (and the other design), before the question
         _say_canary_cost(args.design, door, profile.name, canaries, baseline)
     common.confirm(
         "canary",
