@@ -94,7 +94,7 @@ options:
     description:
       - The engine's compile cache folder (the role's C(knob_serve_cache.dir); empty when no cache is kept). Read
         before the restart (module_utils knob_cache) and recorded with the start as C(cold), C(warm) or C(off).
-        Not given: not recorded.
+        Without it, nothing is recorded.
     type: str
 notes:
   - Supports check mode (reports what it would do in C(would)).
@@ -149,8 +149,13 @@ startup:
       the service's ledger (event C(start)), keyed by generation, profile and engine version.
   returned: when the engine was restarted or started
   type: dict
-  sample: {kind: restart, stop_s: 0.4, pre_s: 0.02, start_s: 31.7,
-           phases: [{phase: weights, s: 9.1, end_s: 9.1}, {phase: serving, s: 2.0, end_s: 31.6}]}
+  sample:
+    kind: restart
+    stop_s: 0.4
+    pre_s: 0.02
+    start_s: 31.7
+    phases: [{phase: weights, s: 9.1, end_s: 9.1}, {phase: serving, s: 2.0, end_s: 31.6}]
+    cache: warm
 """
 
 import re
@@ -159,9 +164,9 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.knob_cache import cache_state
 from ansible.module_utils.knob_live import redact_text, secret_values
 from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
-from ansible.module_utils.knob_cache import cache_state
 from ansible.module_utils.knob_startup import TIMESTAMPS, compile_phases, journal_entries, phases, timing
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")
