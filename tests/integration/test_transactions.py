@@ -55,7 +55,8 @@ def host_state(fleet: Fleet, host: str) -> dict[str, Any]:
         echo "FAIL=$(tr '\\0' '\\n' < /proc/$pid/environ | grep -c '^SGLANG_SIM_FAIL=')"
         echo "LOCK=$(test -e {STATE}/lock && echo held || echo free)"
         echo "GENS=$(ls {STATE}/generations | tr '\\n' ' ')"
-        echo "LEDGER=$(tail -1 {STATE}/ledger.jsonl)"
+        echo "LEDGER=$(grep -v '"event": "start"' {STATE}/ledger.jsonl | tail -1)"
+        echo "START=$(grep '"event": "start"' {STATE}/ledger.jsonl | tail -1)"
     """,
     ).stdout
     lines = out.splitlines()
@@ -71,7 +72,8 @@ def host_state(fleet: Fleet, host: str) -> dict[str, Any]:
         "fail_env": int(kv["FAIL"]),
         "lock": kv["LOCK"],
         "gens": [int(g) for g in kv["GENS"].split()],
-        "ledger": json.loads(kv["LEDGER"]),
+        "ledger": json.loads(kv["LEDGER"]),  # the last transaction event (each measured start has its own line)
+        "start": json.loads(kv["START"]) if kv.get("START") else None,
     }
 
 
@@ -120,6 +122,8 @@ def test_failed_start_restores_previous_generation(
     meta = json.loads(fleet.ssh("lab1", f"cat {STATE}/generations/{failed_gen:04d}/meta.json").stdout)
     assert meta["status"] == "failed" and why in meta["reason"] and meta["profile"] == profile
     assert st["ledger"]["event"] == "restore" and st["ledger"]["generation"] == 1
+    # the restore's own restart was measured and kept too, on the generation it put back
+    assert st["start"]["kind"] == "restart" and st["start"]["generation"] == 1, st["start"]
 
 
 def test_a_foreign_dropin_is_refused_or_moved_into_the_backup(fleet: Fleet) -> None:
