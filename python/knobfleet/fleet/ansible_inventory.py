@@ -56,6 +56,7 @@ def load(
         import ansible.template
         import ansible.vars.manager
 
+    _forget_vars_files()
     loader = ansible.parsing.dataloader.DataLoader()
     decrypted = _track_vault_files(loader)
     try:
@@ -76,6 +77,19 @@ def load(
     if any(d not in (None, {}, "") for d in group_decls.values()):
         out = attach_groups(out, group_decls, _addresses(loader, varman, out, everyone), where)
     return out, deterministic
+
+
+def _forget_vars_files() -> None:
+    """Ansible's host_group_vars plugin keeps, per process, the vars files it found in each folder: a later read in
+    the same process (``drift --watch``, a lab rebooted by the same test session) would look for a group_vars file
+    removed since and fail as a vars file it cannot parse. Every read looks again."""
+    try:
+        from ansible.plugins.vars import host_group_vars
+    except ImportError:
+        return
+    found = getattr(host_group_vars, "FOUND", None)
+    if isinstance(found, dict):
+        found.clear()
 
 
 def _parse(loader: Any, inventory: Path, limit: str | None, where: str, check: str) -> tuple[Any, Any, Any]:

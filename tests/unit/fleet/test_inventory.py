@@ -125,3 +125,14 @@ def test_a_running_lab_that_carries_more_than_inventories_lab_is_the_default(
     (written / "group_vars" / "all" / "router.yml").unlink()
     (written / "group_vars" / "vllm.yml").write_text("knob_engine: vllm\n")
     assert inv_mod.default() == written
+
+
+def test_a_group_vars_file_removed_between_two_reads_in_one_process_is_no_error(inv: Path) -> None:
+    """Ansible's host_group_vars plugin remembers the vars files it found per process; a file removed since (a lab's
+    router.yml after `lab down`, an operator's edit between two `drift --watch` rounds) is looked for again."""
+    extra = inv / "group_vars" / "all" / "zz_extra.yml"  # after main.yml: it wins
+    extra.parent.mkdir(parents=True, exist_ok=True)
+    extra.write_text("knob_serve_port: 30007\n")
+    assert inventory.load_hosts(inv)[0].port == 30007
+    extra.unlink()
+    assert inventory.load_hosts(inv)[0].port != 30007
