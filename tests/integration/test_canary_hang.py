@@ -79,18 +79,21 @@ def test_a_canary_whose_streams_hang_is_rolled_back_while_every_status_is_200(hf
             print(f"window {w['window']}{' (pre)' if w.get('pre') else ''}: probes {w.get('probes')}, "
                   f"router {w.get('router')}, {w.get('skipped') or 'counted'}")  # fmt: skip
         assert run.returncode == 1 and doc["verdict"] == "rollback", run.stdout + run.stderr
-        assert doc["reason"].startswith("hung streams: ") and "on the canaries (lab1 " in doc["reason"], doc["reason"]
+        canary, baseline = hfleet.hosts  # `--hosts 1`: the lab's first host is the canary
+        assert doc["reason"].startswith("hung streams: ") and f"on the canaries ({canary} " in doc["reason"], doc[
+            "reason"
+        ]
         assert "went 3s without a token, status 200, against 0 of" in doc["reason"]
         assert doc["followup"].startswith("canaries rolled back"), doc["followup"]
         assert (doc["settings"]["probes"], doc["settings"]["hang_s"]) == (16, 3.0)
         rows = doc["pre_period"] + doc["windows"]
         assert all(r["router"]["errors"] == 0 for r in rows if "router" in r)  # the router saw no 5xx: every 200
         assert all(p["hung"] == 0 for r in doc["pre_period"] for p in r["probes"].values())
-        assert sum(r["probes"]["lab1"]["hung"] for r in doc["windows"]) > 0
-        assert all(r["probes"]["lab2"]["hung"] == 0 for r in doc["windows"])
+        assert sum(r["probes"][canary]["hung"] for r in doc["windows"]) > 0
+        assert all(r["probes"][baseline]["hung"] == 0 for r in doc["windows"])
         hist = json.loads(hfleet.knobfleet("history", "--json").stdout)["hosts"]
         on = {h["host"]: next(g["profile"] for g in h["generations"] if g["number"] == h["current"]) for h in hist}
-        assert on == {"lab1": "default", "lab2": "default"}, hist
+        assert on == {canary: "default", baseline: "default"}, hist
     finally:
         stop.set()
         load.join(timeout=120)
