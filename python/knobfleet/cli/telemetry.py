@@ -110,6 +110,8 @@ def _canary_settings(args: argparse.Namespace) -> Any:
         swap_after=args.swap_after,
         probes=args.probes,
         hang_s=args.hang,
+        warmup_windows=args.warmup_windows,
+        warmup_tol=args.warmup_tol,
     )
     bad = settings.check()
     if bad is not None:
@@ -134,7 +136,8 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
     from knobfleet import report
     from knobfleet.experiment import canary_probe, records
-    from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary, split
+    from knobfleet.experiment.canary_hosts import split
+    from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops import profiles as app
     from knobfleet.telemetry.prom import Prometheus
@@ -299,6 +302,15 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
         help=f"a probe stream with no token (the first included) for this long counts hung and is closed "
         f"({HANG_S:g}s; at most 10m)",
     )  # fmt: skip
+    p.add_argument(
+        "--warmup-windows", type=types.integer(0, 8), default=2, metavar="N",
+        help="after each restart, a window counts only once the next agrees with it (every host's throughput and "
+        "ITL within --warmup-tol): at most N windows set aside per period, then judged anyway (2; 0: judge from "
+        "the first window)",
+    )  # fmt: skip
+    p.add_argument("--warmup-tol", type=types.FRACTION, default=0.05, metavar="FRACTION",
+                   help="how far a host's figures may move from one window to the next for both to count as warm "
+                   "(0.05)")  # fmt: skip
     p.add_argument("--max-regression", type=types.FRACTION, default=0.05,
                    help="the regression a canary must catch: promotion needs every metric shown better than minus "
                    "this (0.05)")  # fmt: skip

@@ -133,7 +133,8 @@ def _live_preconditions(sp: Space, hosts: list[Any]) -> None:
     every host, enough hosts for canaries and baseline): SpaceError in one line naming the SPACE's field and fix."""
     from knobfleet import paths
     from knobfleet.errors import UsageError
-    from knobfleet.experiment.canary_run import CanaryOptions, split
+    from knobfleet.experiment.canary_hosts import split
+    from knobfleet.experiment.canary_run import CanaryOptions
     from knobfleet.tune import space
 
     if sp.live.skip is not None:

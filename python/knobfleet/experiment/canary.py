@@ -51,6 +51,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from knobfleet.experiment import canary_guards as guards
 from knobfleet.experiment import stats
 
 METRICS: dict[str, bool] = {"tput": True, "itl": False, "ttft": False}  # name -> higher is better
@@ -59,7 +60,7 @@ MAX_PROBES = 32  # hung-stream probes per host and window (canary_probe)
 MAX_HANG_S = 600.0
 # The settings a canary's record keeps (besides its metrics).
 RECORDED = ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests", "pre_windows",
-            "design", "swap_after", "beta", "probes", "hang_s")  # fmt: skip
+            "design", "swap_after", "beta", "probes", "hang_s", "warmup_windows", "warmup_tol")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ class Settings:
     # request holds; 0 probes: none sent, nothing judged on them.
     probes: int = 8
     hang_s: float = 20.0
+    # Warm engines only (canary_warm): a period's first window counts once the next agrees with it within the
+    # tolerance; at most ``warmup_windows`` windows set aside per period (0: judge from the first window).
+    warmup_windows: int = 2
+    warmup_tol: float = 0.05
 
     @property
     def prior_rho(self) -> float:
@@ -149,6 +154,11 @@ class Settings:
             return (
                 f"probes {self.probes}, hang bound {self.hang_s:g}s: choose 0..{MAX_PROBES} probes per host and "
                 f"window and a bound in (0, {MAX_HANG_S:g}] seconds"
+            )
+        if not 0 <= self.warmup_windows <= 8 or not 0 < self.warmup_tol <= 0.5:
+            return (
+                f"warm-up: {self.warmup_windows} window(s) set aside at most, tolerance {self.warmup_tol:g}: "
+                "choose 0..8 windows (--warmup-windows; 0 judges from the first) and a tolerance in (0, 0.5]"
             )
         if self.crossover and self.second_windows < self.min_windows:
             return (
@@ -339,59 +349,6 @@ def pre_period_shortfall(pre: Sequence[Window], s: Settings) -> str | None:
     )
 
 
-def rate_excess(errors: int, requests: int, base_errors: int, base_requests: int, z: float) -> bool:
-    """A one-sided two-proportion z-test: is errors/requests significantly above base_errors/base_requests?"""
-    if requests == 0 or base_requests == 0 or errors == 0:
-        return False
-    p = (errors + base_errors) / (requests + base_requests)
-    se = math.sqrt(max(p * (1 - p) * (1 / requests + 1 / base_requests), 1e-12))
-    return (errors / requests - base_errors / base_requests) / se > z
-
-
-def _router_excess(pre: Sequence[Window], post: Sequence[Window], z: float) -> str | None:
-    """The router's error rate while the canaries serve against its rate over the pre-period (one-sided)."""
-    pr, pe = sum(w.router_requests for w in pre), sum(w.router_errors for w in pre)
-    cr, ce = sum(w.router_requests for w in post), sum(w.router_errors for w in post)
-    if not rate_excess(ce, cr, pe, pr, z):
-        return None
-    return (
-        f"the router failed {ce} of {cr} requests ({ce / cr:.2%}) while the canaries served, against {pe} of "
-        f"{pr} ({pe / pr:.2%}) before the change"
-    )
-
-
-def _error_excess(windows: Sequence[Window], z: float) -> str | None:
-    """A two-proportion test of canary vs baseline error rates over all windows."""
-    cr = sum(w.canary_requests for w in windows)
-    br = sum(w.baseline_requests for w in windows)
-    ce = sum(w.canary_errors for w in windows)
-    be = sum(w.baseline_errors for w in windows)
-    if not rate_excess(ce, cr, be, br, z):
-        return None
-    return (
-        f"the canaries failed {ce} of {cr} requests ({ce / cr:.2%}) against {be} of {br} ({be / br:.2%}) on the "
-        "baseline"
-    )
-
-
-def _hung_excess(windows: Sequence[Window], z: float, s: Settings) -> str | None:
-    """The hung-stream guardrail, the 5xx one's rule on the probes: is the canaries' share of hung streams
-    significantly above the baseline's (one-sided two-proportion test over all windows)?"""
-    hung: dict[str, int] = {}
-    for w in windows:
-        for host, n in w.canary_hung.items():
-            hung[host] = hung.get(host, 0) + n
-    cs, bs = sum(w.canary_streams for w in windows), sum(w.baseline_streams for w in windows)
-    ch, bh = sum(hung.values()), sum(sum(w.baseline_hung.values()) for w in windows)
-    if not rate_excess(ch, cs, bh, bs, z):
-        return None
-    who = ", ".join(f"{h} {n}" for h, n in sorted(hung.items()) if n)
-    return (
-        f"hung streams: {ch} of {cs} probe streams on the canaries ({who}) went {s.hang_s:g}s without a token, "
-        f"status 200, against {bh} of {bs} on the baseline"
-    )
-
-
 def _at(se: stats.Interval, z: float) -> stats.Interval:
     """``se`` (an interval at z = 1: its half-width is the standard error) widened to ``z``."""
     half = z * (se.high - se.estimate)
@@ -399,7 +356,11 @@ def _at(se: stats.Interval, z: float) -> stats.Interval:
 
 
 def judge(
-    windows: Sequence[Window], s: Settings = Settings(), pre: Sequence[Window] = (), crossed: Sequence[Window] = ()
+    windows: Sequence[Window],
+    s: Settings = Settings(),
+    pre: Sequence[Window] = (),
+    crossed: Sequence[Window] = (),
+    guarded: Sequence[Window] = (),
 ) -> Verdict:
     """The verdict after ``windows`` (oldest first), differenced against the pre-period ``pre`` when given.
 
@@ -409,9 +370,10 @@ def judge(
 
     ``intervals`` holds each metric's interval at the rollback side's z of this look (what a rollback is decided on
     and what reports show); promotion is decided on the same estimate and standard error at the promotion side's z.
+    ``guarded``: windows set aside while the engines warm up (``canary_warm``): errors and hung streams count there.
     """
     judged, second, base = counted(windows, s), counted(crossed, s), counted(pre, s)
-    every = [*windows, *crossed]
+    every = [*guarded, *windows, *crossed]
     skipped = len(every) - len(judged) - len(second)
     first_period = s.crossover and not crossed
     if s.crossover:
@@ -422,14 +384,19 @@ def judge(
         looked = len(judged)
     z, zp = s.z(final), s.z_promote(final)
     v = Verdict("continue", "", len(judged) + len(second), skipped, pre=len(base), crossed=len(second))
-    excess = _error_excess(every, z) or _router_excess(pre, every, z) or _hung_excess(every, z, s)
+    excess = (
+        guards.error_excess(every, z) or guards.router_excess(pre, every, z) or guards.hung_excess(every, z, s.hang_s)
+    )
     if excess:
         v.verdict, v.reason = "rollback", excess
         return v
     if not judged or (crossed and not second):
-        last = every[-1] if every else None
+        seen = crossed or windows
+        last = seen[-1] if seen else None
         have = min(last.canary_requests, last.baseline_requests) if last else 0
         v.reason = f"too little traffic for a verdict: {have} requests in window, need {s.min_requests}"
+        if last is None and guarded:
+            v.reason = "no warm window yet: the engines are settling after the restart"
         ended = len(crossed) >= s.second_windows if s.crossover else len(windows) >= s.max_windows
         v.verdict = "inconclusive" if ended else "continue"
         return v

@@ -39,8 +39,10 @@ from typing import Any
 from knobfleet.errors import KnobfleetError, UsageError
 from knobfleet.experiment import running
 from knobfleet.experiment.canary import RECORDED, Settings, Verdict, Window, judge, pre_period_shortfall
+from knobfleet.experiment.canary_hosts import advice, split
 from knobfleet.experiment.canary_probe import Pending
-from knobfleet.experiment.canary_windows import _engine, _measure, engine_series
+from knobfleet.experiment.canary_warm import Settle, summary
+from knobfleet.experiment.canary_windows import _measure
 from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops.apply import ApplyReport, Options, apply
@@ -81,6 +83,7 @@ class CanaryReport:
     settings: Settings = field(default_factory=Settings)
     record: str = ""  # where the record is kept
     ran: dict[str, Any] = field(default_factory=dict)  # generations, engine_versions: what each side ran when judged
+    warmup: list[Settle] = field(default_factory=list)  # each judged period's warm-up (canary_warm)
 
     def as_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -106,31 +109,13 @@ class CanaryReport:
             "started": self.started,
             "settings": {k: getattr(self.settings, k) for k in RECORDED} | {"metrics": list(self.settings.metrics)},
             "record": self.record,
+            "warmup": summary(self.warmup),
             **self.ran,
             # the content the canaries ran (the report's "What ran"); none when the canary apply never happened
             "profile_hashes": (
                 {self.profile: self.canary_apply.profile.content_hash} if self.canary_apply is not None else {}
             ),
         }
-
-
-def split(hosts: Sequence[HostVars], opts: CanaryOptions) -> tuple[list[HostVars], list[HostVars], list[HostVars]]:
-    """Pure: (canaries, baseline, rest) — an equal canary and baseline subset, in inventory order."""
-    unrouted = [hv.host for hv in hosts if not hv.router_url]
-    if unrouted:
-        raise UsageError(
-            f"canary: {', '.join(unrouted[:3])} {'is' if len(unrouted) == 1 else 'are'} behind no router "
-            "(knob_router_url): a canary is judged on live traffic through the router"
-        )
-    for engine in sorted({_engine(hv) for hv in hosts}):
-        engine_series(engine)  # an engine whose catalog names no metrics: one line before anything changes
-    n = opts.hosts if opts.hosts is not None else max(1, math.floor(len(hosts) * (opts.fraction or 0.25)))
-    if n < 1 or 2 * n > len(hosts):
-        raise UsageError(
-            f"canary: {n} canary host(s) need as many baseline hosts; {len(hosts)} selected (use --hosts N with "
-            f"2N <= {len(hosts)})"
-        )
-    return list(hosts[:n]), list(hosts[n : 2 * n]), list(hosts[2 * n :])
 
 
 class RecordKeeper:
@@ -303,7 +288,7 @@ def _act(
     others = [h for h in canaries + baseline + rest if h.host not in on.hosts]
     who = "canaries" if all(h in canaries for h in running) else "baseline (on the profile since the swap)"
     if opts.advisory:
-        report.followup = _advice(profile, verdict, running, others, f"the {who.split(' (')[0]}")
+        report.followup = advice(profile, verdict, running, others, f"the {who.split(' (')[0]}")
         report.exit_code = {"promote": 0, "rollback": 1}.get(verdict.verdict, 2)
     elif verdict.verdict == "promote":
         report.followup = f"promoted: {profile.name} rolled out to the rest of the fleet"
@@ -422,6 +407,8 @@ class _Judging:
         s, report = self.opts.settings, self.report
         fresh_since = self.clock()
         verdict = report.verdict
+        settle = Settle(s.warmup_windows, s.warmup_tol)
+        report.warmup.append(settle)
         for _ in range(attempts):
             probes = self.opts.prober(new + old, s) if self.opts.prober else None
             self.sleep(self.opts.window_s)
@@ -433,8 +420,9 @@ class _Judging:
                 report.notes.append(f"window {self.k}: {row['skipped']}; not counted")
                 self.save(report)
                 continue
-            into.append(window)
-            verdict = judge(self.first, s, self.pre, into) if crossover else judge(into, s, self.pre)
+            into.extend(settle.offer(window, row))
+            aside = [w for period in report.warmup for w in period.unjudged()]  # the guardrails count these too
+            verdict = judge(self.first, s, self.pre, into, aside) if crossover else judge(into, s, self.pre, (), aside)
             row["interval"] = {  # the sequential estimate after this window (the report plots it against the bars)
                 m: {"estimate": math.expm1(iv.estimate), "low": math.expm1(iv.low), "high": math.expm1(iv.high)}
                 for m, iv in verdict.intervals.items()
@@ -445,6 +433,7 @@ class _Judging:
                 self.on_window(self.k, verdict, row)
             if verdict.final or done():
                 break
+        report.notes.extend(settle.close())
         return verdict
 
 
@@ -478,19 +467,3 @@ def _roll_back(
             f"; {', '.join(failed)} could not be restored and may still run {profile.name} (see `knobfleet history`)"
         )
     return text
-
-
-def _advice(profile: Profile, verdict: Verdict, running: list[HostVars], others: list[HostVars], who: str) -> str:
-    """Advisory mode: what the judge would do, and the exact command that does it (``running``: the hosts on the
-    profile now: the canaries, or after a crossover's swap the baseline)."""
-    names = ",".join(h.host for h in running)
-    stay = f"advisory: {who} ({names}) left on {profile.ref}"
-    if verdict.verdict == "promote":
-        rest = ",".join(h.host for h in others)
-        cmd = f"apply-profile {profile.name} --yes" + (f" --limit {rest}" if rest else "")
-        back = f"knobfleet rollback --limit {names} --yes"
-        return f"{stay}; the judge would promote: `{cmd}`; to roll back instead: `{back}`"
-    return (
-        f"{stay}; the judge would roll back ({verdict.verdict}): `knobfleet rollback --limit {names} --yes`; "
-        f"to promote instead: `apply-profile {profile.name} --yes`"
-    )

@@ -145,8 +145,19 @@ def canary_page(rec: dict[str, Any]) -> str:
         "canary.html.j2", f"canary {rec.get('profile')}", canary_sentence(rec), str(rec.get("verdict")),
         windows_plot=svg(draw), interval_rows=iv_rows, windows_counted=rec.get("windows_counted"),
         windows_pre=rec.get("windows_pre"), followup=rec.get("followup") or "-", what_ran=provenance(rec),
-        settings_rows=host_rows, rows=rows, notes=rec.get("notes") or [],
+        settings_rows=host_rows, rows=rows, notes=rec.get("notes") or [], warmup=_warmup_text(rec.get("warmup")),
     )  # fmt: skip
+
+
+def _warmup_text(w: Any) -> str:
+    """What the canary set aside while the engines warmed up after their restarts (canary_warm); records from before
+    the rule have none."""
+    if not isinstance(w, dict):
+        return "not recorded (a canary from before the warm-up rule: every window after a restart was judged)"
+    text = f"{w.get('windows', 0)} window(s) and {w.get('requests', 0)} requests set aside"
+    if w.get("unconverged_periods"):
+        text += f"; {w['unconverged_periods']} period(s) never settled within the bound and were judged anyway"
+    return text
 
 
 # --- bench -------------------------------------------------------------------------------------------------

@@ -213,7 +213,8 @@ def test_a_hang_bound_past_ten_minutes_is_one_line() -> None:
     from knobfleet.errors import UsageError
 
     args = argparse.Namespace(max_regression=0.05, max_windows=16, min_windows=3, pre_windows=3, window=60.0,
-                              design="crossover", swap_after=6, probes=8, hang=601.0)  # fmt: skip
+                              design="crossover", swap_after=6, probes=8, hang=601.0, warmup_windows=2,
+                              warmup_tol=0.05)  # fmt: skip
     with pytest.raises(UsageError, match=r"^canary: probes 8, hang bound 601s: choose 0\.\.32 probes per host"):
         _canary_settings(args)
     assert _canary_settings(argparse.Namespace(**{**vars(args), "hang": 3.0})).hang_s == 3.0
