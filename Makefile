@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
-APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter podman docker.io
+APT_PACKAGES := systemd systemd-container openssh-server dbus iproute2 prometheus prometheus-node-exporter podman docker.io crun
 # What `make test` needs on top: chromium, for the HTML report's test (every report kind opened headless, offline).
 TEST_APT_PACKAGES := chromium
 

@@ -1,8 +1,9 @@
-"""Engines in containers (the runtime seam, #55) on a real podman lab: `lab up --runtime podman` runs each stand-in in
-a container of a local image (built from files, loaded at boot: nothing is pulled), started by a hand-written
-`podman run` unit, behind the real router. knobfleet applies profiles whose serve script execs `podman run` of the
-image by ID, verifies the engine from /proc of the container's process as podman names it, finds what was run by
-hand, restores the previous image and run line, and brings back the hand-written unit."""
+"""Engines in containers (the runtime seam, #55) on a real podman lab and a real docker lab, every test on both:
+`lab up --runtime podman|docker` runs each stand-in in a container of a local image (built from files, loaded at
+boot: nothing is pulled), started by a hand-written `podman run`/`docker run` unit, behind the real router.
+knobfleet applies profiles whose serve script execs the runtime's `run` of the image by ID, verifies the engine from
+/proc of the container's process as the runtime names it, finds what was run by hand, restores the previous image
+and run line, and brings back the hand-written unit."""
 
 from __future__ import annotations
 
@@ -24,14 +25,20 @@ from tests.integration.test_router import rolling_apply_and_rollback
 N = 3
 
 
-@pytest.fixture(scope="module")
-def pfleet(lab_state: Path) -> Iterator[Fleet]:
+@pytest.fixture(scope="module", params=labruntime.CONTAINER_RUNTIMES)
+def pfleet(lab_state: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    """A lab of N hosts whose stand-ins run in containers of ``request.param`` (podman, then docker)."""
     lab = Lab(lab_path(lab_state))
     lab.down()
-    lab.up(N, router=True, runtime="podman")
-    wait_engines([lab.host(i).address for i in range(1, N + 1)])
-    yield Fleet(lab, None, [f"lab{i}" for i in range(1, N + 1)])
+    hosts = [lab.named(s.name) for s in lab.up(N, router=True, runtime=request.param)]
+    wait_engines([h.address for h in hosts])
+    yield Fleet(lab, None, [h.name for h in hosts])
     lab.down()
+
+
+def runtime_of(fleet: Fleet) -> str:
+    """The container runtime the fleet's lab runs its stand-ins with."""
+    return labruntime.recorded(fleet.lab.dir)
 
 
 def probe(fleet: Fleet, host: str, tmp: Path) -> dict[str, Any]:
@@ -46,15 +53,15 @@ def findings(fleet: Fleet, host: str) -> list[str]:
 
 
 def test_a_rolling_apply_and_a_rollback_of_containerized_engines_under_load_drop_no_request(pfleet: Fleet) -> None:
-    """Constant load through the real router while every podman host gets a new generation and is rolled back, one
+    """Constant load through the real router while every container host gets a new generation and is rolled back, one
     at a time, each drained first: 0 failed requests (the router test's bar: 800 or more sent)."""
     rolling_apply_and_rollback(pfleet, by_url=True)
 
 
-def test_a_podman_host_is_verified_from_its_containers_process_and_hand_runs_are_found(
+def test_a_container_host_is_verified_from_its_containers_process_and_hand_runs_are_found(
     pfleet: Fleet, tmp_path: Path
 ) -> None:
-    host = "lab3"
+    host, runtime = pfleet.hosts[-1], runtime_of(pfleet)
     first = pfleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", "--json", timeout=300)
     assert first.returncode == 0, first.stdout[-1500:] + first.stderr[-1500:]
     pfleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", check=True, timeout=300)
@@ -62,8 +69,8 @@ def test_a_podman_host_is_verified_from_its_containers_process_and_hand_runs_are
     assert verified.returncode == 0 and json.loads(verified.stdout)["hosts"][0]["findings"] == []
     doc = probe(pfleet, host, tmp_path / "p1")
     rt = doc["runtime"]
-    assert rt["kind"] == "podman" and rt["image_id"] == labruntime.image_id() and rt["running"]
-    assert rt["pid"] != rt["client_pid"] == int(doc["unit_props"]["MainPID"])  # the engine, not the podman client
+    assert rt["kind"] == runtime and rt["image_id"] == labruntime.image_id() and rt["running"]
+    assert rt["pid"] != rt["client_pid"] == int(doc["unit_props"]["MainPID"])  # the engine, not the runtime's client
     engine = next(p for p in doc["processes"] if p["pid"] == rt["pid"])
     assert engine["cmdline"][:3] == ["/usr/bin/python3", "-m", "sglang_sim.launch_server"]
     assert engine["env"]["SGLANG_SM120_MMA_TARGET_CTAS"] == "768"  # read from /proc on the host
@@ -71,11 +78,13 @@ def test_a_podman_host_is_verified_from_its_containers_process_and_hand_runs_are
 
     # By hand: the unit stopped and the container started from another image, with another knob value.
     env = {k: v for k, v in engine["env"].items() if k.startswith("SGLANG_")} | {"SGLANG_SM120_MMA_TARGET_CTAS": "256"}
+    never = ["--pull=never"] if runtime == "docker" else []  # docker's default pulls a missing image
     by_hand = shlex.join(
-        ["podman", "run", "-d", "--rm", f"--name={SERVICE}", "--network=host", *labruntime.OPTIONS,
+        [runtime, "run", "-d", "--rm", f"--name={SERVICE}", "--network=host", *never, *labruntime.RUN_OPTIONS[runtime],
          *[f"--env={k}={v}" for k, v in sorted(env.items())], "localhost/knobfleet-sim:2", *engine["cmdline"]]
     )  # fmt: skip
-    pfleet.ssh(host, f"systemctl stop {SERVICE}; podman rm --force {SERVICE} >/dev/null; {by_hand} >/dev/null; sleep 4")
+    stop = f"systemctl stop {SERVICE}; {runtime} rm --force {SERVICE} >/dev/null"
+    pfleet.ssh(host, f"{stop}; {by_hand} >/dev/null; sleep 4")
     assert findings(pfleet, host) == ["service_inactive", "container_outside_unit", "image_mismatch", "env_mismatch"]
     repaired = pfleet.knobfleet("apply", "ctas768", "--limit", host, "--yes", timeout=300)
     assert repaired.returncode == 0, repaired.stdout[-1500:] + repaired.stderr[-1500:]
@@ -86,12 +95,12 @@ def test_a_podman_host_is_verified_from_its_containers_process_and_hand_runs_are
     assert probe(pfleet, host, tmp_path / "p2")["processes"][0]["env"]["SGLANG_SM120_MMA_TARGET_CTAS"] == "512"
     pfleet.knobfleet("rollback", "--limit", host, "--to", "0", "--yes", check=True, timeout=300)
     unit = pfleet.ssh(host, f"systemctl cat {SERVICE}").stdout
-    assert "ExecStart=/usr/bin/podman run --rm --name" in unit and "localhost/knobfleet-sim:1" in unit
+    assert f"ExecStart=/usr/bin/{runtime} run --rm --name" in unit and "localhost/knobfleet-sim:1" in unit
     assert findings(pfleet, host) == []
 
 
 def test_an_image_that_is_not_on_the_host_is_refused_before_anything_stops(pfleet: Fleet, tmp_path: Path) -> None:
-    host = "lab2"
+    host = pfleet.hosts[1]
     pfleet.knobfleet("apply", "ctas512", "--limit", host, "--yes", check=True, timeout=300)
     before = probe(pfleet, host, tmp_path / "p1")["runtime"]["pid"]
     inv = tmp_path / "inventory"

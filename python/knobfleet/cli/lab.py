@@ -220,9 +220,9 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "--runtime",
         default="systemd",
         choices=("systemd", "podman", "docker"),
-        help="what runs each stand-in engine: systemd (the serve script execs it, the default) or podman (a "
+        help="what runs each stand-in engine: systemd (the serve script execs it, the default), podman or docker (a "
         "container of a local image, built from files and loaded at boot, started by a hand-written `podman run` "
-        "unit; nothing is pulled); docker is refused in the lab (its daemon cannot run inside systemd-nspawn)",
+        "or `docker run` unit; nothing is pulled; docker hosts boot with CAP_NET_ADMIN, see docs/CONTAINERS.md)",
     )
     p.add_argument(
         "--groups",

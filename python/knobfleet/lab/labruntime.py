@@ -1,18 +1,30 @@
-"""``lab up --runtime podman``: lab hosts whose stand-in engine runs in a container, started by a hand-written
-``podman run`` unit (the shape an operator writes: the run line in ExecStart, no script), which the first apply
-adopts as generation 0.
+"""``lab up --runtime podman`` and ``--runtime docker``: lab hosts whose stand-in engine runs in a container, started
+by a hand-written ``podman run``/``docker run`` unit (the shape an operator writes: the run line in ExecStart, no
+script), which the first apply adopts as generation 0.
 
 Nothing is pulled, ever: the image is built here, from files, as a docker-archive (``build_image``: one layer
 holding the folders a root needs and a marker file, a config with a fixed creation time), so its ID is the
-sha256 of its config and known before any runtime sees it; each host loads it with ``podman load`` at boot
-(``knobfleet-lab-images.service``). The stand-in's code and Python come from the host itself, mounted read-only
-(the way a cached install is mounted into a small image). Two images differ by their marker only: ``sim:1`` the
-one the hand-written unit and the inventory name, ``sim:2`` a second one for the tests (a retag, a rollback).
+sha256 of its config and known before any runtime sees it; each host loads it with ``podman load``/``docker load``
+at boot (``knobfleet-lab-images.service``). The stand-in's code and Python come from the host itself, mounted
+read-only (the way a cached install is mounted into a small image). Two images differ by their marker only:
+``sim:1`` the one the hand-written unit and the inventory name, ``sim:2`` a second one for the tests (a retag, a
+rollback).
 
 Podman inside a systemd-nspawn host: the kernel keyring is not permitted there (``keyring = false``), cgroups
 are not delegated (``--cgroups=disabled``: the container's processes stay in the unit's cgroup), and overlay
-storage cannot nest (``vfs``). docker's daemon cannot create its network sandbox inside nspawn (EPERM), so
-``--runtime docker`` is refused for the lab; the docker runtime is proven by the contract tests.
+storage cannot nest (``vfs``).
+
+Docker inside a systemd-nspawn host (``DAEMON_CONF``, ``NSPAWN_SETTINGS``): Debian's docker.service, docker.socket
+and containerd.service (masked in every other lab host) with a daemon.json for nspawn. The cgroup controllers are
+mounted read-only in the host, so the OCI runtime is crun with ``--cgroup-manager=disabled`` (runc always
+creates one: ``mkdir /sys/fs/cgroup/cpuset/docker: read-only file system``); the container's processes stay in
+containerd's cgroup. The host shares the machine's network, so dockerd creates no bridge, writes no iptables
+rules and leaves IP forwarding alone (it cannot write ``/proc/sys`` there: with forwarding on it does not start).
+Two things only a boot option gives, written as the machine's nspawn settings file (``/run/systemd/nspawn``,
+trusted; docker labs only): CAP_NET_ADMIN, because even a ``--network=host`` container makes dockerd set up its
+default sandbox, which brings ``lo`` up through netlink (``failed to create default sandbox: operation not
+permitted`` without it), and the keyring system calls, because crun gives each container a session keyring
+(``create keyring …: Operation not permitted`` under nspawn's system call filter).
 """
 
 from __future__ import annotations
@@ -22,38 +34,84 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knobfleet.errors import LabError
 from knobfleet.lab import hostfiles
 from knobfleet.lab.hostfiles import LabHost
 
-RUNTIMES = ("systemd", "podman")
+if TYPE_CHECKING:
+    from knobfleet.lab.nspawn import Lab
+
+RUNTIMES = ("systemd", "podman", "docker")
+CONTAINER_RUNTIMES = ("podman", "docker")
 IMAGE_DIR = "/var/lib/knobfleet-lab/images"
 IMAGES = {"localhost/knobfleet-sim:1": "1", "localhost/knobfleet-sim:2": "2"}
 MOUNTS = ("/usr", "/lib", "/lib64", "/bin", "/etc/alternatives")
-OPTIONS = ("--cgroups=disabled", *(f"--volume={m}:{m}:ro" for m in MOUNTS))
+VOLUMES = tuple(f"--volume={m}:{m}:ro" for m in MOUNTS)
+OPTIONS = ("--cgroups=disabled", *VOLUMES)  # podman's run options in the lab
+RUN_OPTIONS = {"podman": OPTIONS, "docker": VOLUMES}  # docker's cgroups are off in its daemon (DAEMON_CONF)
 CONTAINERS_CONF = '[containers]\nkeyring = false\n\n[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
 STORAGE_CONF = (
     '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\ngraphroot = "/var/lib/containers/storage"\n'
 )
-LOAD_UNIT = (
-    "[Unit]\nDescription=Load the lab's local images (knobfleet lab; nothing is pulled)\n"
-    f"Before={hostfiles.SERVICE}.service\n\n"
-    "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-    f"ExecStart=/bin/sh -c 'for f in {IMAGE_DIR}/*.tar; do /usr/bin/podman load --quiet --input \"$f\"; done'\n\n"
-    "[Install]\nWantedBy=multi-user.target\n"
+# dockerd in an nspawn host (/etc/docker/daemon.json); each setting is needed, see the module's docstring.
+DAEMON_CONF = {
+    "bridge": "none",  # no docker0 on the machine's network, which the host shares; the engine runs --network=host
+    "iptables": False,  # no rules in the machine's iptables
+    "ip6tables": False,  # nor in ip6tables (on by default in later dockers)
+    "ip-forward": False,  # /proc/sys is read-only in the host: with forwarding on, dockerd does not start
+    "data-root": "/var/lib/knobfleet-lab/docker",  # not the machine's /var/lib/docker, whose containers it restarts
+    "storage-driver": "vfs",  # overlay cannot nest on the host's overlay root
+    "exec-opts": ["native.cgroupdriver=cgroupfs"],  # never ask the host's systemd for a scope
+    "default-runtime": "crun-lab",  # the controllers are read-only in the host: no cgroup per container
+    "runtimes": {"crun-lab": {"path": "/usr/bin/crun", "runtimeArgs": ["--cgroup-manager=disabled"]}},
+    "log-driver": "journald",  # the engine's output in the host's journal, not in a file growing in its tmpfs
+}
+DOCKER_UNITS = ("containerd.service", "docker.service", "docker.socket")  # masked in other lab hosts
+DOCKER_TOOLS = {"/usr/sbin/dockerd": "docker.io", "/usr/bin/containerd": "containerd", "/usr/bin/crun": "crun"}
+# A docker host's nspawn settings: trusted (read from /run/systemd/nspawn/<machine>.nspawn), docker labs only.
+NSPAWN_SETTINGS_DIR = Path("/run/systemd/nspawn")
+NSPAWN_SETTINGS = (
+    "# Written by `knobfleet lab up --runtime docker` (lab/labruntime.py); removed by `knobfleet lab down`.\n"
+    "[Exec]\n"
+    "# dockerd brings lo up in its default sandbox, even for --network=host containers\n"
+    "Capability=CAP_NET_ADMIN\n"
+    "# crun gives each container a session keyring\n"
+    "SystemCallFilter=@keyring\n"
 )
 
 
+def load_unit(runtime: str = "podman") -> str:
+    """The unit that loads the lab's images into ``runtime`` at boot, before the engine's unit starts."""
+    needs = "Requires=docker.service\nAfter=docker.service\n" if runtime == "docker" else ""
+    return (
+        "[Unit]\nDescription=Load the lab's local images (knobfleet lab; nothing is pulled)\n"
+        f"{needs}Before={hostfiles.SERVICE}.service\n\n"
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+        f"ExecStart=/bin/sh -c 'for f in {IMAGE_DIR}/*.tar; do /usr/bin/{runtime} load --quiet --input \"$f\"; done'"
+        "\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
+
+
+LOAD_UNIT = load_unit("podman")
+
+
 def check(runtime: str) -> None:
-    if runtime == "docker":
-        raise LabError(
-            "lab up --runtime docker: docker's daemon cannot create its network sandbox inside a systemd-nspawn "
-            "host (operation not permitted); use --runtime podman (the docker runtime is covered by the contract "
-            "tests, tests/unit/test_runtimes.py)"
-        )
     if runtime not in RUNTIMES:
         raise LabError(f"lab up --runtime {runtime}: choose one of {', '.join(RUNTIMES)}")
+
+
+def check_tools(runtime: str) -> None:
+    """What a docker lab host runs, checked on this machine (the hosts' root is an overlay of its own)."""
+    if runtime != "docker":
+        return
+    missing = {path: pkg for path, pkg in DOCKER_TOOLS.items() if not Path(path).exists()}
+    if missing:
+        raise LabError(
+            f"lab up --runtime docker: {', '.join(missing)} not found; lab hosts run them from this machine's "
+            f"root: apt-get install -y {' '.join(sorted(set(missing.values())))}"
+        )
 
 
 def recorded(lab_dir: Path) -> str:
@@ -69,6 +127,7 @@ def record(lab_dir: Path, runtime: str, running: set[str]) -> None:
             f"lab up --runtime {runtime}: {', '.join(sorted(running))} already run under {recorded(lab_dir)}; "
             "`knobfleet lab down` first"
         )
+    check_tools(runtime)
     lab_dir.mkdir(parents=True, exist_ok=True)
     (lab_dir / "runtime").write_text(f"{runtime}\n")
 
@@ -121,58 +180,94 @@ def image_id(tag: str = "localhost/knobfleet-sim:1") -> str:
     return build_image(tag, IMAGES[tag])[1]
 
 
-def hand_written_unit(host: LabHost, model_path: str) -> str:
-    """The unit an operator wrote before knobfleet: ``podman run`` in ExecStart, knobs as ``-e``, by tag."""
+def hand_written_unit(host: LabHost, model_path: str, runtime: str = "podman") -> str:
+    """The unit an operator wrote before knobfleet: ``podman run``/``docker run`` in ExecStart, knobs as ``-e``, by
+    tag. docker's waits for its daemon and never pulls (its default pulls an image it does not have)."""
     env = " ".join(f"-e {k}={v}" for k, v in (("SGLANG_SIM_GPU", "rtx-pro-6000"), ("SGLANG_SIM_STARTUP_S", "1.5"),
                    ("SGLANG_SIM_TIME_SCALE", "0.25"), ("SGLANG_SM120_MMA_TARGET_CTAS", "256"),
                    ("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "0")))  # fmt: skip
     mounts = " ".join(f"-v {m}:{m}:ro" for m in MOUNTS)
+    binary = f"/usr/bin/{runtime}"
+    if runtime == "docker":
+        after, needs, run_options = " docker.service", "Requires=docker.service\n", "--pull=never"
+    else:
+        after, needs, run_options = "", "", "--cgroups=disabled"
     return (
-        "[Unit]\nDescription=SGLang DSv4 decode server (podman)\n"
-        "After=network.target knobfleet-lab-images.service\nWants=knobfleet-lab-images.service\n\n"
+        f"[Unit]\nDescription=SGLang DSv4 decode server ({runtime})\n"
+        f"After=network.target{after} knobfleet-lab-images.service\n{needs}Wants=knobfleet-lab-images.service\n\n"
         "[Service]\n"
-        f"ExecStartPre=-/usr/bin/podman rm --force {hostfiles.SERVICE}\n"
-        f"ExecStart=/usr/bin/podman run --rm --name {hostfiles.SERVICE} --network host --cgroups=disabled \\\n"
+        f"ExecStartPre=-{binary} rm --force {hostfiles.SERVICE}\n"
+        f"ExecStart={binary} run --rm --name {hostfiles.SERVICE} --network host {run_options} \\\n"
         f"    {env} \\\n    {mounts} \\\n    localhost/knobfleet-sim:1 \\\n"
         f"    /usr/bin/python3 -m sglang_sim.launch_server --model-path {model_path} \\\n"
         f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule\n"
-        f"ExecStop=/usr/bin/podman stop -t 10 {hostfiles.SERVICE}\n"
+        f"ExecStop={binary} stop -t 10 {hostfiles.SERVICE}\n"
         "Restart=always\nRestartSec=3\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 
 
-def prepare(root: Path, host: LabHost, model_path: str) -> str:
-    """A podman host's own files under its ``root`` before it boots: podman's settings for nspawn, the images and
-    the unit that loads them, the hand-written unit; returns that unit's text (no serve script: it runs by hand)."""
+def prepare(root: Path, host: LabHost, model_path: str, runtime: str = "podman") -> str:
+    """A container host's own files under its ``root`` before it boots: the runtime's settings for nspawn, the
+    images and the unit that loads them, the hand-written unit; returns that unit's text (no serve script: it runs
+    by hand). docker's units are unmasked (``labroot.mask_units`` masks them: call this after it)."""
 
     def write(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
 
-    write(root / "etc/containers/containers.conf", CONTAINERS_CONF)
-    write(root / "etc/containers/storage.conf", STORAGE_CONF)
+    unit_dir = root / "etc/systemd/system"
+    if runtime == "docker":
+        write(root / "etc/docker/daemon.json", json.dumps(DAEMON_CONF, indent=2) + "\n")
+        for unit in DOCKER_UNITS:
+            mask = unit_dir / unit
+            if mask.is_symlink() and str(mask.readlink()) == "/dev/null":
+                mask.unlink()
+    else:
+        write(root / "etc/containers/containers.conf", CONTAINERS_CONF)
+        write(root / "etc/containers/storage.conf", STORAGE_CONF)
     for tag, marker in IMAGES.items():
         data, _ = build_image(tag, marker)
         path = root / IMAGE_DIR.lstrip("/") / f"{tag.rsplit('/', 1)[-1].replace(':', '-')}.tar"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    unit_dir = root / "etc/systemd/system"
-    write(unit_dir / "knobfleet-lab-images.service", LOAD_UNIT)
+    write(unit_dir / "knobfleet-lab-images.service", load_unit(runtime))
     wants = unit_dir / "multi-user.target.wants" / "knobfleet-lab-images.service"
     wants.parent.mkdir(parents=True, exist_ok=True)
     wants.unlink(missing_ok=True)
     wants.symlink_to("/etc/systemd/system/knobfleet-lab-images.service")
     (root / hostfiles.SCRIPT_PATH.lstrip("/")).unlink(missing_ok=True)
-    return hand_written_unit(host, model_path)
+    return hand_written_unit(host, model_path, runtime)
+
+
+def nspawn_settings(host: LabHost) -> Path:
+    """The machine's nspawn settings file, which systemd-nspawn reads when ``host`` boots (see NSPAWN_SETTINGS)."""
+    return NSPAWN_SETTINGS_DIR / f"{host.machine}.nspawn"
+
+
+def prepare_docker(lab: Lab, host: LabHost) -> None:
+    """In a docker lab, after ``labroot.prepare`` (which writes a podman host's files only, and masks docker's
+    units): a stand-in host's docker files and hand-written unit, and its nspawn settings (the capability and the
+    system calls dockerd and crun need). Nothing for other labs, nor for a host that runs real vLLM or SGLang."""
+    real_engine = (host.name in lab.vllm_hosts and lab.vllm is not None) or (
+        host.name in lab.sglang_hosts and lab.sglang is not None
+    )
+    if recorded(lab.dir) != "docker" or real_engine:
+        return
+    root = lab.host_dir(host) / "root"
+    unit = prepare(root, host, lab.router_model or hostfiles.SIM_MODEL_PATH, "docker")
+    (root / "etc/systemd/system" / f"{hostfiles.SERVICE}.service").write_text(unit)
+    NSPAWN_SETTINGS_DIR.mkdir(parents=True, exist_ok=True)
+    nspawn_settings(host).write_text(NSPAWN_SETTINGS)
 
 
 def group_vars(lab_dir: Path) -> str | None:
-    """The inventory's runtime vars for a podman lab (None for systemd): the runtime, the image by ID, the run
-    options the lab needs (cgroups off, the host's Python and the stand-in mounted read-only)."""
-    if recorded(lab_dir) != "podman":
+    """The inventory's runtime vars for a podman or docker lab (None for systemd): the runtime, the image by ID, the
+    run options the lab needs (podman: cgroups off; both: the host's Python and the stand-in mounted read-only)."""
+    runtime = recorded(lab_dir)
+    if runtime not in CONTAINER_RUNTIMES:
         return None
-    options = "".join(f"  - {o}\n" for o in OPTIONS)
+    options = "".join(f"  - {o}\n" for o in RUN_OPTIONS[runtime])
     return (
-        "# Written by `knobfleet lab up --runtime podman` (lab/labruntime.py): the engine runs in a container.\n"
-        f"knob_serve_runtime: podman\nknob_serve_image: {image_id()}\nknob_serve_container_options:\n{options}"
+        f"# Written by `knobfleet lab up --runtime {runtime}` (lab/labruntime.py): the engine runs in a container.\n"
+        f"knob_serve_runtime: {runtime}\nknob_serve_image: {image_id()}\nknob_serve_container_options:\n{options}"
     )

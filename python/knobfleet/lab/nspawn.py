@@ -195,7 +195,7 @@ class Lab:
         ``"sglang-router"`` for sglang-router 0.3.2, ``"smg"`` for SMG 1.13.
         Hosts named in ``sglang`` run real SGLang 0.5.23 (CPU path, the same tiny model; ``sglang_install``).
         ``group_size``: engine groups of that many consecutive hosts (``hostfiles.lab_groups``). ``runtime``: podman
-        runs each stand-in in a container (``labruntime``)."""
+        or docker runs each stand-in in a container (``labruntime``)."""
         options.hosts_to_boot(count, vllm, router, group_size, sglang)  # the options, checked before anything changes
         self.preflight()
         self.claim()
@@ -281,6 +281,7 @@ class Lab:
                 holder = neighbours.foreign(self.dir).get(host.machine)
                 raise LabError(f"lab up: {hostfiles.port_taken(host.address, holder)}")
             labroot.prepare(self, host)
+            labruntime.prepare_docker(self, host)  # a docker lab: docker's files and the host's nspawn settings
             labroot.boot(self, host)
             started.append(host)
 
@@ -446,6 +447,7 @@ class Lab:
         if not shared:
             return
         remove_cgroups(cgroup_dirs(host))
+        labruntime.nspawn_settings(host).unlink(missing_ok=True)  # a docker host's (any lab boots without it)
         for leftover in (NSPAWN_RUN / sub / host.machine for sub in ("propagate", "unix-export")):
             if leftover.is_dir() and not leftover.is_symlink() and not _mounted_under(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
