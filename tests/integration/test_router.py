@@ -167,6 +167,7 @@ def rolling_apply_and_rollback(rfleet: Fleet, by_url: bool) -> None:
     a rollback of every host, both with router integration: 0 failed and 0 truncated requests out of every request
     sent; every host on its new generation and verified after the apply; the router's own log shows each worker
     taken out and put back; every worker healthy in the router at the end."""
+    n = len(rfleet.hosts)
     lr = LabRouter(rfleet.lab.dir)
     model = rfleet.lab.router_model_dir()
     assert model
@@ -182,7 +183,7 @@ def rolling_apply_and_rollback(rfleet: Fleet, by_url: bool) -> None:
         applied = rfleet.knobfleet("apply", "ctas768", "--yes", "--json", timeout=400)
         assert applied.returncode == 0, applied.stdout + applied.stderr
         doc = json.loads(applied.stdout)
-        assert [(h["status"], h["batch"]) for h in doc["hosts"]] == [("applied", b) for b in range(1, N + 1)]
+        assert [(h["status"], h["batch"]) for h in doc["hosts"]] == [("applied", b) for b in range(1, n + 1)]
         verified = rfleet.knobfleet("verify", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert {h["profile"] for h in json.loads(verified.stdout)["hosts"]} == {"ctas768"}
@@ -197,7 +198,7 @@ def rolling_apply_and_rollback(rfleet: Fleet, by_url: bool) -> None:
     assert summary["sent"] == len(records) >= 800
     assert sum(r.stream for r in records) >= 300
     router = SGLangRouter(lr.url)
-    urls = sorted(rfleet.lab.worker_urls([rfleet.lab.host(i) for i in range(1, N + 1)]))
+    urls = sorted(rfleet.lab.worker_urls([rfleet.lab.named(h) for h in rfleet.hosts]))
     assert sorted(w.url for w in router.list_workers() if w.healthy) == urls
     log = router_log(rfleet)[before:]
     assert download_attempts(log) == []
@@ -205,7 +206,7 @@ def rolling_apply_and_rollback(rfleet: Fleet, by_url: bool) -> None:
     print(f"router log: {events}")
     # the apply and the rollback each took every worker out once and put it back, one at a time
     outs = [u for a, u in events if a == "out"]
-    assert len(outs) == 2 * N and (not by_url or sorted(outs) == sorted(urls * 2)), events
+    assert len(outs) == 2 * n and (not by_url or sorted(outs) == sorted(urls * 2)), events
     out_now = 0
     for action, _url in events:
         out_now = out_now + 1 if action == "out" else max(0, out_now - 1)
