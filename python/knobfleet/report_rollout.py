@@ -89,7 +89,7 @@ def apply_summary(result: Any) -> str:
             )
         elif r is not None:
             out.append(f"  RESTORE FAILED on {h.host}: {r.message}")
-        elif not h.committed and h.lock is None:
+        elif not h.committed and h.lock is None and not getattr(h, "died", False):
             out.append(f"  nothing was changed on {h.host}")
     if not result.check:
         final = [f"{h.host}={_final_generation(h)}" for h in result.hosts]

@@ -61,7 +61,9 @@ def _diff_text(d: dict[str, Any], path: str) -> str:
     return plan.file_diff(str(d.get("before", "")), str(d.get("after", "")), path)
 
 
-def _outcome(hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, check: bool) -> HostOutcome:
+def _outcome(
+    hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, check: bool, before: int | None = None
+) -> HostOutcome:
     """What the playbook did on one host: its steps' typed results (``read_play``, the one reader of the play's
     step-keyed results), and for a check run the diffs of what would be installed. ``_verified`` then checks the
     ready engine with the live rule: the verify step."""
@@ -79,6 +81,12 @@ def _outcome(hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, 
             out.status = "refused"
             out.message = inst.message or out.message
         out.generation, out.previous, out.committed = inst.generation, inst.previous, inst.committed
+        if inst.died and before is not None:  # whatever it did is unknown: back to what the pre-check saw
+            out.died, out.generation, out.previous = True, None, before
+            out.message = f"{inst.died}; what it changed is unknown, so generation {before:04d} is restored"
+        elif inst.died:  # nothing names the generation to go back to: left as it is, and said so
+            out.died, out.committed = True, False
+            out.message = f"{inst.died}; the pre-check saw no generation to restore: see `knobfleet drift`"
         return out
     if check:
         return _pending(hv, hr, out)
@@ -201,7 +209,7 @@ class _Rollout:
 
     def outcome(self, host: str, hr: HostResult, typed: list[StepResult], n: int) -> HostOutcome:
         """What the play did on one host of batch ``n`` (``_outcome``), from its steps' typed results."""
-        return _outcome(self.by_name[host], hr, typed, n, self.opts.check)
+        return _outcome(self.by_name[host], hr, typed, n, self.opts.check, self.seen.get(host, {}).get("current"))
 
     def checkpoint(self, step: Boundary) -> None:
         if self.checkpoint_hook is not None:

@@ -65,6 +65,9 @@ def restore_targets(failed: list[HostOutcome]) -> dict[str, Any]:
 
     targets = {}
     for o in failed:
+        if o.died:  # its own generation, if any, is left 'installing': the restore's begin marks it interrupted
+            targets[o.host] = RestoreTarget(o.previous, o.message, "", "restore")
+            continue
         new_gen = o.generation is not None and o.generation != o.previous
         to = o.previous if new_gen else o.generation
         targets[o.host] = RestoreTarget(to, o.message, "failed" if new_gen else "", "restore")
@@ -84,19 +87,22 @@ def _restore_failed(
 ) -> None:
     """The transaction's second half: every host whose new generation failed goes back to the previous one."""
     failed = [o for o in batch if o.status == "failed" and o.committed]
-    targets = restore_targets(failed)
-    if targets:
-        messages = {o.host: o.message for o in failed}
-        _restore_and_attach(
-            failed,
-            targets,
-            hosts,
-            inventory,
-            break_lock,
-            on_event,
-            lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
-            lambda host: f"apply failed ({messages[host]})",
-        )
+    messages = {o.host: o.message for o in failed}
+    # a host whose install died still holds this run's lock (nothing released it): its restore breaks that lock
+    for group, breaks in (([o for o in failed if not o.died], break_lock), ([o for o in failed if o.died], True)):
+        # (a died host is ``committed`` only where the pre-check named its generation)
+        targets = restore_targets(group)
+        if targets:
+            _restore_and_attach(
+                group,
+                targets,
+                hosts,
+                inventory,
+                breaks,
+                on_event,
+                lambda: ApplyReport(profile, False, run_ids, outcomes, time.monotonic() - started, 0.0),
+                lambda host: f"apply failed ({messages[host]})",
+            )
 
 
 def _roll_back_earlier(

@@ -33,6 +33,7 @@ class HostOutcome:
     lock: dict[str, Any] | None = None
     changed_tasks: int = 0
     committed: bool = False  # the run changed files or restarted the engine: a failure must be restored
+    died: bool = False  # the on-host install died before it reported: restored, its lock (this run's) broken
     restored: Any = None  # RestoreOutcome when a failure was rolled back
     group: str = ""  # the engine group this host is a rank of ("dsv4-a rank 0"): restarts with its group
     dropped: int | None = None  # --force-restart: requests still in flight when its drain timed out

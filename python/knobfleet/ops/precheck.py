@@ -162,6 +162,7 @@ def pre_check(
             package = o.doc.get("engine_package") or {}
             seen[hv.host] = {
                 "ledger": (o.doc.get("generations") or {}).get("ledger") or [],
+                "current": (o.doc.get("generations") or {}).get("current"),
                 "engine_version": package.get("version") or o.doc.get("engine_version"),
             }
         wrong = version_refusal(profile, hv, o.doc, catalog_dir, notes)

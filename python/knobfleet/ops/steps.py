@@ -82,6 +82,9 @@ class InstallResult(StepResult):
     lock: dict[str, Any] | None = None
     lock_held: bool = False  # refused for another run's lock (``lock`` names its holder)
     actions: tuple[str, ...] = ()
+    # The on-host install died before it reported (killed, out of memory): what it changed is unknown, so the host
+    # is restored (``committed``) to the generation the pre-check saw, and the message says why.
+    died: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +174,7 @@ def read_play(host: str, results: dict[str, dict[str, Any]], success: bool) -> l
     ready, finish = results.get("ready", {}), results.get("finish", {})
     failed = {k for k, v in results.items() if isinstance(v, dict) and v.get("failed")}
     install_ok = bool(commit) and not failed & {"begin", "stage", "commit", "install"}
+    died = module_died(results.get("knob_generation")) if not begin and not commit else ""
     out: list[StepResult] = [
         InstallResult(
             "install",
@@ -179,8 +183,9 @@ def read_play(host: str, results: dict[str, dict[str, Any]], success: bool) -> l
             str(begin.get("msg") or "") if begin.get("refused") else "",
             generation=commit.get("generation", begin.get("generation")),
             previous=commit.get("previous", begin.get("generation")),
-            committed=bool(commit.get("changed")),
+            committed=bool(commit.get("changed")) or bool(died),
             refused=bool(begin.get("refused")),
+            died=died,
             lock=begin.get("lock"),
             lock_held=bool(begin.get("lock_held")),
             actions=tuple(commit.get("actions") or ()),
@@ -214,6 +219,20 @@ def read_play(host: str, results: dict[str, dict[str, Any]], success: bool) -> l
     if ready_ok:
         out.append(FinishResult("finish", host, success and "finish" not in failed, released=bool(finish) or success))
     return out
+
+
+def module_died(res: Any) -> str:
+    """Pure: why the on-host install (one ``knob_generation install`` call) ended without reporting its steps, or
+    "" when it reported (or was never reached). Ansible says ``MODULE FAILURE`` when a module's process gives no
+    result (SIGKILL, the OOM killer, a crash of the interpreter), with its exit status in ``rc``."""
+    if not isinstance(res, dict) or not res.get("failed") or "steps" in res or res.get("failed_step"):
+        return ""
+    if not str(res.get("msg") or "").startswith("MODULE FAILURE"):
+        return ""
+    rc = res.get("rc")
+    how = {137: "killed (SIGKILL)", -9: "killed (SIGKILL)", 143: "terminated (SIGTERM)", -15: "terminated (SIGTERM)"}
+    why = how.get(rc, "crashed") if isinstance(rc, int) else "crashed"
+    return f"the on-host install died before it reported (MODULE FAILURE, exit status {rc}: {why})"
 
 
 @dataclass

@@ -22,7 +22,9 @@ class Host:
     current: int = 3
     lock: str | None = None
     status: dict[int, str] = field(default_factory=lambda: {3: "good"})
-    fail_at: str | None = None  # install, restart, ready, finish: that step fails on the host; begin: refused
+    # install, restart, ready, finish: that step fails on the host; begin: refused; killed: the install's process is
+    # killed after it moved `current` to a new generation (left 'installing', the lock still held)
+    fail_at: str | None = None
     bad_probe: bool = False  # the ready engine's probe does not match the profile (the verify step fails)
     in_sync: bool = False  # the host already runs what is applied: nothing changes, nothing restarts
 
@@ -80,6 +82,12 @@ class FakeHosts:
                 hr.results["begin"] = {"failed": True, "refused": True, "msg": "foreign drop-in", "generation": 3}
                 hr.failures.append(("install", "foreign drop-in"))
                 return hr
+            if host.fail_at == "killed":  # the on-host install killed after it moved `current`: no result, lock held
+                host.current, host.status[new] = new, "installing"
+                msg = "MODULE FAILURE\nSee stdout/stderr for the exact error"
+                hr.results["knob_generation"] = {"failed": True, "rc": 137, "module_stdout": "", "msg": msg}
+                hr.failures.append(("install", "MODULE FAILURE"))
+                return hr
             if host.fail_at == "install":
                 hr.results["begin"] = {"generation": previous}
                 hr.results["commit"] = {"failed": True, "msg": "systemd-analyze verify failed"}
@@ -107,11 +115,21 @@ class FakeHosts:
             return hr
         finally:
             hr.failed = len(hr.failures)
-            host.lock = None  # the role's always: release
+            if host.fail_at != "killed":
+                host.lock = None  # the role's always: release (a killed module releases nothing)
 
     def _restore(self, name: str, req: RunRequest) -> HostResult:
         host = self.hosts[name]
         plan = req.unsafe_vars["knob_restore_plan"][name]
+        if host.lock is not None and not req.trusted_vars.get("knob_serve_break_lock"):
+            hr = HostResult(name)
+            hr.results["restore"] = {"failed": True, "msg": f"locked by run {host.lock}"}
+            hr.failures.append(("restore", f"locked by run {host.lock}"))
+            hr.failed = 1
+            return hr
+        for n, s in host.status.items():  # the restore's begin: another run's 'installing' generation is interrupted
+            if s == "installing":
+                host.status[n] = "interrupted"
         to = plan["to"] if plan["to"] is not None else max(n for n, s in host.status.items() if s == "good")
         previous = host.current
         if plan["leave"] and previous != to:

@@ -284,3 +284,67 @@ def test_a_plan_runs_no_slot(profile) -> None:  # type: ignore[no-untyped-def]
     door = fleet(["h1"])
     apply(profile, hostvars(["h1"]), door, Options(check=True), slots=slots(door.log))  # type: ignore[arg-type]
     assert door.log == ["play apply.yml h1"]  # the playbook in check mode; no drain, no re-add, no restore
+
+
+def test_an_install_killed_on_the_host_is_reported_as_such_and_the_host_restored(profile) -> None:  # type: ignore[no-untyped-def]
+    """The on-host install (one knob_generation call) is SIGKILLed after it moved `current` to a new generation:
+    Ansible reports only MODULE FAILURE. It used to read as "nothing was changed" with no restore, leaving the
+    untested generation current (marked 'installing') for the next restart. Now the host goes back to the generation
+    the pre-check saw (the probe's: 1), breaking the dead run's lock, and the generation left becomes interrupted."""
+    import json
+
+    from rollout_fakes import CLEAN
+
+    from knobfleet.fleet.transports.base import Outcome
+
+    door = fleet(["h1"], h1=Host(current=1, status={1: "good"}, fail_at="killed"))
+    doc = json.loads(CLEAN.read_text())  # the pre-check's probe: generation 1 is current
+    door.probe = lambda hosts, on_event=None, *, quick=False: {hv.host: Outcome(hv.host, doc=doc) for hv in hosts}  # type: ignore[method-assign]
+    report = apply(profile, hostvars(["h1"]), door, Options())  # type: ignore[arg-type]
+    o = report.hosts[0]
+    assert o.status == "failed" and o.died and o.committed and report.exit_code == 1
+    assert o.message == (
+        "the on-host install died before it reported (MODULE FAILURE, exit status 137: killed (SIGKILL)); what it "
+        "changed is unknown, so generation 0001 is restored"
+    )
+    assert o.restored is not None and o.restored.ok
+    h1 = door.hosts["h1"]
+    assert (h1.current, h1.lock, h1.status) == (1, None, {1: "good", 2: "interrupted"})
+    assert "play restore.yml h1" in door.log
+
+
+@pytest.mark.parametrize(
+    ("res", "died"),
+    [
+        ({"failed": True, "rc": 137, "msg": "MODULE FAILURE\nSee stdout/stderr"}, "exit status 137: killed (SIGKILL)"),
+        ({"failed": True, "rc": -15, "msg": "MODULE FAILURE"}, "exit status -15: terminated (SIGTERM)"),
+        ({"failed": True, "rc": 1, "msg": "MODULE FAILURE", "module_stderr": "Traceback"}, "exit status 1: crashed"),
+        ({"failed": True, "rc": "x", "msg": "MODULE FAILURE"}, "exit status x: crashed"),
+        # the module's own refusals and Ansible's argument checks are results, not a death
+        ({"failed": True, "msg": "Unsupported parameters for (knob_generation) module: x"}, ""),
+        ({"failed": True, "msg": "MODULE FAILURE", "failed_step": "commit"}, ""),
+        ({"failed": True, "msg": "MODULE FAILURE", "steps": {}}, ""),
+        ({"changed": True}, ""),
+        (None, ""),
+    ],
+)
+def test_module_died_tells_a_dead_module_from_its_own_failures(res, died) -> None:  # type: ignore[no-untyped-def]
+    from knobfleet.ops.steps import module_died
+
+    got = module_died(res)
+    assert died in got and bool(got) is bool(died)
+    typed = read_play("h1", {"knob_generation": res} if res is not None else {}, False)[0]
+    assert typed.committed is bool(died) and typed.died == got  # type: ignore[attr-defined]
+
+
+def test_a_killed_install_with_no_pre_check_probe_says_so_and_restores_nothing_it_cannot_name(profile) -> None:  # type: ignore[no-untyped-def]
+    """Without a pre-check probe (a transport that answers only through the playbook), nothing names the generation
+    to go back to: the host is left as it is and the message says what is known."""
+    door = fleet(["h1"], h1=Host(current=1, status={1: "good"}, fail_at="killed"))
+    report = apply(profile, hostvars(["h1"]), door, Options())  # type: ignore[arg-type]
+    o = report.hosts[0]
+    assert o.status == "failed" and o.died and not o.committed and o.restored is None
+    assert o.message.endswith("killed (SIGKILL)); the pre-check saw no generation to restore: see `knobfleet drift`")
+    from knobfleet.report_rollout import apply_summary
+
+    assert "nothing was changed" not in apply_summary(report)
