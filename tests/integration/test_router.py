@@ -264,6 +264,9 @@ def test_canary_on_an_uneven_fleet_judges_the_change_not_the_hosts(rfleet: Fleet
             verdicts[case] = doc
             assert doc["verdict"] in ("promote", "inconclusive"), same.stdout + same.stderr
             assert doc["windows_pre"] >= 2 and doc["canaries"] == ["lab1"] and doc["baseline"] == ["lab2"]
+            # what the warm-up rule set aside after the restarts, kept in the record (canary_warm)
+            assert set(doc["warmup"]) == {"windows", "requests", "unconverged_periods", "set_aside"}, doc["warmup"]
+            print(f"{case}: warm-up set aside {doc['warmup']}")
             # the estimate itself is noisy at 30 s windows (the fresh-clone CI run read -11.0%, interval -21.5% to
             # +0.9%, not rolled back): the verdict is what must hold; the record and the output keep the numbers
             print(f"{case}: {doc['verdict']} tput {doc['intervals']['tput']}")
