@@ -140,6 +140,7 @@ def sglang_group_vars(lab: Lab) -> str:
         "knob_serve_readiness_timeout_s": 300,
         "knob_serve_host_args": dict(hostfiles.SGLANG_HOST_ARGS),
         "knob_serve_host_env": dict(hostfiles.SGLANG_ENV),
+        **labruntime.engine_group_vars(lab.dir, inst.python, inst.root),
     }
     return (
         "# Written by `knobfleet lab up --sglang`: these hosts run real SGLang 0.5.23 (CPU path, knobfleet's\n"

@@ -75,6 +75,10 @@ def prepare(lab: Lab, host: LabHost) -> None:
         script = hostfiles.sglang_serve_script(host, str(lab.sglang.python), str(lab.sglang.model_dir))
         service, unit = hostfiles.SGLANG_SERVICE, hostfiles.sglang_serve_unit()
         write(root / hostfiles.SGLANG_SCRIPT_PATH.lstrip("/"), script, 0o755)
+        if labruntime.recorded(lab.dir) == "podman":  # real SGLang in a container: its cached install mounted
+            inst = lab.sglang
+            own = labruntime.sglang_unit(host, inst.python, inst.root, inst.model_dir, "podman")
+            unit = labruntime.prepare(root, host, "", "podman", own, hostfiles.SGLANG_SCRIPT_PATH)
     else:
         service, unit = hostfiles.SERVICE, hostfiles.serve_unit()
         model = lab.router_model or hostfiles.SIM_MODEL_PATH

@@ -180,36 +180,85 @@ def image_id(tag: str = "localhost/knobfleet-sim:1") -> str:
     return build_image(tag, IMAGES[tag])[1]
 
 
-def hand_written_unit(host: LabHost, model_path: str, runtime: str = "podman") -> str:
+SIM_ENV = (("SGLANG_SIM_GPU", "rtx-pro-6000"), ("SGLANG_SIM_STARTUP_S", "1.5"), ("SGLANG_SIM_TIME_SCALE", "0.25"),
+           ("SGLANG_SM120_MMA_TARGET_CTAS", "256"), ("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "0"))  # fmt: skip
+
+
+def install_mounts(python: Path, root: Path) -> tuple[str, ...]:
+    """The folders a real engine's cached install needs inside its container, mounted read-only at the same paths:
+    the install's own folder (its venv and model) and the Python its venv was made from (``pyvenv.cfg``'s
+    ``home``), unless a folder the image already mounts (``MOUNTS``) holds it."""
+    folders = [str(root)]
+    cfg = python.parent.parent / "pyvenv.cfg"
+    home = next((line.split("=", 1)[1].strip() for line in (cfg.read_text().splitlines() if cfg.is_file() else [])
+                 if line.split("=", 1)[0].strip() == "home"), "")  # fmt: skip
+    if home:
+        prefix = str(Path(home).parent)
+        if not any(prefix == m or prefix.startswith(m + "/") for m in MOUNTS):
+            folders.append(prefix)
+    return tuple(folders)
+
+
+def hand_written_unit(
+    host: LabHost,
+    model_path: str,
+    runtime: str = "podman",
+    engine: tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]] | None = None,
+) -> str:
     """The unit an operator wrote before knobfleet: ``podman run``/``docker run`` in ExecStart, knobs as ``-e``, by
-    tag. docker's waits for its daemon and never pulls (its default pulls an image it does not have)."""
-    env = " ".join(f"-e {k}={v}" for k, v in (("SGLANG_SIM_GPU", "rtx-pro-6000"), ("SGLANG_SIM_STARTUP_S", "1.5"),
-                   ("SGLANG_SIM_TIME_SCALE", "0.25"), ("SGLANG_SM120_MMA_TARGET_CTAS", "256"),
-                   ("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "0")))  # fmt: skip
-    mounts = " ".join(f"-v {m}:{m}:ro" for m in MOUNTS)
+    tag. docker's waits for its daemon and never pulls (its default pulls an image it does not have). ``engine``:
+    a real engine's (service, command after the image, env, extra read-only mounts) instead of the stand-in's."""
+    service, command, env_items, extra = engine or (
+        hostfiles.SERVICE,
+        f"/usr/bin/python3 -m sglang_sim.launch_server --model-path {model_path} \\\n"
+        f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule",
+        SIM_ENV,
+        (),
+    )
+    env = " ".join(f"-e {k}={v}" for k, v in env_items)
+    mounts = " ".join(f"-v {m}:{m}:ro" for m in (*MOUNTS, *extra))
     binary = f"/usr/bin/{runtime}"
     if runtime == "docker":
         after, needs, run_options = " docker.service", "Requires=docker.service\n", "--pull=never"
     else:
         after, needs, run_options = "", "", "--cgroups=disabled"
+    what = "SGLang DSv4 decode server" if engine is None else f"{service} server"
     return (
-        f"[Unit]\nDescription=SGLang DSv4 decode server ({runtime})\n"
+        f"[Unit]\nDescription={what} ({runtime})\n"
         f"After=network.target{after} knobfleet-lab-images.service\n{needs}Wants=knobfleet-lab-images.service\n\n"
         "[Service]\n"
-        f"ExecStartPre=-{binary} rm --force {hostfiles.SERVICE}\n"
-        f"ExecStart={binary} run --rm --name {hostfiles.SERVICE} --network host {run_options} \\\n"
+        f"ExecStartPre=-{binary} rm --force {service}\n"
+        f"ExecStart={binary} run --rm --name {service} --network host {run_options} \\\n"
         f"    {env} \\\n    {mounts} \\\n    localhost/knobfleet-sim:1 \\\n"
-        f"    /usr/bin/python3 -m sglang_sim.launch_server --model-path {model_path} \\\n"
-        f"    --host {host.address} --port 30000 --tp 2 --trust-remote-code --disable-overlap-schedule\n"
-        f"ExecStop={binary} stop -t 10 {hostfiles.SERVICE}\n"
+        f"    {command}\n"
+        f"ExecStop={binary} stop -t 10 {service}\n"
         "Restart=always\nRestartSec=3\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 
 
-def prepare(root: Path, host: LabHost, model_path: str, runtime: str = "podman") -> str:
+def sglang_unit(host: LabHost, python: Path, root: Path, model: Path, runtime: str) -> str:
+    """The hand-written unit of a real-SGLang host in a container lab: the cached install mounted read-only into the
+    lab's small image (``install_mounts``), the lab's SGLang env and flags, as an operator would write it."""
+    flags = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in hostfiles.SGLANG_HOST_ARGS.items())
+    command = (f"{python} -m sglang.launch_server --model-path {model} --host {host.address} "
+               f"--port {hostfiles.SGLANG_PORT} \\\n    {flags}")  # fmt: skip
+    engine = (hostfiles.SGLANG_SERVICE, command, tuple(sorted(hostfiles.SGLANG_ENV.items())),
+              install_mounts(python, root))  # fmt: skip
+    return hand_written_unit(host, str(model), runtime, engine)
+
+
+def prepare(
+    root: Path,
+    host: LabHost,
+    model_path: str,
+    runtime: str = "podman",
+    unit: str | None = None,
+    script: str = hostfiles.SCRIPT_PATH,
+) -> str:
     """A container host's own files under its ``root`` before it boots: the runtime's settings for nspawn, the
     images and the unit that loads them, the hand-written unit; returns that unit's text (no serve script: it runs
-    by hand). docker's units are unmasked (``labroot.mask_units`` masks them: call this after it)."""
+    by hand). docker's units are unmasked (``labroot.mask_units`` masks them: call this after it). ``unit`` and
+    ``script``: a real engine's hand-written unit (``sglang_unit``) and the serve script it replaces."""
 
     def write(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +267,8 @@ def prepare(root: Path, host: LabHost, model_path: str, runtime: str = "podman")
     unit_dir = root / "etc/systemd/system"
     if runtime == "docker":
         write(root / "etc/docker/daemon.json", json.dumps(DAEMON_CONF, indent=2) + "\n")
-        for unit in DOCKER_UNITS:
-            mask = unit_dir / unit
+        for name in DOCKER_UNITS:
+            mask = unit_dir / name
             if mask.is_symlink() and str(mask.readlink()) == "/dev/null":
                 mask.unlink()
     else:
@@ -235,8 +284,8 @@ def prepare(root: Path, host: LabHost, model_path: str, runtime: str = "podman")
     wants.parent.mkdir(parents=True, exist_ok=True)
     wants.unlink(missing_ok=True)
     wants.symlink_to("/etc/systemd/system/knobfleet-lab-images.service")
-    (root / hostfiles.SCRIPT_PATH.lstrip("/")).unlink(missing_ok=True)
-    return hand_written_unit(host, model_path, runtime)
+    (root / script.lstrip("/")).unlink(missing_ok=True)
+    return unit if unit is not None else hand_written_unit(host, model_path, runtime)
 
 
 def nspawn_settings(host: LabHost) -> Path:
@@ -248,16 +297,30 @@ def prepare_docker(lab: Lab, host: LabHost) -> None:
     """In a docker lab, after ``labroot.prepare`` (which writes a podman host's files only, and masks docker's
     units): a stand-in host's docker files and hand-written unit, and its nspawn settings (the capability and the
     system calls dockerd and crun need). Nothing for other labs, nor for a host that runs real vLLM or SGLang."""
-    real_engine = (host.name in lab.vllm_hosts and lab.vllm is not None) or (
-        host.name in lab.sglang_hosts and lab.sglang is not None
-    )
-    if recorded(lab.dir) != "docker" or real_engine:
+    if recorded(lab.dir) != "docker" or (host.name in lab.vllm_hosts and lab.vllm is not None):
         return
     root = lab.host_dir(host) / "root"
-    unit = prepare(root, host, lab.router_model or hostfiles.SIM_MODEL_PATH, "docker")
-    (root / "etc/systemd/system" / f"{hostfiles.SERVICE}.service").write_text(unit)
+    if host.name in lab.sglang_hosts and lab.sglang is not None:  # real SGLang, its cached install mounted
+        inst = lab.sglang
+        own = sglang_unit(host, inst.python, inst.root, inst.model_dir, "docker")
+        unit = prepare(root, host, "", "docker", own, hostfiles.SGLANG_SCRIPT_PATH)
+        service = hostfiles.SGLANG_SERVICE
+    else:
+        unit = prepare(root, host, lab.router_model or hostfiles.SIM_MODEL_PATH, "docker")
+        service = hostfiles.SERVICE
+    (root / "etc/systemd/system" / f"{service}.service").write_text(unit)
     NSPAWN_SETTINGS_DIR.mkdir(parents=True, exist_ok=True)
     nspawn_settings(host).write_text(NSPAWN_SETTINGS)
+
+
+def engine_group_vars(lab_dir: Path, python: Path, root: Path) -> dict[str, object]:
+    """What a real engine's group vars add in a container lab (none in a systemd lab): its run options, with its
+    cached install mounted read-only (``install_mounts``)."""
+    runtime = recorded(lab_dir)
+    if runtime not in CONTAINER_RUNTIMES:
+        return {}
+    mounts = tuple(f"--volume={m}:{m}:ro" for m in install_mounts(python, root))
+    return {"knob_serve_container_options": [*RUN_OPTIONS[runtime], *mounts]}
 
 
 def group_vars(lab_dir: Path) -> str | None:

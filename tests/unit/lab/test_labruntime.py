@@ -168,3 +168,58 @@ def test_the_image_is_the_same_bytes_and_id_for_the_same_inputs() -> None:
     data, image = labruntime.build_image("localhost/knobfleet-sim:1", "1")
     assert (data, image) == labruntime.build_image("localhost/knobfleet-sim:1", "1")
     assert image == labruntime.image_id() != labruntime.image_id("localhost/knobfleet-sim:2")
+
+
+def fake_install(tmp_path: Path, home: str) -> SimpleNamespace:
+    """A cached engine install as sglang_install lays it out: a venv made from the Python at ``home``, a model."""
+    root = tmp_path / "cache" / "sglang-0.5.23"
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\n")
+    return SimpleNamespace(root=root, python=root / "venv/bin/python", model_dir=root / "model/tiny-llama")
+
+
+@pytest.mark.parametrize(
+    ("home", "extra"),
+    [
+        ("/root/.pyenv/versions/3.11.7/bin", ["/root/.pyenv/versions/3.11.7"]),  # a pyenv Python: mounted too
+        ("/usr/bin", []),  # the system's: /usr is mounted already
+        ("/usr/local/bin", []),
+    ],
+)
+def test_a_real_engines_install_is_mounted_read_only_with_the_python_its_venv_was_made_from(
+    tmp_path: Path, home: str, extra: list[str]
+) -> None:
+    inst = fake_install(tmp_path, home)
+    assert labruntime.install_mounts(inst.python, inst.root) == (str(inst.root), *extra)
+    (inst.root / "venv" / "pyvenv.cfg").unlink()  # no pyvenv.cfg: the install's folder alone
+    assert labruntime.install_mounts(inst.python, inst.root) == (str(inst.root),)
+
+
+@pytest.mark.parametrize("runtime", labruntime.CONTAINER_RUNTIMES)
+def test_a_real_sglang_hosts_hand_written_unit_runs_its_cached_install_in_the_labs_image(
+    tmp_path: Path, runtime: str
+) -> None:
+    inst = fake_install(tmp_path, "/opt/python/bin")
+    unit = labruntime.sglang_unit(HOST, inst.python, inst.root, inst.model_dir, runtime)
+    run = split_run_line(exec_start(unit))
+    assert run is not None and run["runtime"] == runtime and run["image"] == "localhost/knobfleet-sim:1"
+    assert run["name"] == hostfiles.SGLANG_SERVICE and run["restart"] is None
+    assert run["engine"][:3] == [str(inst.python), "-m", "sglang.launch_server"]
+    assert run["env_pairs"] == hostfiles.SGLANG_ENV  # offline, the CPU engine
+    for folder in (str(inst.root), "/opt/python", "/usr"):
+        assert f"-v {folder}:{folder}:ro" in unit
+    assert f"--host {HOST.address} --port {hostfiles.SGLANG_PORT}" in unit and "--enable-metrics" in unit
+    assert f"ExecStop=/usr/bin/{runtime} stop -t 10 {hostfiles.SGLANG_SERVICE}\n" in unit
+
+
+@pytest.mark.parametrize("runtime", labruntime.RUNTIMES)
+def test_a_real_engines_group_vars_add_its_mounts_in_a_container_lab_only(tmp_path: Path, runtime: str) -> None:
+    inst = fake_install(tmp_path, "/usr/bin")
+    (tmp_path / "lab").mkdir()
+    labruntime.record(tmp_path / "lab", runtime, set())
+    got = labruntime.engine_group_vars(tmp_path / "lab", inst.python, inst.root)
+    if runtime == "systemd":
+        assert got == {}
+    else:
+        assert got == {"knob_serve_container_options": [*labruntime.RUN_OPTIONS[runtime],
+                                                        f"--volume={inst.root}:{inst.root}:ro"]}  # fmt: skip
