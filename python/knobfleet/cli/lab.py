@@ -220,9 +220,10 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "--runtime",
         default="systemd",
         choices=("systemd", "podman", "docker"),
-        help="what runs each stand-in engine: systemd (the serve script execs it, the default), podman or docker (a "
-        "container of a local image, built from files and loaded at boot, started by a hand-written `podman run` "
-        "or `docker run` unit; nothing is pulled; docker hosts boot with CAP_NET_ADMIN, see docs/CONTAINERS.md)",
+        help="what runs each stand-in engine, and real SGLang (--sglang): systemd (the serve script execs it, the "
+        "default), podman or docker (a container of a local image, built from files and loaded at boot, started by "
+        "a hand-written `podman run` or `docker run` unit; real SGLang's cached install is mounted read-only; "
+        "nothing is pulled; docker hosts boot with CAP_NET_ADMIN, see docs/CONTAINERS.md)",
     )
     p.add_argument(
         "--groups",
