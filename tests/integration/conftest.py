@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -212,3 +213,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and os.environ.get("KNOBFLEET_TEST_LAB", "").startswith("shard"):
         sys.stdout.write(f"\n===== FAILED {report.nodeid} ({report.when}) =====\n{report.longreprtext[-6000:]}\n")
         sys.stdout.flush()
+
+
+def start_load(spec: Any) -> tuple[threading.Thread, list[Any], threading.Event]:
+    """Constant load (``loadgen.run`` of ``spec``, a ``loadgen.LoadSpec``) in a thread, started and sending: the
+    thread, the records it fills, and the event that stops it (join the thread after setting it)."""
+    from knobfleet.lab import loadgen
+
+    records: list[Any] = []
+    started, stop = threading.Event(), threading.Event()
+    load = threading.Thread(
+        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
+    )
+    load.start()
+    assert started.wait(10), "the load never started"
+    return load, records, stop

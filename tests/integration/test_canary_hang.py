@@ -17,7 +17,7 @@ from knobfleet.fleet.router_kinds import SGLangRouter
 from knobfleet.lab import loadgen
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter
-from tests.integration.conftest import Fleet, lab_path, wait_engines
+from tests.integration.conftest import Fleet, lab_path, start_load, wait_engines
 
 N = 2  # one canary, one baseline
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +57,8 @@ def test_a_canary_whose_streams_hang_is_rolled_back_while_every_status_is_200(hf
     assert model
     spec = loadgen.LoadSpec(lr.url, model, rate=8.0, max_requests=4000, max_seconds=400.0, max_tokens=64,
                             timeout_s=60.0)  # fmt: skip
-    records: list[loadgen.Record] = []
-    started, stop = threading.Event(), threading.Event()
-    load = threading.Thread(
-        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
-    )
-    load.start()
+    load, records, stop = start_load(spec)
     try:
-        assert started.wait(10)
         hfleet.knobfleet("apply", "default", "--yes", check=True, timeout=400)
         threading.Event().wait(8)  # a few scrapes of every engine before the canary
         # 16 probes a host and window, half of lab1's hanging: ~16 of 32 streams by the 2nd judged window is past

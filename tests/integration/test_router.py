@@ -20,7 +20,16 @@ from knobfleet.lab import loadgen
 from knobfleet.lab.hostfiles import SERVICE
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
-from tests.integration.conftest import Fleet, addr, empty_panels, lab_path, restart_sh, signal_after, wait_engines
+from tests.integration.conftest import (
+    Fleet,
+    addr,
+    empty_panels,
+    lab_path,
+    restart_sh,
+    signal_after,
+    start_load,
+    wait_engines,
+)
 
 N = 3  # three stand-ins behind the router: the rolling apply keeps two serving while one restarts
 
@@ -441,14 +450,8 @@ def test_a_rejected_gate_and_rollback_fleet_under_load_drop_no_request(rfleet: F
     before_gens = _generations(rfleet)
     before = len(router_log(rfleet))
     spec = loadgen.LoadSpec(lr.url, model, rate=6.0, max_requests=3000, max_seconds=420.0, max_tokens=256)
-    records: list[loadgen.Record] = []
-    started, stop = threading.Event(), threading.Event()
-    load = threading.Thread(
-        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
-    )
-    load.start()
+    load, records, stop = start_load(spec)
     try:
-        assert started.wait(10)
         threading.Event().wait(4)  # long streams in flight everywhere before the first drain
         gate = ["--gate", "--baseline", "default", "--gate-conc", "16,32", "--gate-n-mult", "2",
                 "--gate-max-tokens", "32"]  # fmt: skip

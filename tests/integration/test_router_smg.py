@@ -16,7 +16,7 @@ import pytest
 from knobfleet.fleet.router_kinds import SGLangRouter
 from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
-from tests.integration.conftest import Fleet, lab_path, wait_engines
+from tests.integration.conftest import Fleet, lab_path, start_load, wait_engines
 from tests.integration.test_router import (
     SLOW_ABORTING,
     _generations,
@@ -80,14 +80,8 @@ def test_a_rejected_gate_on_4_hosts_behind_smg_ends_after_the_first_batch_and_dr
     assert model
     spec = loadgen.LoadSpec(LabRouter(sfleet.lab.dir).url, model, rate=6.0, max_requests=2000, max_seconds=300.0,
                             max_tokens=256)  # fmt: skip
-    records: list[loadgen.Record] = []
-    started, stop = threading.Event(), threading.Event()
-    load = threading.Thread(
-        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
-    )
-    load.start()
+    load, records, stop = start_load(spec)
     try:
-        assert started.wait(10)
         threading.Event().wait(4)  # long streams in flight everywhere before the first drain
         gated = sfleet.knobfleet(
             "apply", str(tmp_path / "slowabort.yaml"), "--serial", "1", "--yes", "--json", "--gate", "--baseline",

@@ -28,7 +28,7 @@ from knobfleet.lab.nspawn import Lab
 from knobfleet.lab.router_lab import LabRouter, download_attempts
 from knobfleet.lab.sgl_kernel_placeholder import MARK
 from knobfleet.profiles.store import ProfileStore
-from tests.integration.conftest import Fleet, addr, empty_panels, lab_path, touch_later_sh
+from tests.integration.conftest import Fleet, addr, empty_panels, lab_path, start_load, touch_later_sh
 
 HOSTS = ["lab1", "lab2"]
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
@@ -181,14 +181,7 @@ def load_through_router(
     # host and none to the other, whose ITL histogram (filled from streams only) stayed empty
     spec = loadgen.LoadSpec(lr.url, model, rate=rate, max_requests=int(rate * seconds) + 10, max_seconds=seconds,
                             max_tokens=32, stream_every=3, timeout_s=120.0)  # fmt: skip
-    records: list[loadgen.Record] = []
-    started, stop = threading.Event(), threading.Event()
-    load = threading.Thread(
-        target=lambda: records.extend(loadgen.run(spec, on_start=lambda _t: started.set(), stop=stop))
-    )
-    load.start()
-    assert started.wait(10)
-    return load, records, stop
+    return start_load(spec)
 
 
 def none_failed(records: list[loadgen.Record]) -> dict[str, object]:
