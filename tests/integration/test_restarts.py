@@ -6,6 +6,8 @@ it, and the rollout then takes about that long."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 from tests.integration.conftest import Fleet
 
@@ -35,6 +37,10 @@ def test_each_restart_is_measured_kept_shown_and_priced(fleet: Fleet) -> None:
     ledger = json.loads(fleet.knobfleet("history", "--json", check=True).stdout)["hosts"][0]["ledger"]
     (start,) = [e for e in ledger if e.get("event") == "start"]
     assert start["profile"] == "ctas512" and start["generation"] >= 1 and start["run_id"], start
+    page = Path(tempfile.mkdtemp()) / "restarts.html"  # the restarts plotted, as the report page has them
+    fleet.knobfleet("history", "--report", str(page), check=True)
+    text = page.read_text()
+    assert "3 measured restart(s) on 3 of 3 host(s)" in text and "<svg" in text and "cuda_graph" in text, text[:800]
 
     plan = fleet.knobfleet("plan", "ctas768", "--serial", "1")
     assert plan.returncode == 2, plan.stdout + plan.stderr

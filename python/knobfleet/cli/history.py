@@ -23,10 +23,18 @@ def cmd_history(args: argparse.Namespace) -> int:
         return _canaries(args)
     inventory = common.inventory(args)
     result = history(fleet.hosts(inventory, args.limit), fleet.door(inventory, args.via))
+    doc = {"hosts": [h.as_json() for h in result]}
+    if args.report is not None:  # every measured restart, plotted (docs/RESTARTS.md)
+        from knobfleet.cli.report import write_page
+        from knobfleet.experiment.html import restarts_page
+
+        write_page(restarts_page(doc), args.report)
     if args.json:
-        _out(report.to_json({"hosts": [h.as_json() for h in result]}))
+        _out(report.to_json(doc))
     else:
         _out(report.history_report(result, args.ledger))
+        if args.report is not None:
+            _out(f"report: {args.report}")
     return EXIT_UNREACHABLE if any(h.unreachable for h in result) else EXIT_OK
 
 
@@ -83,6 +91,11 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--canaries", action="store_true", help="the canaries judged from this controller (their kept records)"
     )
+    p.add_argument(
+        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        help="also write every measured restart as one self-contained HTML page: a bar each from stop to "
+        "API-ready, split into the engine's phases, and the median per host",
+    )  # fmt: skip
     common.json_opt(p)
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("rollback", help="switch hosts back to the previous good generation (or --to N)")

@@ -15,6 +15,7 @@ metadata and DOCTYPE stripped (the DOCTYPE names a DTD URL). The page's parts ar
 - ``bench_page(doc)``: a sweep (``bench --report``, or ``bench --json``'s document): throughput per bucket, what
   ran, the settings the engine resolved.
 - ``fleet_page(doc)``: ``drift --report``.
+- ``restarts_page(doc)``: ``history --report``: every measured restart, its stop and the engine's phases.
 
 Each page is a template under templates/ rendered in html_core's one jinja2 environment, which escapes every
 value it writes: the functions here compute the page's values (plain text and numbers, and the plots as Markup).
@@ -32,8 +33,8 @@ from knobfleet.experiment.html_ab import ab_page, sequential
 from knobfleet.experiment.html_core import CSP, pct, provenance, render_page, settings_rows, svg
 
 __all__ = [
-    "CSP", "ab_page", "bench_page", "canary_page", "fleet_page", "load", "pct", "render", "sequential", "svg",
-    "window_differences",
+    "CSP", "ab_page", "bench_page", "canary_page", "fleet_page", "load", "pct", "render", "restarts_page", "sequential",
+    "svg", "window_differences",
 ]  # fmt: skip
 
 
@@ -249,6 +250,87 @@ def fleet_page(doc: dict[str, Any], title: str = "fleet") -> str:
     return render_page(
         "fleet.html.j2", title, sentence, verdict, spread_plot=svg(spread, (8.0, 0.6 + 0.45 * max(1, len(profiles)))),
         profile_rows=[[n, ", ".join(hs)] for n, hs in profiles.items()], rows=rows, finding_rows=finding_rows,
+    )  # fmt: skip
+
+
+# --- restarts ----------------------------------------------------------------------------------------------
+
+PHASE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _seconds(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 else None
+
+
+def _median(xs: list[float]) -> str:
+    if not xs:
+        return "unmeasured"
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return f"{(ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2):.1f}s"
+
+
+def _all(events: list[dict[str, Any]], key: str) -> list[float]:
+    return [x for e in events if (x := _seconds(e.get(key))) is not None]
+
+
+def _restart_row(host: str, e: dict[str, Any]) -> list[Any]:
+    gen = e.get("generation")
+    return [
+        host, e.get("time", ""), e.get("kind") or "-", f"{gen:04d}" if isinstance(gen, int) else "-",
+        f"{e['profile']}@{e.get('version')}" if e.get("profile") else "-", e.get("engine_version") or "-",
+        e.get("cache") or "-", f"{_seconds(e.get('stop_s')) or 0:.1f}s", f"{_seconds(e.get('start_s')) or 0:.1f}s",
+        " ".join(f"{p.get('phase')} {_seconds(p.get('s')) or 0:.1f}s" for p in e.get("phases") or []) or "-",
+    ]  # fmt: skip
+
+
+def restarts_page(doc: dict[str, Any]) -> str:
+    """``history --report``: every restart knobfleet measured (the ``start`` events of each host's ledger, as
+    ``history --json`` gives them: docs/RESTARTS.md), a bar each from stop to API-ready split into the stop, the
+    phases the engine logged and the rest; the median per host; and every restart as a row."""
+    hosts = [h for h in doc.get("hosts") or [] if isinstance(h, dict)]
+    starts = [(str(h.get("host")), e) for h in hosts for e in h.get("ledger") or []
+              if isinstance(e, dict) and e.get("event") == "start"]  # fmt: skip
+    phase_names = list(dict.fromkeys(str(p.get("phase")) for _, e in starts for p in e.get("phases") or []))
+
+    def bars(ax: Any) -> None:
+        seen: set[str] = set()
+
+        def seg(y: int, left: float, width: float, name: str, colour: str) -> None:
+            ax.barh(y, width, left=left, color=colour, label=None if name in seen else name)
+            seen.add(name)
+
+        for y, (_, e) in enumerate(starts):
+            stop, start = _seconds(e.get("stop_s")) or 0.0, _seconds(e.get("start_s")) or 0.0
+            seg(y, 0.0, stop, "stop", "#999")
+            at = stop
+            for p in e.get("phases") or []:
+                width = _seconds(p.get("s")) or 0.0
+                name = str(p.get("phase"))
+                seg(y, at, width, name, PHASE_COLOURS[phase_names.index(name) % len(PHASE_COLOURS)])
+                at += width
+            if stop + start > at:
+                seg(y, at, stop + start - at, "rest of the start", "#ccc")
+        ax.set_yticks(range(len(starts)), [f"{h} {str(e.get('time', ''))[:16]}" for h, e in starts])
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds from stop to API-ready")
+        if starts:
+            ax.legend(fontsize=8, loc="best")
+
+    host_rows = []
+    for h in hosts:
+        mine = [e for name, e in starts if name == str(h.get("host"))]
+        last = str(mine[-1].get("time", "")) if mine else "-"
+        medians = [_median(_all(mine, "start_s")), _median(_all(mine, "stop_s"))]
+        host_rows.append([h.get("host"), len(mine), *medians, last])
+    rows = [_restart_row(host, e) for host, e in starts]
+    measured = _all([e for _, e in starts], "start_s")
+    sentence = (f"{len(starts)} measured restart(s) on {len({h for h, _ in starts})} of {len(hosts)} host(s); "
+                f"median start to API-ready {_median(measured)}.")  # fmt: skip
+    return render_page(
+        "restarts.html.j2", "restarts", sentence, "promote" if starts else "inconclusive",
+        restarts_plot=svg(bars, (8.0, 1.2 + 0.35 * max(1, len(starts))), integer_x=False), host_rows=host_rows,
+        rows=rows,
     )  # fmt: skip
 
 

@@ -113,5 +113,5 @@ def test_every_template_ships_in_the_wheel() -> None:
 
     shipped = {f.distribution_path for f in WheelBuilder(str(REPO)).recurse_included_files()}
     templates = sorted((REPO / "python" / "knobfleet" / "experiment" / "templates").glob("*.html.j2"))
-    assert len(templates) == 7
+    assert len(templates) == 8  # ab, bench, canary, fleet, page, parts, restarts, tune
     assert {f"knobfleet/experiment/templates/{t.name}" for t in templates} <= shipped
