@@ -124,6 +124,9 @@ def test_failed_start_restores_previous_generation(
     assert st["ledger"]["event"] == "restore" and st["ledger"]["generation"] == 1
     # the restore's own restart was measured and kept too, on the generation it put back
     assert st["start"]["kind"] == "restart" and st["start"]["generation"] == 1, st["start"]
+    # measured like an apply's start: the engine's phases from the journal, the engine version from its probe
+    assert [p["phase"] for p in st["start"]["phases"]][:1] == ["weights"], st["start"]
+    assert st["start"]["engine_version"] == before["start"]["engine_version"], (st["start"], before["start"])
 
 
 def test_a_foreign_dropin_is_refused_or_moved_into_the_backup(fleet: Fleet) -> None:

@@ -128,6 +128,9 @@ def restore(
                     "knob_serve_operator": operator(),
                     # names the controller knows are secret beyond the inventory's own (vault-sourced values)
                     "knob_serve_secret_vaulted": {hv.host: list(hv.secret_env) for hv in chosen},
+                    # each host's engine (its start-up phases, its info URL): the restart the restore causes is
+                    # measured and kept like an apply's, phases and engine version included
+                    "knob_restore_engines": {hv.host: hv.adapter().role_vars() for hv in chosen},
                 },
                 forks=min(len(chosen), 64),
                 on_event=on_event,
