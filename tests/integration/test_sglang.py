@@ -319,7 +319,7 @@ def test_a_canary_judged_from_real_sglang_metrics(sfleet: Fleet) -> None:
         monitoring.stop(sfleet.lab.dir)
     print({k: doc.get(k) for k in ("verdict", "intervals", "windows_pre", "followup")})
     assert doc["canaries"] == ["lab1"] and doc["baseline"] == ["lab2"], doc
-    assert doc["windows_pre"] >= 2, doc
+    assert doc["windows_pre"] >= 2, (doc.get("reason"), doc.get("notes"), proc.stderr[-1500:])
     assert proc.returncode == {"promote": 0, "rollback": 1}.get(doc["verdict"], 2), proc.stdout + proc.stderr
     rows = [w for w in doc["windows"] if "skipped" not in w]
     assert len(rows) >= 2, doc["windows"]

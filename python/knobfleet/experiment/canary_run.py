@@ -204,7 +204,9 @@ def canary(
             on.took(applied)
             report.canary_apply = applied
             if applied.exit_code != 0:
-                report.verdict = Verdict("rollback", "the canary apply failed (the hosts were restored)", 0)
+                why = "; ".join(f"{o.host}: {o.message}" for o in applied.hosts if o.status in ("failed", "refused"))
+                report.verdict = Verdict("rollback", f"the canary apply failed ({why or 'see its hosts'}); the hosts "
+                                         "were restored", 0, pre=len(pre))  # fmt: skip
                 report.exit_code = applied.exit_code
                 save(report)
         if applied.exit_code != 0:
