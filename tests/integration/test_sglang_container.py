@@ -25,7 +25,8 @@ from tests.integration.test_sglang import healthy, in_sync, kf
 def cfleet(lab_state: Path) -> Iterator[Fleet]:
     lab = Lab(lab_path(lab_state))
     lab.down()
-    hosts = [s.name for s in lab.up(1, runtime="podman", sglang=("lab1",))]
+    first = lab.host(1).name  # the lab's own name for its first host
+    hosts = [s.name for s in lab.up(1, runtime="podman", sglang=(first,))]
     assert healthy(hosts, 400), "the hand-written podman unit's SGLang never became healthy"
     yield Fleet(lab, None, hosts)
     lab.down()
