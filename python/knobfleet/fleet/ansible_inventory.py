@@ -29,6 +29,7 @@ from knobfleet.fleet.vaultvars import (
     scrub,
     vault_sourced,
 )
+from knobfleet.rules import shown
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
@@ -98,23 +99,30 @@ def _parse(loader: Any, inventory: Path, limit: str | None, where: str, check: s
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
 
-    with _quiet_display() as parse_warnings:  # Ansible's parse warnings quote the file's lines: never shown
+    with quiet_display() as parse_warnings:  # Ansible's parse warnings quote the file's lines: never shown
         try:
             manager = InventoryManager(loader=loader, sources=[str(inventory)])
         except AnsibleError as exc:
             line = re.search(r"line (\d+)", str(exc))
             at = f" near line {line.group(1)}" if line else ""
             raise InventoryError(f"{where}: cannot parse inventory{at}; {check}") from None
-    everyone = manager.get_hosts()
-    if limit:
-        manager.subset(limit)
-    hosts = manager.get_hosts()
+        everyone = manager.get_hosts()
+        if limit:  # its "Could not match supplied host pattern" warning quotes the pattern raw: never shown
+            manager.subset(limit)
+        hosts = manager.get_hosts()
     if not hosts and any("parse" in w for w in parse_warnings):
         raise InventoryError(f"{where}: not a YAML or INI inventory Ansible can parse; {check}")
     if not hosts:
-        what = f" matching --limit {limit!r}" if limit else ""
+        what = f" matching --limit {_pattern(limit)}" if limit else ""
         raise InventoryError(f"{where}: no hosts{what}; check the pattern against `ansible-inventory --list`")
     return manager, everyone, hosts
+
+
+def _pattern(limit: str) -> str:
+    """A --limit pattern for a one-line message: invisible characters escaped, a long one cut."""
+    text = shown(limit)
+    text = f"'{text}'" if text == limit else text  # shown() quotes only what it escapes
+    return text if len(text) <= 120 else f"{text[:117]}... ({len(limit)} characters)"
 
 
 def _track_vault_files(loader: Any) -> list[Any]:
@@ -216,7 +224,7 @@ def _vars_file_error(where: str, host: str, text: str, check: str) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_display() -> Iterator[list[str]]:
+def quiet_display() -> Iterator[list[str]]:
     """Collect (instead of printing) Ansible's warnings while an inventory is parsed: they quote file contents."""
     from ansible.utils.display import Display
 

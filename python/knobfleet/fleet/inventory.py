@@ -287,7 +287,10 @@ def vault_secrets(loader: Any) -> None:
         files = [f for f in files if f not in ran]
         ids = [i for i in ids if _split_id(i)[1] not in ran]
     if ids or files:
-        secrets += CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False)
+        from knobfleet.fleet.ansible_inventory import quiet_display
+
+        with quiet_display():  # its warnings repeat, over lines, the error the caller turns into one line
+            secrets += CLI.setup_vault_secrets(loader, ids, vault_password_files=files, auto_prompt=False)
     if secrets:
         loader.set_vault_secrets(secrets)
     if context is not None and context._current is None:

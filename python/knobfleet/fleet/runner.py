@@ -12,7 +12,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,7 +218,26 @@ def _env(forks: int) -> dict[str, str]:
             env[var] = value
     if "forks" not in user:
         env["ANSIBLE_FORKS"] = str(forks)
+    env.update(vault_sources(os.environ, os.getcwd()))
     return env
+
+
+def vault_sources(environ: Mapping[str, str], cwd: str) -> dict[str, str]:
+    """The vault password file and --vault-id sources the user gave, relative to where knobfleet was started,
+    made absolute: ansible-playbook runs in the run's own folder, where a relative one is "not found"."""
+
+    def absolute(source: str) -> str:
+        if not source or source.startswith("prompt") or os.path.isabs(source):
+            return source
+        return os.path.normpath(os.path.join(cwd, source))
+
+    out: dict[str, str] = {}
+    if environ.get("ANSIBLE_VAULT_PASSWORD_FILE"):
+        out["ANSIBLE_VAULT_PASSWORD_FILE"] = absolute(environ["ANSIBLE_VAULT_PASSWORD_FILE"])
+    if environ.get("ANSIBLE_VAULT_IDENTITY_LIST"):
+        ids = [i.split("@", 1) if "@" in i else [i] for i in environ["ANSIBLE_VAULT_IDENTITY_LIST"].split(",") if i]
+        out["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join("@".join([*i[:-1], absolute(i[-1])]) for i in ids)
+    return out
 
 
 def _message(res: dict[str, Any]) -> str:
@@ -379,5 +398,16 @@ def _summarise(r: Any, req: RunRequest, result: RunResult) -> RunResult:
             out = r.stdout.read()[-2000:]
         except Exception:
             out = ""
-        raise RunError(f"{req.playbook}: ansible-playbook failed before reaching any host (rc {r.rc}):\n{out}")
+        raise RunError(f"{req.playbook}: ansible-playbook failed before reaching any host (rc {r.rc}): {fatal(out)}")
     return result
+
+
+def fatal(output: str) -> str:
+    """ansible-playbook's own reason, for a one-line error: its ``ERROR!`` line (warnings before it repeat it over
+    several lines), else the last line it wrote; escaped, and cut at 300 characters."""
+    from knobfleet.rules import shown
+
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    line = next((ln for ln in lines if ln.startswith("ERROR!")), lines[-1] if lines else "no output")
+    line = shown(line.removeprefix("ERROR!").strip())
+    return line if len(line) <= 300 else line[:297] + "..."

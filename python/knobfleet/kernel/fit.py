@@ -114,6 +114,7 @@ def parse_sweep(data: dict[str, Any], path: str = "<sweep>") -> Sweep:
         raise SweepError(f"{path}: not a kernel bench result ({str(exc)[:120]!r})") from None
     if not samples:
         raise SweepError(f"{path}: no timings in this result")
+    _check_gpu_name(path, gpu["name"])
     for i, s in enumerate(samples):
         bad = next((f for f in ("attn_us", "combine_us", "total_us")
                     if not (math.isfinite(getattr(s, f)) and getattr(s, f) >= 0)), None)  # fmt: skip
@@ -299,6 +300,28 @@ def fit_combine(samples: list[Sample]) -> tuple[float, float]:
     return round(c0, 4), round(c1, 8)
 
 
+def _check_gpu_name(path: str, name: object) -> None:
+    """The device name the sweep recorded is printed by `waves calibrate` and stored as the calibration's name:
+    a short text that shows, and nothing shaped like a secret."""
+    from knobfleet.module_utils.knob_redact import secret_shape
+    from knobfleet.rules import first_invisible, shown
+
+    text = name if isinstance(name, str) else ""
+    why = (
+        f"must be a text, not {type(name).__name__}" if not isinstance(name, str)
+        else "is empty" if not text.strip()
+        else f"is {len(text)} characters (at most 128)" if len(text) > 128
+        else f"holds an invisible character ({shown(text)})" if first_invisible(text)
+        else f"looks like a secret ({secret_shape(text)})" if secret_shape(text)
+        else None
+    )  # fmt: skip
+    if why:
+        raise SweepError(
+            f"{path}: gpu.name {why}; re-run the sweep on the GPU host, or set gpu.name to the "
+            "device's name as nvidia-smi prints it"
+        )
+
+
 def gpu_name_for(device_name: str, sms: int, gpus_file: Path | None = None) -> str:
     """knobfleet's GPU name (gpus.json key) for a device name and SM count, else the device name."""
     path = gpus_file or Path(waves.__file__).with_name("gpus.json")
@@ -316,6 +339,12 @@ def fit(samples: list[Sample], sweep: Sweep, meta: dict[str, Any] | None = None)
     for s in samples:
         by_block[s.block_h].append(s)
     blocks = {bh: fit_block(group, sweep.sms) for bh, group in sorted(by_block.items())}
+    flat = [bh for bh, f in blocks.items() if not f.terms.per_token_us > 0]
+    if flat:  # every comparison between builds divides by it
+        raise SweepError(
+            f"{sweep.path}: the fit of BLOCK_H {flat[0]} finds no time per token of context (its "
+            "timings do not grow with the context: an outlier launch?); re-run the sweep"
+        )
     cfix, cunit = fit_combine(samples)
     info: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -216,3 +216,30 @@ def test_a_timing_or_a_size_that_is_not_finite_and_positive_is_refused(field: st
 
 def test_a_good_sweep_still_parses() -> None:
     assert fit.parse_sweep(_good_doc()).samples[0].total_us == 12.0
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8", "looks like a secret"),
+        ("H100\u202e", "invisible character"),
+        ("H\u3164100", "invisible character"),
+        ("x" * 129, "129 characters"),
+        ("  ", "is empty"),
+        (7, "must be a text, not int"),
+        ("NVIDIA H100 80GB HBM3", None),
+    ],
+    ids=["token", "bidi", "blank-letter", "long", "empty", "number", "real-name"],
+)  # fmt: skip
+def test_the_recorded_gpu_name_is_one_that_may_be_printed_and_stored(name: object, why: str | None) -> None:
+    """`waves calibrate` prints the sweep's gpu.name and stores it as the calibration's name (attack harness)."""
+    import copy
+
+    doc = copy.deepcopy(_good_doc())
+    doc["gpu"]["name"] = name  # type: ignore[index]
+    if why is None:
+        assert fit.parse_sweep(doc).gpu["name"] == name
+        return
+    with pytest.raises(fit.SweepError, match=r"gpu\.name") as exc:
+        fit.parse_sweep(doc)
+    assert why in str(exc.value) and "\n" not in str(exc.value) and "A1b2C3" not in str(exc.value)
