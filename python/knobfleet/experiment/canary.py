@@ -58,6 +58,7 @@ METRICS: dict[str, bool] = {"tput": True, "itl": False, "ttft": False}  # name -
 PRIMARY = "tput"
 MAX_PROBES = 32  # hung-stream probes per host and window (canary_probe)
 MAX_HANG_S = 600.0
+MAX_WARMUP_WINDOWS = 8  # windows a period may set aside while its engines warm up (canary_warm)
 # The settings a canary's record keeps (besides its metrics).
 RECORDED = ("max_regression", "min_effect", "min_windows", "max_windows", "alpha", "min_requests", "pre_windows",
             "design", "swap_after", "beta", "probes", "hang_s", "warmup_windows", "warmup_tol")  # fmt: skip
@@ -155,10 +156,11 @@ class Settings:
                 f"probes {self.probes}, hang bound {self.hang_s:g}s: choose 0..{MAX_PROBES} probes per host and "
                 f"window and a bound in (0, {MAX_HANG_S:g}] seconds"
             )
-        if not 0 <= self.warmup_windows <= 8 or not 0 < self.warmup_tol <= 0.5:
+        if not 0 <= self.warmup_windows <= MAX_WARMUP_WINDOWS or not 0 < self.warmup_tol <= 0.5:
             return (
                 f"warm-up: {self.warmup_windows} window(s) set aside at most, tolerance {self.warmup_tol:g}: "
-                "choose 0..8 windows (--warmup-windows; 0 judges from the first) and a tolerance in (0, 0.5]"
+                f"choose 0..{MAX_WARMUP_WINDOWS} windows (--warmup-windows; 0 judges from the first) and a "
+                "tolerance in (0, 0.5]"
             )
         if self.crossover and self.second_windows < self.min_windows:
             return (

@@ -12,7 +12,7 @@
       model: {gpu: rtx-pro-6000, keep: 4, margin: 0.05}
       kernel: {host: gpu1}            # or {sweep: FILE} (a stored kernel sweep) or {skip: "why"}
       engine: {host: lab1, keep: 2, max_rounds: 8, round: 60s}
-      live: {hosts: 1, window: 30s, pre_windows: 3, swap_after: 3, max_windows: 6, advisory: false}  # or {skip: "why"}
+      live: {hosts: 1, window: 30s, max_windows: 6, probes: 8, hang: 20s}  # or {skip: "why"}; space_live.py
     result: ctas-tuned                # the winner's profile name (default: NAME-best)
 
 Values are checked against the base profile's catalog (names, types, choices, bounds) by ``check_against``;
@@ -32,17 +32,19 @@ from typing import Any
 from knobfleet import paths, waves
 from knobfleet.errors import KnobfleetError
 from knobfleet.tune import bounds
+from knobfleet.tune.space_fields import duration, frac_field, int_field, skip_reason
+from knobfleet.tune.space_live import KEYS as LIVE_KEYS
+from knobfleet.tune.space_live import LiveStage, live_stage
 
 SCHEMA_VERSION = 1
 MAX_VALUES = 4096
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*")
 TOP_KEYS = {"schema_version", "name", "base", "knobs", "traffic", "budget", "stages", "result", "description"}
 STAGE_KEYS = {
     "model": {"gpu", "keep", "margin", "heads", "context"},
     "kernel": {"host", "sweep", "skip", "keep", "budget"},
     "engine": {"host", "keep", "max_rounds", "round", "conc", "n_mult", "max_tokens", "min_effect", "max_regression"},
-    "live": {"hosts", "window", "pre_windows", "swap_after", "max_windows", "advisory", "skip", "prometheus"},
+    "live": LIVE_KEYS,
 }
 KERNEL_KNOBS = tuple(waves.DEFAULTS)
 
@@ -94,18 +96,6 @@ class EngineStage:
 
 
 @dataclass(frozen=True)
-class LiveStage:
-    skip: str | None = None
-    hosts: int = 1
-    window_s: float = 30.0
-    pre_windows: int = 3
-    swap_after: int = 3  # the canary's crossover: windows before the subsets swap; max_windows - this after it
-    max_windows: int = 6
-    advisory: bool = False
-    prometheus: str | None = None
-
-
-@dataclass(frozen=True)
 class Space:
     path: str
     sha256: str
@@ -124,18 +114,6 @@ class Space:
     @property
     def kernel_knobs(self) -> list[str]:
         return [k for k in self.knobs if k in KERNEL_KNOBS]
-
-
-def duration(value: object) -> float | None:
-    """``90s``, ``10m``, ``2h`` or a number of seconds; None when it is none of them (or not > 0)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) and value > 0 else None
-    m = DURATION_RE.fullmatch(str(value))
-    if not m or float(m.group(1)) <= 0:
-        return None
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def file_hash(text: str) -> str:
@@ -162,7 +140,10 @@ def parse(doc: object, path: Path, text: str) -> Space:
     model = _model(sections["model"], bad)
     kernel = _kernel(sections["kernel"], bad)
     engine = _engine(sections["engine"], traffic, bad)
-    live = _live(sections["live"], bad)
+    live = live_stage(sections["live"], bad)
+    unworkable = None if live.skip is not None or len(problems) > before else live.settings().check()
+    if unworkable:  # the canary would refuse it at the last stage: said before the first
+        bad("stages.live", f"{unworkable}; change the live stage's windows")
     result = doc.get("result", f"{name}-best")
     if not isinstance(result, str) or not NAME_RE.fullmatch(result):
         bad("result", f"{result!r}: expected a profile name (lower-case letters, digits, dashes)")
@@ -340,32 +321,6 @@ def _budget(raw: object, bad: Any) -> Budget:
     return Budget(wall or 0.0, minutes["host_minutes"], minutes["gpu_minutes"])
 
 
-def _int(sec: dict[str, Any], key: str, default: int, lo: int, where: str, bad: Any) -> int:
-    v = sec.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        bad(f"{where}.{key}", f"{v!r}: expected an integer >= {lo}")
-        return default
-    return v
-
-
-def _frac(sec: dict[str, Any], key: str, default: float, where: str, bad: Any) -> float:
-    v = sec.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
-        bad(f"{where}.{key}", f"{v!r}: expected a fraction in [0, 1), e.g. 0.05")
-        return default
-    return float(v)
-
-
-def _skip(sec: dict[str, Any], where: str, bad: Any) -> str | None:
-    if "skip" not in sec:
-        return None
-    v = sec["skip"]
-    if not isinstance(v, str) or not v.strip():
-        bad(f"{where}.skip", 'expected the reason, e.g. skip: "no GPU host in this fleet"')
-        return "skipped"
-    return v.strip()
-
-
 def _model(sec: dict[str, Any], bad: Any) -> ModelStage:
     w = "stages.model"
     gpu = sec.get("gpu", ModelStage.gpu)
@@ -375,16 +330,16 @@ def _model(sec: dict[str, Any], bad: Any) -> ModelStage:
         gpu = ModelStage.gpu
     return ModelStage(
         gpu=str(gpu),
-        keep=_int(sec, "keep", ModelStage.keep, 1, w, bad),
-        margin=_frac(sec, "margin", ModelStage.margin, w, bad),
-        heads=_int(sec, "heads", ModelStage.heads, 1, w, bad),
-        context=_int(sec, "context", ModelStage.context, 1, w, bad),
+        keep=int_field(sec, "keep", ModelStage.keep, 1, w, bad),
+        margin=frac_field(sec, "margin", ModelStage.margin, w, bad),
+        heads=int_field(sec, "heads", ModelStage.heads, 1, w, bad),
+        context=int_field(sec, "context", ModelStage.context, 1, w, bad),
     )
 
 
 def _kernel(sec: dict[str, Any], bad: Any) -> KernelStage:
     w = "stages.kernel"
-    skip = _skip(sec, w, bad)
+    skip = skip_reason(sec, w, bad)
     host, sweep = sec.get("host"), sec.get("sweep")
     given = [k for k in ("host", "sweep", "skip") if k in sec]
     if len(given) > 1:
@@ -402,7 +357,7 @@ def _kernel(sec: dict[str, Any], bad: Any) -> KernelStage:
         host=host,
         sweep=sweep,
         skip=skip,
-        keep=_int(sec, "keep", KernelStage.keep, 1, w, bad),
+        keep=int_field(sec, "keep", KernelStage.keep, 1, w, bad),
         budget_s=budget or KernelStage.budget_s,
     )
 
@@ -433,39 +388,14 @@ def _engine(sec: dict[str, Any], traffic: dict[int, float] | None, bad: Any) -> 
         bad(f"{w}.conc", f"{list(conc)}: must be the traffic's buckets {sorted(traffic)} (or left out)")
     return EngineStage(
         host=host,
-        keep=_int(sec, "keep", EngineStage.keep, 1, w, bad),
-        max_rounds=_int(sec, "max_rounds", EngineStage.max_rounds, 3, w, bad),
+        keep=int_field(sec, "keep", EngineStage.keep, 1, w, bad),
+        max_rounds=int_field(sec, "max_rounds", EngineStage.max_rounds, 3, w, bad),
         round_s=round_s or EngineStage.round_s,
         conc=conc,
-        n_mult=_int(sec, "n_mult", EngineStage.n_mult, 1, w, bad),
-        max_tokens=_int(sec, "max_tokens", EngineStage.max_tokens, 1, w, bad),
-        min_effect=_frac(sec, "min_effect", EngineStage.min_effect, w, bad),
-        max_regression=_frac(sec, "max_regression", EngineStage.max_regression, w, bad),
-    )
-
-
-def _live(sec: dict[str, Any], bad: Any) -> LiveStage:
-    w = "stages.live"
-    window = duration(sec.get("window", LiveStage.window_s))
-    if window is None:
-        bad(f"{w}.window", f"{sec.get('window')!r}: expected a duration such as 30s")
-    advisory = sec.get("advisory", False)
-    if not isinstance(advisory, bool):
-        bad(f"{w}.advisory", f"{advisory!r}: expected true or false")
-        advisory = False
-    prom = sec.get("prometheus")
-    if prom is not None and (not isinstance(prom, str) or not prom.startswith(("http://", "https://"))):
-        bad(f"{w}.prometheus", f"{prom!r}: expected an http(s) URL")
-        prom = None
-    return LiveStage(
-        skip=_skip(sec, w, bad),
-        hosts=_int(sec, "hosts", LiveStage.hosts, 1, w, bad),
-        window_s=window or LiveStage.window_s,
-        pre_windows=_int(sec, "pre_windows", LiveStage.pre_windows, 2, w, bad),
-        swap_after=(swap := _int(sec, "swap_after", LiveStage.swap_after, 1, w, bad)),
-        max_windows=_int(sec, "max_windows", LiveStage.max_windows, swap + 3, w, bad),
-        advisory=advisory,
-        prometheus=prom,
+        n_mult=int_field(sec, "n_mult", EngineStage.n_mult, 1, w, bad),
+        max_tokens=int_field(sec, "max_tokens", EngineStage.max_tokens, 1, w, bad),
+        min_effect=frac_field(sec, "min_effect", EngineStage.min_effect, w, bad),
+        max_regression=frac_field(sec, "max_regression", EngineStage.max_regression, w, bad),
     )
 
 

@@ -136,14 +136,14 @@ class HostStages:
         activate(base, self._engine_host(), self.inventory, self.on_event)
 
     def canary(self, winner: Profile) -> dict[str, Any]:
-        from knobfleet.experiment.canary import Settings
+        from knobfleet.experiment import canary_probe
         from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary
         from knobfleet.ops import fleet
         from knobfleet.telemetry.prom import Prometheus
 
-        live = self.space.live
-        settings = Settings(max_windows=live.max_windows, pre_windows=live.pre_windows, swap_after=live.swap_after)
-        opts = CanaryOptions(hosts=live.hosts, window_s=live.window_s, settings=settings, advisory=live.advisory)
+        live = self.space.live  # the same judge as `knobfleet canary`: hung-stream probes and warm-up included
+        opts = CanaryOptions(hosts=live.hosts, window_s=live.window_s, settings=live.settings(),
+                             advisory=live.advisory, prober=canary_probe.start)  # fmt: skip
         door = fleet.door(self.inventory)
         hosts = fleet.hosts(self.inventory, None)
         report = canary(winner, hosts, door, Prometheus(self.prometheus_url()), opts, keep=RecordKeeper())

@@ -180,7 +180,11 @@ def test_every_setting_reaches_its_stage(tmp_path: Path) -> None:
 def test_the_round_cost_and_durations_are_read(tmp_path: Path) -> None:
     sp = parsed(tmp_path, stages__engine={"host": "lab1", "round": "45s"}, budget={"wall": 600, "host_minutes": 10})
     assert sp.engine.round_s == 45.0 and sp.budget.wall_s == 600.0
-    assert space.duration("2h") == 7200 and space.duration(0) is None and space.duration(True) is None
+    from knobfleet.tune import space_fields
+
+    assert (
+        space_fields.duration("2h") == 7200 and space_fields.duration(0) is None and space_fields.duration(True) is None
+    )
 
 
 @pytest.mark.parametrize(
