@@ -17,8 +17,14 @@ Failed requests through all of it are counted (the bar: 0). Raw results: perf/re
 Each canary is the crossover at lab size: the pre-period, ``--swap-after`` windows with lab1 on the profile, then
 lab2 on it and lab1 back, up to ``--max-windows`` in all.
 
+With ``--warmup`` every stand-in warms up after each start (``SGLANG_SIM_WARMUP=1``: the published shape, decode
+steps 6.6% slower and first tokens later, decaying over 50-100 requests), so each canary period's first windows are
+set aside until the next agrees (the canary's warm-up rule), and ``--ab`` first runs `ab default slower5` on lab3
+before the load starts, its bench warming up each bucket until converged. Each row then shows what was set aside;
+raw results go to perf/results/lab_canary_warm.json instead.
+
 Usage: python perf/lab_canary_uneven.py [--repeats 2] [--window 30s] [--pre-windows 2] [--swap-after 3]
-[--max-windows 6] [--design crossover|did]
+[--max-windows 6] [--design crossover|did] [--warmup] [--ab]
 (about (pre + max windows) x window per canary plus the restarts: 5 min each at the defaults here; `canary`'s own
 defaults are 60 s windows, 3 + 6 + at most 10).
 """
@@ -43,6 +49,7 @@ from knobfleet.lab.router_lab import LabRouter
 from knobfleet.telemetry.promconfig import Target
 
 RESULTS = REPO / "perf" / "results" / "lab_canary_uneven.json"
+WARM_RESULTS = REPO / "perf" / "results" / "lab_canary_warm.json"
 CASES = {  # case -> (profile, slow host)
     "aa-slow-canary": ("default", "lab1"),
     "aa-slow-baseline": ("default", "lab2"),
@@ -92,10 +99,38 @@ def one_canary(lab: Lab, case: str, window: str, pre: int, most: int, swap: int,
         "windows": doc.get("windows_counted"),
         "crossed": sum(1 for w in doc.get("windows", []) if w.get("crossed") and "skipped" not in w),
         "tput": tput,
+        "warmup": doc.get("warmup"),
         "lab1_ended_on": ended,
         "lab2_ended_on": ended2,
         "seconds": round(took, 1),
     }
+
+
+def warm_up_engines(lab: Lab) -> None:
+    """Every stand-in of the lab warms up after each start: SGLANG_SIM_WARMUP=1 joins the host env of the lab's
+    `decode` group (its own group_vars file, the lab's main.yml copy left as it is); the next apply restarts them."""
+    import yaml
+
+    main_yml = lab.dir / "inventory" / "group_vars" / "all" / "main.yml"
+    env = dict(yaml.safe_load(main_yml.read_text())["knob_serve_host_env"])
+    env["SGLANG_SIM_WARMUP"] = "1"
+    (lab.dir / "inventory" / "group_vars" / "decode.yml").write_text(yaml.safe_dump({"knob_serve_host_env": env}))
+
+
+def one_ab() -> dict[str, Any]:
+    """`ab default slower5` on lab3: the incumbent is to be kept, each bucket warmed up until converged."""
+    started = time.monotonic()
+    proc = knobfleet("ab", "default", "slower5", "--limit", "lab3", "--conc", "48,64", "--max-rounds", "4", "--yes",
+                     "--json", timeout=1800)  # fmt: skip
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise SystemExit(f"ab exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}") from None
+    spent = doc.get("spent") or {}
+    return {"rc": proc.returncode, "verdict": doc.get("verdict"), "winner": doc.get("winner"),
+            "rounds": doc.get("rounds"),
+            "warmup_requests": spent.get("warmup_requests"), "warmup_unconverged": spent.get("warmup_unconverged"),
+            "seconds": round(time.monotonic() - started, 1)}  # fmt: skip
 
 
 def main() -> int:
@@ -108,6 +143,8 @@ def main() -> int:
     ap.add_argument("--design", default="crossover", choices=("crossover", "did"))
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--rate", type=float, default=8.0)
+    ap.add_argument("--warmup", action="store_true", help="the stand-ins warm up after each start")
+    ap.add_argument("--ab", action="store_true", help="first `ab default slower5` on lab3, before the load")
     a = ap.parse_args()
     cases = [c for c in a.cases.split(",") if c]
     unknown = [c for c in cases if c not in CASES]
@@ -122,6 +159,9 @@ def main() -> int:
     from tests.integration.conftest import wait_engines
 
     wait_engines([lab.host(i).address for i in range(1, 4)], timeout=120)
+    if a.warmup:
+        warm_up_engines(lab)
+    ab_row = one_ab() if a.ab else None
     monitoring.start_for_lab(lab, [Target("router", LabRouter(lab.dir).metrics_address, "router")])
     model = lab.router_model_dir()
     assert model
@@ -187,9 +227,13 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     settings = {"window": a.window, "pre_windows": a.pre_windows, "swap_after": a.swap_after,
                 "max_windows": a.max_windows, "design": a.design, "slow": SLOW}  # fmt: skip
-    doc = {"settings": settings, "rows": rows, "requests": summary, "failed": failed}
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"raw: {RESULTS.relative_to(REPO)}")
+    doc = {"settings": {**settings, "warmup": a.warmup}, "rows": rows, "ab": ab_row, "requests": summary,
+           "failed": failed}  # fmt: skip
+    out = WARM_RESULTS if a.warmup else RESULTS
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    if ab_row:
+        print(f"ab default slower5 on lab3: {json.dumps(ab_row)}")
+    print(f"raw: {out.relative_to(REPO)}")
     return 0 if failed == 0 else 1
 
 
