@@ -202,13 +202,13 @@ def run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = Non
     try:
         return func(args)
     except KnobfleetError as exc:
-        sys.stderr.write(f"{_visible(str(exc))}\n")
+        sys.stderr.write(f"{_visible(_scrubbed(str(exc)))}\n")
         return exc.exit_code
     except OSError as exc:  # a file or folder knobfleet could not read or write: one line, never a traceback
         if getattr(args, "debug", False):
             raise
-        where = f"{_visible(str(exc.filename))}: " if exc.filename else ""
-        sys.stderr.write(f"knobfleet: {where}{exc.strerror or exc}; nothing more was done\n")
+        where = f"{_visible(_scrubbed(str(exc.filename)))}: " if exc.filename else ""
+        sys.stderr.write(f"knobfleet: {where}{_scrubbed(str(exc.strerror or exc))}; nothing more was done\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("knobfleet: interrupted\n")
@@ -240,6 +240,14 @@ def _visible(text: str) -> str:
     return visible(text)
 
 
+def _scrubbed(text: str) -> str:
+    """What leaves the process as free text: no vault value this process decrypted, nothing shaped like a
+    credential (``secretrule``, the one rule)."""
+    from knobfleet import secretrule
+
+    return secretrule.scrub(text)
+
+
 def _unexpected(exc: Exception) -> int:
     import traceback
 
@@ -251,12 +259,12 @@ def _unexpected(exc: Exception) -> int:
 
         crash = paths.state_dir() / "crash.txt"
         crash.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        text = "".join(traceback.format_exception(exc))  # a message may hold what UTF-8 cannot (a lone surrogate)
+        text = _scrubbed("".join(traceback.format_exception(exc)))  # a lone surrogate may be in it, too
         safefile.write_bytes(crash, text.encode("utf-8", "backslashreplace"), mode=0o600)
         where = f"; details in {crash}"
     except Exception:  # the boundary itself must not fail: the one line below is still printed
         pass
-    text = _visible(f"{type(exc).__name__}: {exc}")
+    text = _visible(_scrubbed(f"{type(exc).__name__}: {exc}"))
     sys.stderr.write(f"knobfleet: internal error: {text}{where} (re-run with --debug)\n")
     return EXIT_ERROR
 

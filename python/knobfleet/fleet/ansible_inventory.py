@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knobfleet import paths
+from knobfleet import paths, secretrule
 from knobfleet.errors import InventoryError
 from knobfleet.fleet.vaultvars import (
     MAX_VALUES,
@@ -177,6 +177,7 @@ def _host_vars(
         resolved = templar.template(wanted, fail_on_undefined=True)
         plain = _plain(resolved)
         vaulted = _vaulted_values(raw, set()) | file_values(decrypted)  # inline !vault, and vault-encrypted files
+        secretrule.remember(vaulted)  # no later message of this process shows one
         _refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
         sourced = vault_sourced(wanted, plain, vaulted)
         if sourced:

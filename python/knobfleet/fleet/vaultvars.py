@@ -2,8 +2,7 @@
 text, how many values a var holds once its YAML aliases are expanded, a vault value refused outside the env and the
 flags, messages scrubbed of vault values, and the host env and args names a vault value reached.
 
-Only an inventory read through Ansible (``ansible_inventory.py``, a cache miss) uses them; ``fleet.inventory``
-imports its names from here on first use (``MAX_VALUES``, ``expanded_size``, ``scrub``, ``vault_sourced`` …).
+Only an inventory read through Ansible (``ansible_inventory.py``, a cache miss) uses them.
 """
 
 from __future__ import annotations
@@ -116,16 +115,11 @@ def _refuse_vaulted_elsewhere(
 
 def scrub(message: str, vaulted: set[str]) -> str:
     """``message`` with every vault value in it (4 characters or more) and every value shaped like a secret replaced
-    by a placeholder. Pure."""
-    import re
+    by a placeholder: the controller's one rule (``secretrule.scrub``), which also knows every vault value the
+    process decrypted before."""
+    from knobfleet import secretrule
 
-    from knobfleet.module_utils.knob_redact import SHAPES
-
-    for v in sorted((v for v in vaulted if len(v) >= 4), key=len, reverse=True):
-        message = message.replace(v, "<a vault value>")
-    for _what, pattern in SHAPES:
-        message = re.sub(pattern + r"\S*", "<a secret>", message)
-    return message
+    return secretrule.scrub(message, vaulted)
 
 
 def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]) -> list[str]:
