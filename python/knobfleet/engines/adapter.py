@@ -16,6 +16,18 @@ if TYPE_CHECKING:
     from knobfleet.profiles.model import BenchTool, Metrics
 
 
+# What each use of an engine's Prometheus names reads (catalog ``serve.metrics``): a catalog may name some only.
+METRIC_USES: dict[str, tuple[str, ...]] = {
+    "the router drain": ("running", "queued"),
+    "the canary": ("generation_tokens", "e2e_latency", "inter_token_latency", "finished"),
+    "load-profile": ("running",),
+}
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -56,18 +68,22 @@ class Engine:
             )
         return self.rank_spec
 
-    def metrics(self, needed_by: str) -> Metrics:
-        """The engine's Prometheus names (catalog ``serve.metrics``); a one-line KnobfleetError naming the catalog
-        and what needs them when the catalog has none (never another engine's names)."""
-        if self.metric_names is None:
+    def metrics(self, needed_by: str) -> tuple[str, ...]:
+        """The engine's Prometheus names ``needed_by`` reads (``METRIC_USES``: catalog ``serve.metrics``), in that
+        order; a one-line KnobfleetError naming the catalog, the use and the names it lacks when any is missing
+        (never another engine's names)."""
+        wanted = METRIC_USES[needed_by]
+        have = self.metric_names.model_dump() if self.metric_names is not None else {}
+        missing = [n for n in wanted if not have.get(n)]
+        if missing:
             from knobfleet.errors import KnobfleetError
 
+            lacks = "no serve.metrics" if not have else f"no serve.metrics.{', serve.metrics.'.join(missing)}"
             raise KnobfleetError(
-                f"engine {self.name}: {needed_by} needs its Prometheus metric names, and its catalog has no "
-                f"serve.metrics; add running, queued, generation_tokens, e2e_latency, inter_token_latency and "
-                f"finished under serve: in profiles/catalogs/{self.name}.overlay.yaml"
+                f"engine {self.name}: {needed_by} needs its Prometheus metric names, and its catalog has {lacks}; "
+                f"add {_and(missing)} under serve.metrics: in profiles/catalogs/{self.name}.overlay.yaml"
             )
-        return self.metric_names
+        return tuple(str(have[n]) for n in wanted)
 
     def head_argv(self, launcher: tuple[str, ...] | None, model: str, host: str, port: int) -> list[str]:
         """The argv before the profile's flags: launcher, then the fixed arguments with host values filled in."""

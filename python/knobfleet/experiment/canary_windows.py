@@ -34,8 +34,8 @@ def engine_series(engine: str) -> tuple[str, str, str, str]:
     (``serve.metrics``); an engine without them is a one-line error, never judged on another engine's names."""
     from knobfleet.engines.adapter import engine as adapter
 
-    m = adapter(engine).metrics("the canary")
-    return m.generation_tokens, m.e2e_latency, m.inter_token_latency, m.finished
+    tokens, e2e, itl, finished = adapter(engine).metrics("the canary")
+    return tokens, e2e, itl, finished
 
 
 def router_values(prom: Prometheus, end: float, window_s: float) -> tuple[int, int]:

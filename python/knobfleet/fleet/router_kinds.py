@@ -184,8 +184,7 @@ def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callabl
     then RouterError."""
     from knobfleet.engines.adapter import engine as adapter
 
-    m = adapter(engine).metrics("the router drain")
-    names = (m.running, m.queued)
+    names = adapter(engine).metrics("the router drain")
 
     def read() -> int:
         try:

@@ -219,16 +219,22 @@ METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
 
 
 class Metrics(_Strict):
-    """The engine's Prometheus names knobfleet reads (catalog ``serve.metrics``): the router drain's in-flight count
-    (``running`` + ``queued`` gauges), the canary's throughput, latency and finished-request counters, and the load
-    profile's running gauge. An engine without them is refused where they are needed, never guessed."""
+    """The engine's Prometheus names knobfleet reads (catalog ``serve.metrics``), each for the uses that need it
+    (``engines.adapter.METRIC_USES``): the router drain's in-flight count (``running`` + ``queued`` gauges), the
+    canary's throughput, latency and finished-request counters, and the load profile's running gauge. A catalog
+    names those it has (llama.cpp's server has the gauges but no latency histograms: its drain works, its canary
+    is refused); a use whose names are missing is refused where it is needed, never guessed."""
 
-    running: str = Field(pattern=METRIC_NAME, description="gauge: requests being decoded now")
-    queued: str = Field(pattern=METRIC_NAME, description="gauge: requests waiting to start")
-    generation_tokens: str = Field(pattern=METRIC_NAME, description="counter: tokens generated")
-    e2e_latency: str = Field(pattern=METRIC_NAME, description="histogram (base name): end-to-end request latency")
-    inter_token_latency: str = Field(pattern=METRIC_NAME, description="histogram (base name): inter-token latency")
-    finished: str = Field(pattern=METRIC_NAME, description="counter: requests finished")
+    running: str | None = Field(default=None, pattern=METRIC_NAME, description="gauge: requests being decoded now")
+    queued: str | None = Field(default=None, pattern=METRIC_NAME, description="gauge: requests waiting to start")
+    generation_tokens: str | None = Field(default=None, pattern=METRIC_NAME, description="counter: tokens generated")
+    e2e_latency: str | None = Field(
+        default=None, pattern=METRIC_NAME, description="histogram (base name): end-to-end request latency"
+    )
+    inter_token_latency: str | None = Field(
+        default=None, pattern=METRIC_NAME, description="histogram (base name): inter-token latency"
+    )
+    finished: str | None = Field(default=None, pattern=METRIC_NAME, description="counter: requests finished")
 
 
 RankValue = str | bool

@@ -63,39 +63,48 @@ def _board(uid: str, title: str, panels: list[dict[str, Any]], tags: list[str]) 
 
 def engine_dashboard(cat: Catalog) -> dict[str, Any]:
     """The serving dashboard of one engine version: running and queued requests, generation throughput, mean
-    end-to-end and inter-token latency, p95 end-to-end latency, finished requests. A catalog without
-    ``serve.metrics`` has none (ValueError)."""
+    end-to-end and inter-token latency, p95 end-to-end latency, finished requests; each panel only where the
+    catalog names its series. A catalog without ``serve.metrics`` has none (ValueError)."""
     m = cat.serve.metrics
-    if m is None:
+    if m is None or not any(m.model_dump().values()):
         raise ValueError(f"the {cat.engine} catalog names no serve.metrics: no dashboard can be generated for it")
-    sel = 'host=~"$host"'
-
-    def of(name: str) -> str:
-        return series(name, sel)
-
-    rate = "[$__rate_interval]"
-    panels = [
-        _panel(1, "Requests running", [(f"sum by (host) ({of(m.running)})", "{{host}}")], "short",
-               f"{m.running}: requests being decoded now (the router drain waits for it to reach 0)"),
-        _panel(2, "Requests queued", [(f"sum by (host) ({of(m.queued)})", "{{host}}")], "short",
-               f"{m.queued}: requests waiting to start"),
-        _panel(3, "Generation throughput", [(f"sum by (host) (rate({of(m.generation_tokens)}{rate}))", "{{host}}")],
-               "short", f"rate of {m.generation_tokens}: tokens generated per second"),
-        _panel(4, "Finished requests", [(f"sum by (host) (rate({of(m.finished)}{rate}))", "{{host}}")], "reqps",
-               f"rate of {m.finished}"),
-        _panel(5, "End-to-end latency (mean)", [(f"sum by (host) (rate({of(m.e2e_latency + '_sum')}{rate})) / "
-               f"sum by (host) (rate({of(m.e2e_latency + '_count')}{rate}))", "{{host}}")], "s",
-               f"{m.e2e_latency}: _sum over _count (the canary judges throughput on tokens / this sum)"),
-        _panel(6, "End-to-end latency p95", [("histogram_quantile(0.95, sum by (le, host) "
-               f"(rate({of(m.e2e_latency + '_bucket')}{rate})))", "{{host}}")], "s",
-               f"{m.e2e_latency}: 95th percentile from the histogram's buckets"),
-        _panel(7, "Inter-token latency (mean)", [(f"sum by (host) (rate({of(m.inter_token_latency + '_sum')}{rate})) "
-               f"/ sum by (host) (rate({of(m.inter_token_latency + '_count')}{rate}))", "{{host}}")], "s",
-               f"{m.inter_token_latency}: _sum over _count, as the canary judges it"),
-    ]  # fmt: skip
+    n = {k: str(v) for k, v in m.model_dump().items() if v}
+    panels = [_panel(i, *spec) for i, spec in enumerate((spec for need, spec in _engine_panels(n)
+                                                          if all(k in n for k in need)), start=1)]  # fmt: skip
     version = cat.version or "current"
     return _board(f"knobfleet-{cat.engine}-{version}".replace(".", "-")[:40],
                   f"{cat.engine} {version} serving (knobfleet)", panels, [cat.engine, version])  # fmt: skip
+
+
+def _engine_panels(n: dict[str, str]) -> list[tuple[tuple[str, ...], tuple[Any, ...]]]:
+    """(the serve.metrics names a panel reads, its title, queries, unit and description), for the names in ``n``."""
+    sel, rate = 'host=~"$host"', "[$__rate_interval]"
+
+    def of(key: str, suffix: str = "") -> str:
+        return series(n.get(key, key) + suffix, sel)
+
+    run, queued, tokens, finished = (n.get(k, "") for k in ("running", "queued", "generation_tokens", "finished"))
+    e2e, itl = n.get("e2e_latency", ""), n.get("inter_token_latency", "")
+    return [
+        (("running",), ("Requests running", [(f"sum by (host) ({of('running')})", "{{host}}")], "short",
+         f"{run}: requests being decoded now (the router drain waits for it to reach 0)")),
+        (("queued",), ("Requests queued", [(f"sum by (host) ({of('queued')})", "{{host}}")], "short",
+         f"{queued}: requests waiting to start")),
+        (("generation_tokens",), ("Generation throughput", [(f"sum by (host) (rate({of('generation_tokens')}{rate}))",
+         "{{host}}")], "short", f"rate of {tokens}: tokens generated per second")),
+        (("finished",), ("Finished requests", [(f"sum by (host) (rate({of('finished')}{rate}))", "{{host}}")],
+         "reqps", f"rate of {finished}")),
+        (("e2e_latency",), ("End-to-end latency (mean)", [(f"sum by (host) (rate({of('e2e_latency', '_sum')}{rate})) "
+         f"/ sum by (host) (rate({of('e2e_latency', '_count')}{rate}))", "{{host}}")], "s",
+         f"{e2e}: _sum over _count (the canary judges throughput on tokens / this sum)")),
+        (("e2e_latency",), ("End-to-end latency p95", [("histogram_quantile(0.95, sum by (le, host) "
+         f"(rate({of('e2e_latency', '_bucket')}{rate})))", "{{host}}")], "s",
+         f"{e2e}: 95th percentile from the histogram's buckets")),
+        (("inter_token_latency",), ("Inter-token latency (mean)", [("sum by (host) "
+         f"(rate({of('inter_token_latency', '_sum')}{rate})) / sum by (host) "
+         f"(rate({of('inter_token_latency', '_count')}{rate}))", "{{host}}")], "s",
+         f"{itl}: _sum over _count, as the canary judges it")),
+    ]  # fmt: skip
 
 
 def knobfleet_dashboard() -> dict[str, Any]:

@@ -24,7 +24,7 @@ def running_gauges() -> dict[str, str]:
     out = {}
     for name in names():
         try:
-            out[name] = engine(name).metrics("load-profile").running
+            (out[name],) = engine(name).metrics("load-profile")
         except KnobfleetError:
             continue  # an engine without metric names has none to read
     return out

@@ -61,9 +61,10 @@ from knobfleet.fleet.router import RouterError
 from knobfleet.fleet.runner import RunRequest, RunResult
 from knobfleet.fleet.transports.base import Outcome
 from knobfleet.groups import rank_flags
-from knobfleet.module_utils.knob_live import Kind
+from knobfleet.module_utils.knob_rules import Kind
 from knobfleet.ops import drift, ranks
-from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.precheck import Options
 from knobfleet.ops.profiles import store
 from knobfleet.ops.steps import Slots
 from knobfleet.profiles import catalog
@@ -593,8 +594,9 @@ def test_without_serve_metrics_the_drain_and_the_canary_refuse_toyserve_in_one_l
         with pytest.raises(KnobfleetError) as exc:
             use()
         _one_line_refusal(exc, needed_by, "its Prometheus metric names")
-        assert "serve.metrics; add running, queued, generation_tokens, e2e_latency, inter_token_latency and " \
-               "finished under serve: in " in str(exc.value)  # fmt: skip
+        names = "running and queued" if needed_by == "the router drain" else \
+            "generation_tokens, e2e_latency, inter_token_latency and finished"  # fmt: skip
+        assert f"serve.metrics; add {names} under serve.metrics: in " in str(exc.value)
     assert "toyserve" not in loadprofile.running_gauges()  # load-profile reads the engines that name a gauge
     assert expected_argv(resolve("toy"), hosts("toy3")[0])[:3] == LAUNCH[:3]  # the rest of the engine is there
 

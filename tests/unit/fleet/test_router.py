@@ -119,8 +119,8 @@ def gauges(engine: str) -> tuple[str, str]:
     """The in-flight gauges the engine's catalog names (serve.metrics)."""
     from knobfleet.engines.adapter import engine as adapter
 
-    m = adapter(engine).metrics("a test")
-    return m.running, m.queued
+    running, queued = adapter(engine).metrics("the router drain")
+    return running, queued
 
 
 @given(st.lists(st.integers(0, 10_000), max_size=5), st.lists(st.integers(0, 10_000), max_size=5))
