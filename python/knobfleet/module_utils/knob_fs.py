@@ -263,9 +263,12 @@ def sha256(path: str) -> str | None:
         return None
 
 
-def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+def write_at(
+    dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0, renamed: list[bool] | None = None
+) -> None:
     """Create ``name`` in ``dfd`` atomically: a random O_EXCL temp file, owner and mode set on its descriptor,
-    fsync, rename over ``name`` (a symlink there is replaced, never followed), fsync of the directory."""
+    fsync, rename over ``name`` (a symlink there is replaced, never followed; ``renamed`` then gets True: the
+    file changed), fsync of the directory."""
     tmp = ".%s.%s.knobfleet-tmp" % (name, os.urandom(8).hex())  # secrets.token_hex, without its import
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
@@ -279,6 +282,8 @@ def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        if renamed is not None:
+            renamed.append(True)
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=dfd)
@@ -310,6 +315,15 @@ def exists(path: str) -> bool:
     except (FileNotFoundError, UnsafePath):
         return False
     return True
+
+
+def _let_go(dfd: int, keep: str | tuple[bytes, os.stat_result] | None) -> None:
+    """The link kept of a file that did not change after all (``Install``)."""
+    if isinstance(keep, str):
+        try:
+            os.unlink(keep, dir_fd=dfd)
+        except OSError:
+            pass
 
 
 class Install:
@@ -346,18 +360,29 @@ class Install:
     def put(self, path: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
         parent, name = split(path)
         dfd = open_dir(parent, create_mode=0o755)
-        try:
-            self.changed.append((path, self._keep(dfd, name, path)))
-            write_at(dfd, name, data, mode, uid, gid)
+        renamed: list[bool] = []
+        keep: str | tuple[bytes, os.stat_result] | None = None
+        try:  # recorded once it changed: a file that could not be written (immutable) is never "put back"
+            keep = self._keep(dfd, name, path)
+            write_at(dfd, name, data, mode, uid, gid, renamed)
         finally:
+            if renamed:
+                self.changed.append((path, keep))
+            else:
+                _let_go(dfd, keep)
             os.close(dfd)
 
     def remove(self, path: str) -> None:
         parent, name = split(path)
         dfd = open_dir(parent)
+        keep: str | tuple[bytes, os.stat_result] | None = None
         try:
-            self.changed.append((path, self._keep(dfd, name, path)))
+            keep = self._keep(dfd, name, path)
             os.unlink(name, dir_fd=dfd)
+            self.changed.append((path, keep))
+        except BaseException:
+            _let_go(dfd, keep)
+            raise
         finally:
             os.close(dfd)
 

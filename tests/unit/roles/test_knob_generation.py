@@ -30,7 +30,7 @@ HAND_UNIT = "[Service]\nExecStart=/root/serve.sh\n"
 
 
 def load_role_module(role: str, name: str) -> ModuleType:
-    for util in ("knob_fs", "knob_live", "knob_observe", "knob_txn"):
+    for util in ("knob_fs", "knob_http", "knob_live", "knob_observe", "knob_txn"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )
@@ -770,3 +770,34 @@ def test_a_staged_script_bash_rejects_fails_the_task(host: Host, tmp_path: Path)
         validate(FakeModule(), "script", str(staged), str(host.script))
     staged.write_text(script(1))
     validate(FakeModule(), "script", str(staged), str(host.script))
+
+
+def test_a_serve_script_that_cannot_be_replaced_is_not_put_back_nor_stuck(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 56 (LOW): an immutable serve script (``chattr +i``: the rename over it fails with EPERM) was recorded
+    as changed before its write, so the refusal said "could not put back … restore by hand" of a file nothing had
+    touched. Now only a file whose rename happened is put back."""
+    import errno as errno_
+
+    host.hand_written()
+    host.call("begin")
+    host.stage(script(1), unit(1))
+    real_rename = knob_fs.os.rename
+
+    def rename(src: Any, dst: Any, *args: Any, **kw: Any) -> None:
+        into = os.readlink(f"/proc/self/fd/{kw['dst_dir_fd']}") if "dst_dir_fd" in kw else ""
+        if dst == host.script.name and into == str(host.script.parent):
+            raise PermissionError(errno_.EPERM, "Operation not permitted", str(host.script))
+        real_rename(src, dst, *args, **kw)
+
+    monkeypatch.setattr(knob_fs.os, "rename", rename)
+    with pytest.raises(Failed) as exc:
+        host.call("commit", profile=profile(1))
+    msg = str(exc.value)
+    assert "could not put back" not in msg and "put back as it was" not in msg, msg
+    assert msg.startswith(f"cannot install generation 0001 ({host.script}: Operation not permitted)")
+    assert msg.endswith("generation 0001 removed; generation 0000 is still live")
+    assert host.script.read_text() == HAND_SCRIPT
+    assert not [p.name for p in host.script.parent.iterdir() if "knobfleet-prev" in p.name or "knobfleet-tmp" in p.name]
+    assert host.generations() == ["0000"] and host.current() == "generations/0000"

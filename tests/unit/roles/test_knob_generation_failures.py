@@ -63,12 +63,14 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, matches: Callable[[str], bool], c
     real = knob_fs.write_at
     failed: list[str] = []
 
-    def write_at(dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0) -> None:
+    def write_at(
+        dfd: int, name: str, data: bytes, mode: int, uid: int = 0, gid: int = 0, renamed: list[bool] | None = None
+    ) -> None:
         path = os.path.join(os.readlink(f"/proc/self/fd/{dfd}"), name)
         if not failed and matches(path):
             failed.append(path)
             raise OSError(code, os.strerror(code), path)
-        real(dfd, name, data, mode, uid, gid)
+        real(dfd, name, data, mode, uid, gid, renamed)
 
     monkeypatch.setattr(knob_fs, "write_at", write_at)
     monkeypatch.setattr(knob_store, "write_at", write_at)
