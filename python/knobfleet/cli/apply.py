@@ -69,7 +69,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             _out("\n".join(result.cost.lines()))
         for g in result.gates:
             _out(f"gate {g.host}: {'PASS' if g.passed else 'REJECT'} — {g.reason}")
-    return result.exit_code
+    return interrupts.late(result.exit_code)
 
 
 GATE_OPTIONS = ("baseline", "gate_conc")

@@ -40,6 +40,7 @@ class _State:
     deferring = 0  # deferred() sections entered: a signal waits for the next checkpoint, wherever it arrives
     pending: int | None = None  # a signal that arrived inside one
     told = False
+    dropped: int | None = None  # a signal that arrived after the run's last boundary (``deferred``)
 
 
 _state = _State()
@@ -70,6 +71,7 @@ def handled() -> Iterator[None]:
         yield
         return
     old = {s: signal.getsignal(s) for s in SIGNALS}
+    _state.dropped = None
     for s in SIGNALS:
         signal.signal(s, _handler)
     try:
@@ -91,10 +93,12 @@ def deferred(keep: bool = False) -> Iterator[None]:
     try:
         yield
     finally:  # one statement (no call in it): a signal cannot land between leaving and dropping what is pending
-        _state.deferring, _state.pending = (
+        _state.deferring, _state.pending, _state.dropped = (
             _state.deferring - 1,
             None if _state.deferring == 1 and _state.depth == 0 and not keep else _state.pending,
-        )
+            _state.pending if _state.deferring == 1 and _state.depth == 0 and not keep and _state.pending is not None
+            else _state.dropped,
+        )  # fmt: skip
 
 
 @contextmanager
@@ -109,6 +113,20 @@ def shielded(raise_at_end: bool = True) -> Iterator[None]:
         _state.depth -= 1
     if raise_at_end and _state.deferring == 0:  # inside deferred(), the run's own boundaries raise it
         checkpoint()
+
+
+def late(code: int) -> int:
+    """The exit code of a run that ``handled()`` wrapped, once it ended: a signal that arrived after its last step
+    was not acted on (the run had completed, or failed and restored what it changed); it is said in one line, and
+    a run that failed exits 130 (interrupted), as it would have had the signal come a step earlier."""
+    if _state.dropped is None:
+        return code
+    name, _state.dropped = signal.Signals(_state.dropped).name, None
+    import sys
+
+    done = "had completed" if code == 0 else "had already failed and restored what it changed"
+    sys.stderr.write(f"knobfleet: {name} arrived after the run's last step; the run {done}\n")
+    return code if code == 0 else EXIT_INTERRUPTED
 
 
 def pending() -> bool:
