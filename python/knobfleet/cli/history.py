@@ -78,7 +78,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
     else:
         _out(report.rollback_report(outcomes))
-    return EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR
+    return interrupts.late(EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR)
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
