@@ -78,7 +78,9 @@ def expected_from_generation(doc: dict[str, Any]) -> tuple[dict[str, Any] | None
     if current is None:
         broken = gens.get("current_error")
         if broken:  # knobfleet did apply here: its state was edited by hand, which is not "never applied"
-            return None, "%s (edited by hand?); `knobfleet rollback --to N` points it at a generation again" % broken
+            return None, (  # what rollback and apply accept: they refuse a `current` that is no such link
+                "%s (edited by hand?); remove it on the host, then `knobfleet rollback --to N` or apply again" % broken
+            )
         return None, None
     entries = {e.get("generation"): e for e in gens.get("list") or [] if isinstance(e, dict)}
     meta = (entries.get(current) or {}).get("meta")

@@ -386,6 +386,8 @@ def test_a_hand_edited_current_is_damage_not_never_applied(tmp_path: Path, make:
     assert gens["current"] is None and why in gens["current_error"]
     expected, problem = expected_from_generation({"generations": gens})
     assert expected is None and problem is not None and why in problem and "rollback --to N" in problem
+    # the advice is one rollback and apply accept: both refuse a `current` that is no such link (issue 56, LOW)
+    assert "remove it on the host, then `knobfleet rollback --to N` or apply again" in problem
 
 
 def test_a_real_current_link_is_read(tmp_path: Path) -> None:

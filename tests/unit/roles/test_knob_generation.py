@@ -801,3 +801,19 @@ def test_a_serve_script_that_cannot_be_replaced_is_not_put_back_nor_stuck(
     assert host.script.read_text() == HAND_SCRIPT
     assert not [p.name for p in host.script.parent.iterdir() if "knobfleet-prev" in p.name or "knobfleet-tmp" in p.name]
     assert host.generations() == ["0000"] and host.current() == "generations/0000"
+
+
+def test_drifts_advice_for_a_current_that_is_a_file_is_what_rollback_accepts(host: Host) -> None:
+    """Issue 56 (LOW): drift advised `rollback --to N` for a `current` that is a regular file, which rollback
+    refuses. The advice now says to remove it first: then the restore to generation N works."""
+    host.hand_written()
+    host.apply(1)
+    host.apply(2)
+    link = host.state / "current"
+    link.unlink()
+    link.write_text("2\n")  # a hand edit
+    with pytest.raises((Failed, OSError), match="is not a symlink to generations/NNNN; remove it"):
+        host.call("restore", generation=1, reason="roll back")
+    link.unlink()  # what drift's advice says first
+    res = host.call("restore", generation=1, reason="roll back")
+    assert res["generation"] == 1 and host.current() == "generations/0001"
