@@ -68,14 +68,16 @@ def current_profile(host: str) -> str:
     return str(next(g["profile"] for g in h["generations"] if g["number"] == h["current"]))
 
 
-def one_canary(lab: Lab, case: str, window: str, pre: int, most: int, swap: int, design: str) -> dict[str, Any]:
+def one_canary(
+    lab: Lab, case: str, window: str, pre: int, most: int, swap: int, design: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     profile, slow_host = CASES[case]
     for name in ("lab1", "lab2"):
         lab.set_host_speed(name, SLOW if name == slow_host else 1.0)
     started = time.monotonic()
     proc = knobfleet(
         "canary", profile, "--hosts", "1", "--window", window, "--pre-windows", str(pre),
-        "--swap-after", str(swap), "--max-windows", str(most), "--design", design, "--yes", "--json",
+        "--swap-after", str(swap), "--max-windows", str(most), "--design", design, "--yes", "--json", *extra,
     )  # fmt: skip
     took = time.monotonic() - started
     try:
@@ -145,6 +147,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=8.0)
     ap.add_argument("--warmup", action="store_true", help="the stand-ins warm up after each start")
     ap.add_argument("--ab", action="store_true", help="first `ab default slower5` on lab3, before the load")
+    ap.add_argument("--max-regression", default=None, help="the canary's --max-regression (its default: 0.05)")
+    ap.add_argument("--out", default=None, help="raw results here (default: perf/results/lab_canary_*.json)")
     a = ap.parse_args()
     cases = [c for c in a.cases.split(",") if c]
     unknown = [c for c in cases if c not in CASES]
@@ -185,7 +189,8 @@ def main() -> int:
         time.sleep(8)  # a few scrapes of every engine before the first canary
         for r in range(a.repeats):
             for case in cases[r % len(cases) :] + cases[: r % len(cases)]:
-                row = one_canary(lab, case, a.window, a.pre_windows, a.max_windows, a.swap_after, a.design)
+                extra = ("--max-regression", a.max_regression) if a.max_regression else ()
+                row = one_canary(lab, case, a.window, a.pre_windows, a.max_windows, a.swap_after, a.design, extra)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -226,10 +231,11 @@ def main() -> int:
     print(f"requests: {summary['sent']} sent, {failed} not ok (bar: 0)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     settings = {"window": a.window, "pre_windows": a.pre_windows, "swap_after": a.swap_after,
-                "max_windows": a.max_windows, "design": a.design, "slow": SLOW}  # fmt: skip
+                "max_windows": a.max_windows, "design": a.design, "slow": SLOW,
+                "max_regression": a.max_regression}  # fmt: skip
     doc = {"settings": {**settings, "warmup": a.warmup}, "rows": rows, "ab": ab_row, "requests": summary,
            "failed": failed}  # fmt: skip
-    out = WARM_RESULTS if a.warmup else RESULTS
+    out = REPO / a.out if a.out else WARM_RESULTS if a.warmup else RESULTS
     out.write_text(json.dumps(doc, indent=1) + "\n")
     if ab_row:
         print(f"ab default slower5 on lab3: {json.dumps(ab_row)}")
