@@ -30,7 +30,7 @@ def refuse(text: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(text)
 
 
-def _path(value: str) -> Path:
+def path_arg(value: str) -> Path:
     if not value or "\0" in value:
         raise refuse(f"{shown(value)}: not a path")
     return Path(value).expanduser()
@@ -38,7 +38,7 @@ def _path(value: str) -> Path:
 
 def input_file(max_bytes: int, what: str) -> Callable[[str], Path]:
     def check(value: str) -> Path:
-        path = _path(value)
+        path = path_arg(value)
         try:
             safefile.check_input(path, max_bytes, what)
         except safefile.FileRefused as exc:
@@ -59,7 +59,7 @@ def vault_id(value: str) -> str:
 
 def _checked(value: str, check: Callable[[Path], object]) -> Path:
     """``value`` as a path ``check`` (one of safefile's) accepts; its refusal as the argument's error."""
-    path = _path(value)
+    path = path_arg(value)
     try:
         check(path)
     except safefile.FileRefused as exc:

@@ -1,10 +1,10 @@
-"""Every human / JSON / Prometheus rendering of results. Pure: returns strings, prints nothing.
+"""The drift and verify report: ``drift_head``, ``drift_rows`` as hosts answer, ``drift_tail``; ``drift_report``.
+Pure: returns strings, prints nothing.
 
-Here: the drift and verify report (``drift_head``, ``drift_rows`` as hosts answer, ``drift_tail``; ``drift_report``),
-and every name of its siblings, so ``report.X`` is the one way to reach a rendering: the shared text
-(``report_text``: ``visible``, ``table``, JSON) is imported with this module; the rest loads on first use, off
-drift's path: apply, history and rollback (``report_rollout``), profiles, catalogs and the wave model
-(``report_knobs``), the Prometheus textfiles (``report_prom``).
+The other renderings are files of their own, imported from there by their callers: the shared text
+(``report_text``: ``visible``, ``table``, JSON, re-exported here), apply, history and rollback
+(``report_rollout``), profiles, catalogs and the wave model (``report_knobs``), the Prometheus textfiles
+(``report_prom``). Drift's path loads none of the last three.
 """
 
 from __future__ import annotations
@@ -16,60 +16,22 @@ from knobfleet.report_text import finite, human, json_line, table, terminal_widt
 
 if TYPE_CHECKING:  # drift and verify import this module: it stays free of pydantic
     from knobfleet.live.verify import HostVerdict
-    from knobfleet.report_knobs import catalog_diff, profile_list, profile_show, waves_table
-    from knobfleet.report_prom import CANARY_SERIES, canary_prometheus, prometheus
-    from knobfleet.report_rollout import NOTE_WIDTH, apply_summary, canary_records, history_report, rollback_report
 
 __all__ = [
-    "CANARY_SERIES",
     "DRIFT_COLUMNS",
-    "NOTE_WIDTH",
     "PROFILE_WIDTH",
     "STATUS_WIDTH",
-    "apply_summary",
-    "canary_prometheus",
-    "canary_records",
-    "catalog_diff",
     "drift_head",
     "drift_report",
     "drift_rows",
     "drift_tail",
     "finite",
-    "history_report",
     "json_line",
-    "profile_list",
-    "profile_show",
-    "prometheus",
-    "rollback_report",
     "table",
     "terminal_width",
     "to_json",
     "visible",
-    "waves_table",
 ]
-
-# The renderings that load on first use (``__getattr__``), by the sibling that holds them.
-_KNOBS = ("catalog_diff", "profile_list", "profile_show", "waves_table")
-_ROLLOUT = ("NOTE_WIDTH", "apply_summary", "canary_records", "history_report", "rollback_report")
-_PROM = ("CANARY_SERIES", "canary_prometheus", "prometheus")
-
-if not TYPE_CHECKING:  # at run time only: for the type checker these names are the imports above
-
-    def __getattr__(name: str) -> object:
-        """A rendering of report_knobs, report_rollout or report_prom, imported on first use."""
-        if name in _KNOBS:
-            from knobfleet import report_knobs
-
-            return getattr(report_knobs, name)
-        if name in _ROLLOUT:
-            from knobfleet import report_rollout
-
-            return getattr(report_rollout, name)
-        if name in _PROM:
-            from knobfleet import report_prom
-
-            return getattr(report_prom, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @human

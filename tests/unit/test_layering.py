@@ -2,7 +2,11 @@
 
 An arrow may point only down the order, or stay inside its own package; imports under ``if TYPE_CHECKING:`` are
 types, not arrows. The extra rules forbid arrows the order alone would allow. The recorded cases are the five
-arrows that broke the rules before the layering work: each must be found."""
+arrows that broke the rules before the layering work: each must be found.
+
+Below the order, what keeps the imports honest (issue 58): no loop of imports, type-only ones counted too; no
+module-level ``__getattr__`` answering for names another module holds; no ``import X as X`` re-export; no import
+of another module's ``_private`` name. Each check has a planted tree that makes it fail."""
 
 from __future__ import annotations
 
@@ -67,17 +71,24 @@ def absolute(node: ast.ImportFrom, me: str, path: Path) -> str | None:
     return f"{base}.{node.module}" if node.module else base
 
 
-def arrows(root: Path) -> list[Arrow]:
-    """Every runtime import of a knobfleet module, as (importer, imported) dotted names."""
+def type_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:`` (its ``else:`` runs, so it is not among them)."""
+    return {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+
+
+def arrows(root: Path, types: bool = False) -> list[Arrow]:
+    """Every runtime import of a knobfleet module, as (importer, imported) dotted names; with ``types``, the imports
+    under ``if TYPE_CHECKING:`` too."""
     found = []
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-            for n in ast.walk(node)
-        }
+        typing_only = set() if types else type_only(tree)
         me = module_of(path, root)
         for node in ast.walk(tree):
             if id(node) in typing_only:
@@ -170,11 +181,11 @@ def test_a_type_only_import_is_no_arrow(tmp_path: Path) -> None:
 # --- what the layer order alone cannot see: cycles inside a package, relative imports, import_module strings ---
 
 
-def cycles(root: Path) -> list[list[str]]:
+def cycles(root: Path, types: bool = False) -> list[list[str]]:
     """Every set of modules that import each other, directly or round a loop (function-level imports count;
-    ``if TYPE_CHECKING:`` ones do not): the strongly connected components of more than one module."""
+    ``if TYPE_CHECKING:`` ones only with ``types``): the strongly connected components of more than one module."""
     graph: dict[str, set[str]] = {}
-    for a in arrows(root):
+    for a in arrows(root, types):
         if a.source != a.target:
             graph.setdefault(a.source, set()).add(a.target)
     index: dict[str, int] = {}
@@ -235,6 +246,12 @@ def test_no_module_imports_round_a_loop() -> None:
     assert cycles(PKG) == []
 
 
+def test_no_module_imports_round_a_loop_even_for_a_type() -> None:
+    """A type-only loop is a loop of knowledge all the same: the carved-out module takes a small Protocol of its own
+    (ops/apply_steps.Rollout, lab/labview.LabView) or the shared type moves down (fleet/transports/sshrun.py)."""
+    assert cycles(PKG, types=True) == []
+
+
 def test_no_import_hides_from_the_layer_check() -> None:
     assert hidden_imports(PKG) == []
 
@@ -251,19 +268,158 @@ def test_no_import_hides_from_the_layer_check() -> None:
         ({"ops/a.py": "import importlib\nm = importlib.import_module('knobfleet.cli')\n"}, "import_module"),
         ({"ops/a.py": "if TYPE_CHECKING:\n    from knobfleet.ops import b\n",
           "ops/b.py": "from knobfleet.ops import a\n"}, None),
+        ({"ops/a.py": "if TYPE_CHECKING:\n    from knobfleet.ops import b\n",
+          "ops/b.py": "from knobfleet.ops import a\n"}, "type-cycle"),
+        ({"ops/a.py": "if TYPE_CHECKING:\n    pass\nelse:\n    from knobfleet.ops import b\n",
+          "ops/b.py": "from knobfleet.ops import a\n"}, "cycle"),
     ],
     ids=["two-modules", "three-modules", "relative-cycle", "relative-past-the-top", "import-module-string",
-         "type-only-is-no-cycle"],
+         "type-only-is-no-cycle", "type-only-is-a-type-cycle", "type-checking-else-runs"],
 )  # fmt: skip
 def test_each_hidden_shape_makes_the_check_fail(tmp_path: Path, files: dict[str, str], found: str | None) -> None:
     root = tmp_path / "knobfleet"
     for rel, text in {"__init__.py": "", "ops/__init__.py": "", **files}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    loops, hidden = cycles(root), hidden_imports(root)
+    loops, hidden, typed = cycles(root), hidden_imports(root), cycles(root, types=True)
     if found == "cycle":
-        assert loops and not hidden
+        assert loops and not hidden and typed == loops
+    elif found == "type-cycle":
+        assert not loops and not hidden and typed
     elif found is None:
         assert not loops and not hidden
     else:
         assert not loops and len(hidden) == 1 and found.replace("_", "") in hidden[0].replace("_", "")
+
+
+# --- honest imports (issue 58): a name is imported from the module that holds it ---------------------------------
+
+# A module-level ``__getattr__`` (PEP 562) answers for names the module does not hold. Allowed where it is the point.
+GETATTR_OK = {
+    "lab/sgl_kernel_placeholder.py": "a PEP 562 stand-in for the engine's missing sgl_kernel library: every name "
+    "SGLang imports from it must resolve, to an op that fails loudly when called (docs/SGLANG.md)",
+}
+# ``from x import name as name``: a name handed on under its own name. Kept only for a reader being changed elsewhere.
+REEXPORT_OK = {
+    ("module_utils/knob_live.py", "main_pid"): "TEMPORARY: ops/plan.py (changed in parallel) reads knob_live.main_pid",
+    ("module_utils/knob_redact.py", "script_env_argv"): "TEMPORARY: ops/plan.py (changed in parallel) reads "
+    "knob_redact.script_env_argv",
+}
+# Imports of another module's ``_private`` names (a package's private module is its own modules' to import).
+PRIVATE_OK = {
+    "lab/sim/model.py": "``from . import _waves`` is the lab host's copy of waves.py (labroot installs it as "
+    "sglang_sim/_waves.py); in the package the import fails and knobfleet.waves is used",
+}
+
+
+def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of a module outside any function or class (through if, try, with and loops)."""
+    out = []
+    for stmt in body:
+        out.append(stmt)
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for field_ in ("body", "orelse", "finalbody", "handlers"):
+                out += module_level(getattr(stmt, field_, []))
+    return out
+
+
+def module_getattrs(root: Path) -> list[str]:
+    """The modules (paths under ``root``) that define a module-level ``__getattr__``."""
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if any(
+            isinstance(s, ast.FunctionDef) and s.name == "__getattr__"
+            for s in module_level(ast.parse(path.read_text(encoding="utf-8")).body)
+        )
+    )
+
+
+def reexports(root: Path) -> list[tuple[str, str]]:
+    """Every ``import x as x`` / ``from m import x as x``: (path under ``root``, name)."""
+    return sorted(
+        (path.relative_to(root).as_posix(), a.name)
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for a in node.names
+        if a.asname == a.name
+    )
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(root: Path) -> list[tuple[str, str]]:
+    """Every import of a ``_private`` name of another knobfleet module (type-only imports too; the standard
+    library's ``_json`` and the like are not knobfleet's): (path under ``root``, what). A private module
+    (``pkg/_impl.py``) may be imported by the modules of its own package."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        me, rel = module_of(path, root), path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (module := absolute(node, me, path)):
+                names = [f"{module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for dotted in (n for n in names if n.startswith("knobfleet.")):
+                parts = dotted.split(".")
+                for i, part in enumerate(parts):
+                    owner = ".".join(parts[:i])
+                    mine = owner == me or (is_module(root, ".".join(parts[: i + 1])) and me.startswith(owner + "."))
+                    if private(part) and not mine:
+                        out.append((rel, f"{node.lineno}: {dotted}"))
+    return out
+
+
+def test_no_module_answers_for_names_it_does_not_hold() -> None:
+    """A caller imports a name from the module that defines it, never from a module-level ``__getattr__``."""
+    assert module_getattrs(PKG) == sorted(GETATTR_OK), "a new one: import from the home; a gone one: drop its entry"
+
+
+def test_no_module_re_exports_a_name_as_itself() -> None:
+    assert reexports(PKG) == sorted(REEXPORT_OK), "a new one: callers import from the home; a gone one: drop it"
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """Make the name public in its home (or move the code to where it is used); tests may still reach a private name
+    of the module they test."""
+    found = private_imports(PKG)
+    assert [f"{rel}:{what}" for rel, what in found if rel not in PRIVATE_OK] == []
+    assert sorted({rel for rel, _ in found} & set(PRIVATE_OK)) == sorted(PRIVATE_OK), "drop the entries now clean"
+
+
+@pytest.mark.parametrize(
+    ("files", "getattrs", "reexported", "privates"),
+    [
+        ({"ops/a.py": "def __getattr__(name):\n    raise AttributeError(name)\n"}, ["ops/a.py"], [], []),
+        ({"ops/a.py": "if not TYPE_CHECKING:\n    def __getattr__(name):\n        return 1\n"}, ["ops/a.py"], [], []),
+        ({"ops/a.py": "class A:\n    def __getattr__(self, name):\n        return 1\n"}, [], [], []),
+        ({"ops/a.py": "from knobfleet.ops.b import f as f\n", "ops/b.py": "def f(): pass\n"}, [], ["f"], []),
+        ({"ops/a.py": "from .b import f as f\n", "ops/b.py": "def f(): pass\n"}, [], ["f"], []),
+        ({"ops/a.py": "from knobfleet.ops.b import f as g\nimport json as js\n"}, [], [], []),
+        ({"ops/a.py": "from knobfleet.ops.b import _f\nfrom _json import x\n"}, [], [], ["knobfleet.ops.b._f"]),
+        ({"ops/a.py": "from .b import _f, g\n"}, [], [], ["knobfleet.ops.b._f"]),
+        ({"ops/a.py": "if TYPE_CHECKING:\n    from knobfleet.ops.b import _T\n"}, [], [], ["knobfleet.ops.b._T"]),
+        ({"cli/a.py": "from knobfleet.ops import _impl\n", "ops/_impl.py": ""}, [], [], ["knobfleet.ops._impl"]),
+        ({"cli/a.py": "import knobfleet.ops._impl\n", "ops/_impl.py": ""}, [], [], ["knobfleet.ops._impl"]),
+        ({"ops/a.py": "from knobfleet.ops import _impl\nfrom knobfleet import __version__\n", "ops/_impl.py": ""},
+         [], [], []),
+    ],
+    ids=["module-getattr", "getattr-under-if", "class-getattr-is-fine", "re-export", "relative-re-export",
+         "other-name-is-fine", "private-name", "relative-private-name", "type-only-private-name",
+         "private-module-of-another-package", "import-private-module", "own-package-private-module-is-fine"],
+)  # fmt: skip
+def test_each_dishonest_import_makes_its_check_fail(
+    tmp_path: Path, files: dict[str, str], getattrs: list[str], reexported: list[str], privates: list[str]
+) -> None:
+    root = tmp_path / "knobfleet"
+    for rel, text in {"__init__.py": "", "ops/__init__.py": "", "cli/__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert module_getattrs(root) == getattrs
+    assert [name for _rel, name in reexports(root)] == reexported
+    assert [what.split(": ")[1] for _rel, what in private_imports(root)] == privates

@@ -15,7 +15,7 @@ from ansible.plugins.filter.core import quote as ansible_quote
 from knobfleet import paths, render
 from knobfleet.errors import RenderError
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.module_utils.knob_live import script_env_argv
+from knobfleet.module_utils.knob_shell import script_env_argv
 from knobfleet.profiles import catalog
 from knobfleet.profiles.model import Profile
 

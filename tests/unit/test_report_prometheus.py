@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from knobfleet.live.verify import Finding, HostVerdict, Kind
-from knobfleet.report import prometheus
+from knobfleet.report_prom import prometheus
 
 
 def _verdicts() -> list[HostVerdict]:
@@ -65,7 +65,7 @@ import re  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from knobfleet.report import canary_prometheus  # noqa: E402
+from knobfleet.report_prom import canary_prometheus  # noqa: E402
 
 
 def test_the_canary_textfile_has_each_metrics_band_the_verdict_and_the_time() -> None:

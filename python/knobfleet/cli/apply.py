@@ -17,10 +17,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     inventory = common.inventory(args)
     door = fleet.door(inventory, args.via)
     door.warm_up(args.limit)  # the pre-check's probes start now, while the rest loads
-    from knobfleet import report
+    from knobfleet import report, report_rollout
     from knobfleet.ops import apply as apply_uc
     from knobfleet.ops import interrupts
     from knobfleet.ops import profiles as app
+    from knobfleet.ops.precheck import Options
     from knobfleet.ops.transaction import RestoreFailed
     from knobfleet.progress import Progress
 
@@ -32,7 +33,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         overrides["knob_serve_readiness_timeout_s"] = args.readiness_timeout
     if getattr(args, "grace", None) is not None:
         overrides["knob_serve_readiness_grace_s"] = args.grace
-    opts = apply_uc.Options(
+    opts = Options(
         check=args.check,
         serial=getattr(args, "serial", None),
         canary=getattr(args, "canary", False),
@@ -59,12 +60,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (LockHeld, RestoreFailed, interrupts.Interrupted) as exc:
         if exc.report is not None:
             doc = exc.report  # an ApplyReport
-            _out(report.to_json(doc.as_json()) if args.json else report.apply_summary(doc))
+            _out(report.to_json(doc.as_json()) if args.json else report_rollout.apply_summary(doc))
         raise
     if args.json:
         _out(report.to_json(result.as_json()))
     else:
-        _out(report.apply_summary(result))
+        _out(report_rollout.apply_summary(result))
         if args.check and result.cost is not None:
             _out("\n".join(result.cost.lines()))
         for g in result.gates:

@@ -70,7 +70,7 @@ def cmd_catalog_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog_diff(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report, report_knobs
     from knobfleet.ops import profiles as app
     from knobfleet.profiles import catalog as catalogs
     from knobfleet.profiles import versions
@@ -82,7 +82,7 @@ def cmd_catalog_diff(args: argparse.Namespace) -> int:
     if args.json:
         _out(report.to_json(d.as_json()))
         return EXIT_OK
-    _out(report.catalog_diff(d))
+    _out(report_knobs.catalog_diff(d))
     return EXIT_OK
 
 

@@ -54,7 +54,7 @@ def _check_once(
 ) -> int:
     """One round: probe, judge, print as hosts answer; the exit code. ``watch_round``: its number under --watch
     (the inventory is read again each round; each host's probe interpreter is kept between rounds)."""
-    from knobfleet import paths, report
+    from knobfleet import paths, report, report_prom
     from knobfleet.live import verify
     from knobfleet.ops import drift, fleet
     from knobfleet.progress import StatusLine
@@ -99,7 +99,7 @@ def _check_once(
     if getattr(args, "prom", None):
         import time
 
-        drift.write_atomic(Path(args.prom), report.prometheus(verdicts, now=time.time()))
+        drift.write_atomic(Path(args.prom), report_prom.prometheus(verdicts, now=time.time()))
     testinfra_rc = None
     if getattr(args, "testinfra", False):
         testinfra_rc = drift.run_testinfra(inventory, args.limit, quiet=not text)

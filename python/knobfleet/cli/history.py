@@ -15,7 +15,7 @@ def _out(text: str) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report, report_rollout
     from knobfleet.ops import fleet
     from knobfleet.ops.history import history
 
@@ -32,7 +32,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         _out(report.to_json(doc))
     else:
-        _out(report.history_report(result, args.ledger))
+        _out(report_rollout.history_report(result, args.ledger))
         if args.report is not None:
             _out(f"report: {args.report}")
     return EXIT_UNREACHABLE if any(h.unreachable for h in result) else EXIT_OK
@@ -40,19 +40,19 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def _canaries(args: argparse.Namespace) -> int:
     """``history --canaries``: the canary records kept on this controller, newest first."""
-    from knobfleet import report
+    from knobfleet import report, report_rollout
     from knobfleet.experiment import records
 
     listed = records.list_canaries()
     if args.json:
         _out(report.to_json({"canaries": [{"record": str(x.path), **(x.doc or {"error": x.error})} for x in listed]}))
     else:
-        _out(report.canary_records(listed))
+        _out(report_rollout.canary_records(listed))
     return EXIT_OK
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report, report_rollout
     from knobfleet.errors import KnobfleetError
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops.history import rollback
@@ -72,12 +72,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     except interrupts.Interrupted as exc:  # what each host runs now, then the one line and exit 130
         if exc.report is not None:
             _out(report.to_json({"hosts": [o.as_json() for o in exc.report]}) if args.json
-                 else report.rollback_report(exc.report))  # fmt: skip
+                 else report_rollout.rollback_report(exc.report))  # fmt: skip
         raise
     if args.json:
         _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
     else:
-        _out(report.rollback_report(outcomes))
+        _out(report_rollout.rollback_report(outcomes))
     return interrupts.late(EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR)
 
 

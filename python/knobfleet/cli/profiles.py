@@ -12,7 +12,7 @@ from knobfleet.errors import EXIT_OK
 
 
 def cmd_profiles_list(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report
+    from knobfleet import paths, report, report_knobs
     from knobfleet.ops import profiles as app
     from knobfleet.profiles.loader import load_doc
 
@@ -26,12 +26,12 @@ def cmd_profiles_list(args: argparse.Namespace) -> int:
         _out(report.to_json({"directory": str(st.directory), "profiles": items}))
         return EXIT_OK
     rows = [(d.name, str(d.version), d.extends or "-", d.description[:60]) for d in docs]
-    _out(report.profile_list(rows) if rows else f"no profiles in {paths.display(st.directory)}")
+    _out(report_knobs.profile_list(rows) if rows else f"no profiles in {paths.display(st.directory)}")
     return EXIT_OK
 
 
 def cmd_profiles_show(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report, report_knobs
     from knobfleet.ops import profiles as app
 
     st = app.store()
@@ -39,7 +39,7 @@ def cmd_profiles_show(args: argparse.Namespace) -> int:
     if args.json:
         _out(report.to_json({**profile.model_dump(mode="json"), "hash": profile.content_hash}))
     else:
-        _out(report.profile_show(profile, st.read_lock().get(profile.ref)))
+        _out(report_knobs.profile_show(profile, st.read_lock().get(profile.ref)))
     return EXIT_OK
 
 

@@ -41,16 +41,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _waves_table(plan: Any) -> str:
-    from knobfleet import report
+    from knobfleet import report_knobs
     from knobfleet.kernel import advisor as app
 
-    return report.waves_table(
+    return report_knobs.waves_table(
         plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
     )
 
 
 def cmd_waves(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report, report_knobs
     from knobfleet.cli.parse import parse_int_list, parse_weights
     from knobfleet.kernel import advisor as app
 
@@ -75,7 +75,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
             )
             return EXIT_OK
         _out(
-            report.waves_table(
+            report_knobs.waves_table(
                 plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
             )
         )
@@ -87,7 +87,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
         _out(report.to_json(plan.as_json()))
     else:
         _out(
-            report.waves_table(
+            report_knobs.waves_table(
                 plan.rows, plan.sms, plan.heads, app.knob_dict(plan.knobs), plan.cliffs, plan.calibration_note
             )
         )

@@ -134,7 +134,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from knobfleet import report
+    from knobfleet import report, report_prom
     from knobfleet.experiment import canary_probe, records
     from knobfleet.experiment.canary_hosts import split
     from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary
@@ -171,7 +171,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         if args.prom is not None:
             from knobfleet import safefile
 
-            text = report.canary_prometheus(
+            text = report_prom.canary_prometheus(
                 profile.name, verdict, windows, intervals, time.time(), [h.host for h in canaries],
                 [h.host for h in baseline],
             )  # fmt: skip

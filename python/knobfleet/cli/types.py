@@ -18,7 +18,6 @@ from knobfleet.argtypes import (
     SECONDS,
     SWEEP_MAX,
     VAULT_PASSWORD_MAX,
-    _path,
     calibrations_file,
     checked,
     html_file,
@@ -28,6 +27,7 @@ from knobfleet.argtypes import (
     number,
     output_dir,
     output_file,
+    path_arg,
     refuse,
     report_target,
     serial,
@@ -68,7 +68,7 @@ __all__ = [
 
 def inventory(value: str) -> Path:
     """-i: an inventory file or folder; every file in it a regular file of bounded size."""
-    path = _path(value)
+    path = path_arg(value)
     from knobfleet.ops.fleet import check_sources
 
     why = check_sources(path)

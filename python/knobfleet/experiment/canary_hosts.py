@@ -12,7 +12,7 @@ from typing import Protocol
 
 from knobfleet.errors import UsageError
 from knobfleet.experiment.canary import Verdict
-from knobfleet.experiment.canary_windows import _engine, engine_series
+from knobfleet.experiment.canary_windows import engine_name, engine_series
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.profiles.model import Profile
 
@@ -35,7 +35,7 @@ def split(hosts: Sequence[HostVars], opts: Sizing) -> tuple[list[HostVars], list
             f"canary: {', '.join(unrouted[:3])} {'is' if len(unrouted) == 1 else 'are'} behind no router "
             "(knob_router_url): a canary is judged on live traffic through the router"
         )
-    for engine in sorted({_engine(hv) for hv in hosts}):
+    for engine in sorted({engine_name(hv) for hv in hosts}):
         engine_series(engine)  # an engine whose catalog names no metrics: one line before anything changes
     n = opts.hosts if opts.hosts is not None else max(1, math.floor(len(hosts) * (opts.fraction or 0.25)))
     if n < 1 or 2 * n > len(hosts):

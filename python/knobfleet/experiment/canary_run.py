@@ -42,10 +42,12 @@ from knobfleet.experiment.canary import RECORDED, Settings, Verdict, Window, jud
 from knobfleet.experiment.canary_hosts import advice, split
 from knobfleet.experiment.canary_probe import Pending
 from knobfleet.experiment.canary_warm import Settle, summary
-from knobfleet.experiment.canary_windows import _measure
+from knobfleet.experiment.canary_windows import measure
 from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.ops.apply import ApplyReport, Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.apply_report import ApplyReport
+from knobfleet.ops.precheck import Options
 from knobfleet.profiles.model import Profile
 from knobfleet.telemetry.prom import Prometheus
 
@@ -250,7 +252,7 @@ def _pre_period(
     for k in range(1, s.pre_windows + 1):
         probes = opts.prober(canaries + baseline, s) if opts.prober else None
         sleep(opts.window_s)
-        row, window = _measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since, probes)
+        row, window = measure(prom, canaries, baseline, k, clock(), opts.window_s, measured_since, probes)
         row["pre"] = True
         report.pre.append(row)
         if window is None:
@@ -415,7 +417,7 @@ class _Judging:
             probes = self.opts.prober(new + old, s) if self.opts.prober else None
             self.sleep(self.opts.window_s)
             self.k += 1
-            row, window = _measure(self.prom, new, old, self.k, self.clock(), self.opts.window_s, fresh_since, probes)
+            row, window = measure(self.prom, new, old, self.k, self.clock(), self.opts.window_s, fresh_since, probes)
             row["crossed"] = crossover
             report.windows.append(row)
             if window is None:

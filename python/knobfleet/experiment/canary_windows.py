@@ -25,7 +25,7 @@ from knobfleet.telemetry.prom import PromError, Prometheus, series
 ROUTER_SERIES = ("smg_router_requests_total", "smg_http_responses_total", 'status_code=~"5.."')
 
 
-def _engine(hv: HostVars) -> str:
+def engine_name(hv: HostVars) -> str:
     return hv.adapter().name
 
 
@@ -58,9 +58,9 @@ def window_values(
     values: dict[str, dict[str, float]] = {"tput": {}, "itl": {}}
     requests: dict[str, float] = {}
     resets: dict[str, float] = {}
-    for engine in sorted({_engine(hv) for hv in hosts}):
+    for engine in sorted({engine_name(hv) for hv in hosts}):
         tokens, e2e, itl, done = engine_series(engine)
-        names = "|".join(hv.host for hv in hosts if _engine(hv) == engine)
+        names = "|".join(hv.host for hv in hosts if engine_name(hv) == engine)
         sel = f'host=~"{names}"'
 
         def of(name: str, sel: str = sel) -> str:  # either spelling Prometheus stored it under (prom.series)
@@ -86,7 +86,7 @@ def window_values(
     return values, requests, resets
 
 
-def _measure(
+def measure(
     prom: Prometheus,
     canaries: Sequence[HostVars],
     baseline: Sequence[HostVars],

@@ -20,14 +20,14 @@ from knobfleet import paths, secretrule
 from knobfleet.errors import InventoryError
 from knobfleet.fleet.vaultvars import (
     MAX_VALUES,
-    _is_vaulted,
-    _plain,
-    _refuse_vaulted_elsewhere,
-    _vaulted_values,
     expanded_size,
     file_values,
+    is_vaulted,
+    plain_value,
+    refuse_vaulted_elsewhere,
     scrub,
     vault_sourced,
+    vaulted_values,
 )
 from knobfleet.rules import shown
 
@@ -170,15 +170,15 @@ def _host_vars(
                 f"{where}: host {host.name}: {k} holds more than {MAX_VALUES:,} values once its YAML aliases are "
                 "expanded (an alias bomb?) or nests deeper than 200; write it out plainly"
             )
-    text = json.dumps(wanted, default=lambda o: "lookup(vault)" if _is_vaulted(o) else str(o))
+    text = json.dumps(wanted, default=lambda o: "lookup(vault)" if is_vaulted(o) else str(o))
     fixed = not any(call in text for call in _NONDETERMINISTIC)
     secrets = {k: True for k in SECRET_VARS if raw.get(k)}
     try:
         resolved = templar.template(wanted, fail_on_undefined=True)
-        plain = _plain(resolved)
-        vaulted = _vaulted_values(raw, set()) | file_values(decrypted)  # inline !vault, and vault-encrypted files
+        plain = plain_value(resolved)
+        vaulted = vaulted_values(raw, set()) | file_values(decrypted)  # inline !vault, and vault-encrypted files
         secretrule.remember(vaulted)  # no later message of this process shows one
-        _refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
+        refuse_vaulted_elsewhere(where, host.name, wanted, plain, vaulted)
         sourced = vault_sourced(wanted, plain, vaulted)
         if sourced:
             declared = plain.get("knob_serve_secret_env")

@@ -11,7 +11,7 @@ any file changing. ``KNOBFLEET_INVENTORY_CACHE=0`` turns the cache off.
 
 This module is what a cached read imports (the fingerprint, the cache, the checks of every file Ansible would read,
 the vault password setup, the default inventory); the read through Ansible is ``ansible_inventory.py`` and the rules
-on vault values ``vaultvars.py``, both loaded on a cache miss only (their names stay importable from here).
+on vault values ``vaultvars.py``, both loaded on a cache miss only (their callers import their names from there).
 """
 
 from __future__ import annotations
@@ -29,22 +29,6 @@ from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without 
 
 if TYPE_CHECKING:  # fingerprint() stays light: the CLI calls it before pydantic is imported
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.fleet.vaultvars import MAX_VALUES as MAX_VALUES
-    from knobfleet.fleet.vaultvars import VAULT_OK as VAULT_OK
-    from knobfleet.fleet.vaultvars import _vaulted_values as _vaulted_values
-    from knobfleet.fleet.vaultvars import expanded_size as expanded_size
-    from knobfleet.fleet.vaultvars import scrub as scrub
-    from knobfleet.fleet.vaultvars import vault_sourced as vault_sourced
-
-if not TYPE_CHECKING:  # at run time the names that moved to vaultvars.py load on first use: only a read through Ansible
-
-    def __getattr__(name: str) -> object:
-        """``scrub``, ``expanded_size`` … (vaultvars.py), importable from here as before."""
-        if name in ("MAX_VALUES", "VAULT_OK", "_vaulted_values", "expanded_size", "scrub", "vault_sourced"):
-            from knobfleet.fleet import vaultvars
-
-            return getattr(vaultvars, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _HOSTVARS_SOURCE = Path(__file__).with_name("hostvars.py")

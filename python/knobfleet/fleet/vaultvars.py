@@ -13,19 +13,19 @@ from typing import Any
 from knobfleet.errors import InventoryError
 
 
-def _is_vaulted(value: Any) -> bool:
+def is_vaulted(value: Any) -> bool:
     """A vault-encrypted value: AnsibleVaultEncryptedUnicode (ansible-core < 2.19) or EncryptedString."""
     name = type(value).__name__
     return "Vault" in name or name == "EncryptedString"
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """Vault-encrypted values decrypted into plain strings (decryption errors surface here, as AnsibleError)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_value(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if _is_vaulted(value):
+        return [plain_value(v) for v in value]
+    if is_vaulted(value):
         return str(value)
     return value
 
@@ -47,9 +47,9 @@ def _leaves(value: Any, keep: Any) -> set[str]:
     return out
 
 
-def _vaulted_values(value: Any, out: set[str]) -> set[str]:
+def vaulted_values(value: Any, out: set[str]) -> set[str]:
     """The decrypted text of every vault-encrypted value inside ``value``, added to ``out``."""
-    return out | _leaves(value, _is_vaulted)
+    return out | _leaves(value, is_vaulted)
 
 
 def file_values(docs: list[Any]) -> set[str]:
@@ -96,7 +96,7 @@ def _holds(value: Any, vaulted: set[str]) -> bool:
     return any(v == text or (len(v) >= 4 and v in text) for v in vaulted)
 
 
-def _refuse_vaulted_elsewhere(
+def refuse_vaulted_elsewhere(
     where: str, host: str, wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[str]
 ) -> None:
     """A vault value in a knob_serve_* var other than the env and the flags (a model path, a port, a user) would be
@@ -105,7 +105,7 @@ def _refuse_vaulted_elsewhere(
     for name in sorted(plain):
         if not name.startswith("knob_serve_") or name in VAULT_OK:
             continue
-        if _is_vaulted(wanted.get(name)) or (vaulted and _holds(plain[name], vaulted)):
+        if is_vaulted(wanted.get(name)) or (vaulted and _holds(plain[name], vaulted)):
             raise InventoryError(
                 f"{where}: host {host}: {name} comes from the vault, but knobfleet shows it in the launch line, the "
                 "unit and every report; only knob_serve_host_env and knob_serve_host_args values are kept secret: "
@@ -132,7 +132,7 @@ def vault_sourced(wanted: dict[str, Any], plain: dict[str, Any], vaulted: set[st
             continue
         for name, value in got.items():
             text = str(value)
-            inline = isinstance(raw, dict) and _is_vaulted(raw.get(name))
+            inline = isinstance(raw, dict) and is_vaulted(raw.get(name))
             if inline or text in vaulted or any(len(v) >= 4 and v in text for v in vaulted):
                 names.append(str(name))
     return names

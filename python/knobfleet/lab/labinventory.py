@@ -15,10 +15,10 @@ from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import write
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 
-def ssh_vars(lab: Lab) -> str:
+def ssh_vars(lab: LabView) -> str:
     """Connection vars for Ansible and testinfra: literal paths, no templating needed."""
     return (
         "# Written by `knobfleet lab up`: how to reach the lab hosts. Strict host key checking stays on.\n"
@@ -29,7 +29,7 @@ def ssh_vars(lab: Lab) -> str:
     )
 
 
-def write_inventory(lab: Lab, hosts: list[LabHost]) -> Path:
+def write_inventory(lab: LabView, hosts: list[LabHost]) -> Path:
     """An inventory for exactly the hosts that are up (``inventories/lab`` lists lab1..lab3), and the
     connection vars of the default lab inventory when this is the default lab."""
     inv = lab.dir / "inventory"
@@ -84,7 +84,7 @@ def write_inventory(lab: Lab, hosts: list[LabHost]) -> Path:
     return inv
 
 
-def groups_vars(lab: Lab, count: int) -> str:
+def groups_vars(lab: LabView, count: int) -> str:
     """The lab's engine groups (``knob_engine_groups``) and the stand-in's version file, as group vars."""
     import yaml
 
@@ -99,7 +99,7 @@ def groups_vars(lab: Lab, count: int) -> str:
     )
 
 
-def vllm_group_vars(lab: Lab) -> str:
+def vllm_group_vars(lab: LabView) -> str:
     """Host vars of the lab's vLLM hosts (group ``vllm``): the engine, its service, launcher and model."""
     from knobfleet.lab import vllm_install
 
@@ -122,7 +122,7 @@ def vllm_group_vars(lab: Lab) -> str:
     )
 
 
-def sglang_group_vars(lab: Lab) -> str:
+def sglang_group_vars(lab: LabView) -> str:
     """Host vars of the lab's real-SGLang hosts (group ``sglang``): its service, launcher, model and flags."""
     import yaml
 

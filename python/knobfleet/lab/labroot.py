@@ -18,12 +18,12 @@ from knobfleet.lab.cgroups import cgroup_dirs, join_cgroups
 from knobfleet.lab.hostfiles import LabHost
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 TMPFS_SIZE = "512m"
 
 
-def prepare(lab: Lab, host: LabHost) -> None:
+def prepare(lab: LabView, host: LabHost) -> None:
     """The host's root under its own tmpfs: an overlay of this machine's root with the host's own files on top
     (hostname, machine id, sshd config and host key, the lab's key, a stock root shell, the engine's script and
     unit), the units a lab host does without masked, and the stand-in installed."""
@@ -164,7 +164,7 @@ def link(path: Path, target: str) -> None:
     path.symlink_to(target)
 
 
-def boot(lab: Lab, host: LabHost) -> None:
+def boot(lab: LabView, host: LabHost) -> None:
     """Start the host's systemd-nspawn in its own session and cgroups, its console to the lab's run log."""
     (lab.dir / "run").mkdir(parents=True, exist_ok=True)
     log = open(lab.dir / "run" / f"{host.name}.log", "wb")  # noqa: SIM115 - handed to the child

@@ -41,7 +41,7 @@ from knobfleet.lab import hostfiles
 from knobfleet.lab.hostfiles import LabHost
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 RUNTIMES = ("systemd", "podman", "docker")
 CONTAINER_RUNTIMES = ("podman", "docker")
@@ -293,7 +293,7 @@ def nspawn_settings(host: LabHost) -> Path:
     return NSPAWN_SETTINGS_DIR / f"{host.machine}.nspawn"
 
 
-def prepare_docker(lab: Lab, host: LabHost) -> None:
+def prepare_docker(lab: LabView, host: LabHost) -> None:
     """In a docker lab, after ``labroot.prepare`` (which writes a podman host's files only, and masks docker's
     units): a stand-in host's docker files and hand-written unit, and its nspawn settings (the capability and the
     system calls dockerd and crun need). Nothing for other labs, nor for a host that runs real vLLM or SGLang."""

@@ -12,7 +12,7 @@ from knobfleet.lab import hostfiles
 from knobfleet.lab.hostfiles import LabHost
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Service:
         return {"name": self.name, "url": self.url, "state": self.state, "pid": self.pid, "detail": self.detail}
 
 
-def services(lab: Lab) -> list[Service]:
+def services(lab: LabView) -> list[Service]:
     """The router (with its metrics URL) and Prometheus, where this lab started them."""
     from knobfleet.lab import monitoring
     from knobfleet.lab.router_lab import LabRouter
@@ -48,7 +48,7 @@ def services(lab: Lab) -> list[Service]:
     return out
 
 
-def router_kind(lab: Lab) -> str:
+def router_kind(lab: LabView) -> str:
     """The router `lab up --router` started: sglang-router (the default) or smg."""
     try:
         return (lab.dir / "router-kind").read_text().strip() or "sglang-router"
@@ -56,14 +56,14 @@ def router_kind(lab: Lab) -> str:
         return "sglang-router"
 
 
-def worker_urls(lab: Lab, hosts: list[LabHost]) -> list[str]:
+def worker_urls(lab: LabView, hosts: list[LabHost]) -> list[str]:
     """The engine URL of each host, as the router fronts it."""
     vllm_hosts = lab.vllm_host_names()
     port = {True: hostfiles.VLLM_PORT, False: hostfiles.SGLANG_PORT}
     return [f"http://{h.address}:{port[h.name in vllm_hosts]}" for h in hosts]
 
 
-def start_router(lab: Lab, hosts: list[LabHost]) -> None:
+def start_router(lab: LabView, hosts: list[LabHost]) -> None:
     """Start the lab's router in front of ``hosts``' engines."""
     from knobfleet.lab.router_lab import LabRouter
 

@@ -13,10 +13,10 @@ from knobfleet.lab.hostfiles import LabHost
 from knobfleet.lab.labroot import write
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 
-def running_host(lab: Lab, name: str, what: str) -> LabHost:
+def running_host(lab: LabView, name: str, what: str) -> LabHost:
     """The running host ``name`` of ``lab``; a LabError for any other name (``what``: the command asking)."""
     hosts = {h.name: h for h in lab.known()}
     if not (name.startswith("lab") and name[3:].isdigit()) or name not in hosts or lab.pid(hosts[name]) is None:
@@ -28,7 +28,7 @@ def running_host(lab: Lab, name: str, what: str) -> LabHost:
     return hosts[name]
 
 
-def host_speed(lab: Lab, name: str) -> float:
+def host_speed(lab: LabView, name: str) -> float:
     """The speed factor a running lab host's engine reads (1.0 when none is set)."""
     from knobfleet.lab.sim import model
 
@@ -39,7 +39,7 @@ def host_speed(lab: Lab, name: str) -> float:
         return 1.0
 
 
-def set_host_speed(lab: Lab, name: str, factor: float) -> float:
+def set_host_speed(lab: LabView, name: str, factor: float) -> float:
     """Write the host-level speed file inside ``name`` (the engine re-reads it every second); 1.0 removes it."""
     from knobfleet.lab.sim import model
 

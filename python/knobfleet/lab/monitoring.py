@@ -34,7 +34,7 @@ from knobfleet.errors import LabError
 from knobfleet.telemetry.promconfig import Settings, Target, drift_target, engine_target, node_target, render
 
 if TYPE_CHECKING:
-    from knobfleet.lab.nspawn import Lab
+    from knobfleet.lab.labview import LabView
 
 # The default lab's ports; every other lab's are moved by its slot (``labid``), so labs run side by side.
 PROM_PORT = 19090
@@ -259,7 +259,7 @@ def stop(lab_dir: Path, forget: bool = False) -> list[str]:
     return stopped
 
 
-def start_for_lab(lab: Lab, extra: Sequence[Target] = ()) -> str:
+def start_for_lab(lab: LabView, extra: Sequence[Target] = ()) -> str:
     """Monitoring for the running lab: its inventory's engines and its hosts' node_exporters."""
     from knobfleet.fleet.inventory import load_hosts
 

@@ -12,7 +12,8 @@ Layout under the lab's folder (``.state/lab`` in a checkout for the default lab,
 
 Only this module runs nspawn and umount, and mount with ``labroot`` (a host's root: its tmpfs, the overlay and the
 files on top). The lab's inventory is ``labinventory``, its router and Prometheus ``labservices``, ``lab speed``
-``labspeed``: ``Lab``'s methods of the same names call them.
+``labspeed``: ``Lab``'s methods of the same names call them. Each of those sees the lab as ``labview.LabView`` (the
+part of ``Lab`` it uses), so none imports this module.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,24 +44,16 @@ from knobfleet.lab import (
 )
 from knobfleet.lab.cgroups import cgroup_dirs, kill_leftovers, remove_cgroups
 from knobfleet.lab.hostfiles import LabHost
-from knobfleet.lab.labroot import TMPFS_SIZE as TMPFS_SIZE
 from knobfleet.lab.labroot import run as _run
 from knobfleet.lab.labroot import write as _write
-from knobfleet.lab.labservices import Service as Service
+from knobfleet.lab.labservices import Service
+from knobfleet.lab.labview import HostStatus
 
 BOOT_TIMEOUT_S = 90.0
 MAX_HOSTS = options.MAX_HOSTS
 # What systemd-nspawn keeps per machine under /run; it refuses to remove it when /run is not a tmpfs
 # ("Attempted to remove disk file system under ..."), so `lab down` removes what is left of its own machines.
 NSPAWN_RUN = Path("/run/systemd/nspawn")
-
-
-@dataclass(frozen=True)
-class HostStatus:
-    name: str
-    address: str
-    state: str  # running | stopped | broken
-    pid: int | None
 
 
 class Lab:

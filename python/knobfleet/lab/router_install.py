@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from knobfleet.engines.sync.vllm_venv import _base_python, built_once, cache_root
+from knobfleet.engines.sync.vllm_venv import base_python, built_once, cache_root
 from knobfleet.errors import LabError
 
 ROUTER_VERSION = "0.3.2"
@@ -114,7 +114,7 @@ def _build(inst: RouterInstall, emit: Callable[[str], None]) -> None:
         import shutil
 
         shutil.rmtree(inst.venv)
-    _run([_base_python(), "-m", "venv", str(inst.venv)], log)
+    _run([base_python(), "-m", "venv", str(inst.venv)], log)
     emit(f"router install: pip install {inst.package}=={inst.version} into {inst.venv}")
     _run([str(inst.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-input",
           f"{inst.package}=={inst.version}"], log)  # fmt: skip

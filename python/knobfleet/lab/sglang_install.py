@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from knobfleet.engines.sync.vllm_venv import (
-    _base_python,
-    _run,
+    base_python,
     built_once,
     cache_root,
     report,
+    run_step,
     site_packages,
     write_stamp,
 )
@@ -125,7 +125,7 @@ def _build(inst: SglangInstall, log: Path, say: Callable[[str], None]) -> None:
     inst.root.mkdir(parents=True)
     log.write_text("")
     t0 = time.monotonic()
-    _step([_base_python(), "-m", "venv", str(inst.venv)], log)
+    _step([base_python(), "-m", "venv", str(inst.venv)], log)
     pip = [str(inst.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-input"]
     say(f"sglang install: pip install torch and {requirements(inst.version).name} into {inst.venv} (~3 min, ~6.4 GB)")
     _step([*pip, "-r", str(requirements(inst.version))], log)
@@ -144,7 +144,7 @@ def _build(inst: SglangInstall, log: Path, say: Callable[[str], None]) -> None:
 
 
 def _step(cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout: float = 1800.0) -> None:
-    _run(cmd, log, timeout=timeout, env=env, what="sglang install")
+    run_step(cmd, log, timeout=timeout, env=env, what="sglang install")
 
 
 def ensure(

@@ -40,16 +40,16 @@ from knobfleet.engines.sync.vllm_venv import (
     VENV_RECIPE,
     VLLM_VERSION,
     VllmInstall,
-    _build_venv,
-    _fix_venv,
-    _venv_key,
-    _venv_ok,
-    _venv_stamp,
+    build_venv,
     built_once,
     cache_root,
+    fix_venv,
     layout,
     local_version,
     report,
+    venv_key,
+    venv_ok,
+    venv_stamp,
     write_stamp,
 )
 from knobfleet.errors import LabError
@@ -96,7 +96,7 @@ def is_installed(inst: VllmInstall) -> bool:
         stamp.get("version") == inst.version
         and stamp.get("venv_recipe") == VENV_RECIPE
         and stamp.get("model_recipe") == model_recipe()
-        and _venv_ok(inst)
+        and venv_ok(inst)
         and _model_ok(inst)
     )
 
@@ -145,10 +145,10 @@ def ensure(
         log = inst.root / "install.log"
         log.write_text("")
         _stamp_path(inst).unlink(missing_ok=True)
-        if not _venv_ok(inst):
-            _build_venv(inst, log, emit)
-            _venv_stamp(inst).write_text(json.dumps(_venv_key(inst), sort_keys=True) + "\n")
-        _fix_venv(inst, log)
+        if not venv_ok(inst):
+            build_venv(inst, log, emit)
+            venv_stamp(inst).write_text(json.dumps(venv_key(inst), sort_keys=True) + "\n")
+        fix_venv(inst, log)
         inst.model_dir.parent.mkdir(parents=True, exist_ok=True)
         if not _model_ok(inst):
             _build_model(inst, log, emit)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from knobfleet.groups import PER_RANK_FLAGS, EngineGroup, Member
-from knobfleet.module_utils import knob_argv, knob_live
-from knobfleet.module_utils.knob_live import Kind
+from knobfleet.module_utils import knob_argv, knob_rules
+from knobfleet.module_utils.knob_rules import Kind
 
 GROUP_MISMATCH = Kind.GROUP_MISMATCH.value
 GROUP_RANK_DOWN = Kind.GROUP_RANK_DOWN.value
@@ -117,7 +117,7 @@ def _compare(
             f"{_label(other)} has {_show(actual)}"
         )
         out.append(
-            knob_live.finding(
+            knob_rules.finding(
                 Kind.GROUP_MISMATCH, message, host=other.host, name=name, expected=expected, actual=actual
             )
         )
@@ -150,7 +150,7 @@ def check(group: EngineGroup, observed: Mapping[str, RankState]) -> list[dict[st
         if not s.alive or s.joined is False:
             why = "its engine process is not running" if not s.alive else f"{_label(group.head)} reports it absent"
             message = f"group {group.name}: {_label(m)} is down: {why} (its health endpoint proves nothing)"
-            out.append(knob_live.finding(Kind.GROUP_RANK_DOWN, message, host=m.host))
+            out.append(knob_rules.finding(Kind.GROUP_RANK_DOWN, message, host=m.host))
     roles = ("rank",) if group.kind == "tp" else ("prefill", "decode")
     refs: dict[str, Member] = {}
     for role in roles:

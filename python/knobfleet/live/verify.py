@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from knobfleet.module_utils import knob_live
+from knobfleet.module_utils import knob_live, knob_rules
 from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
-from knobfleet.module_utils.knob_live import Action, Kind
+from knobfleet.module_utils.knob_rules import Action, Kind
 
 if TYPE_CHECKING:
     from knobfleet.render import Rendered
@@ -181,16 +181,16 @@ def check_rendered(
 
 
 def actions(findings: list[Finding], dropin_policy: str = "fail", break_lock: bool = False) -> list[str]:
-    return knob_live.actions([f.as_rule() for f in findings], dropin_policy, break_lock)
+    return knob_rules.actions([f.as_rule() for f in findings], dropin_policy, break_lock)
 
 
 def refusal(findings: list[Finding], dropin_policy: str = "fail", break_lock: bool = False) -> str | None:
-    return knob_live.refusal([{**f.as_rule(), "message": f.message} for f in findings], dropin_policy, break_lock)
+    return knob_rules.refusal([{**f.as_rule(), "message": f.message} for f in findings], dropin_policy, break_lock)
 
 
 def blocking_after_restore(findings: list[Finding]) -> list[Finding]:
     """Findings that make a restored generation fail its verification (the rest predate the change)."""
-    return [f for f in findings if not knob_live.RULES[f.kind].restore_ok]
+    return [f for f in findings if not knob_rules.RULES[f.kind].restore_ok]
 
 
 def summary(verdicts: list[HostVerdict]) -> dict[str, Any]:

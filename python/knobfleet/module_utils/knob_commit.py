@@ -13,9 +13,10 @@ import subprocess
 
 from .knob_fs import Install, UnsafePath, private_dir, read_stat, same_content
 from .knob_guards import check_unit_name, foreign_dropins
-from .knob_live import actions, evaluate, expected_from_files
+from .knob_live import evaluate, expected_from_files
 from .knob_observe import observe
 from .knob_redact import redact_script, redact_unit, shown_digest
+from .knob_rules import actions
 from .knob_store import (
     SCRIPT_MODE,
     UNIT_MODE,

@@ -1,8 +1,8 @@
 """The engine's HTTP endpoints as the probe reads them: health and info by a bounded GET (a loopback ``http://``
 URL over a plain socket, anything else through urllib), and the liveness witness (a one-token completion).
 Standard library only; no ``urllib``, ``json`` or ``socket`` import on the probe's hot path (knob_lean's twins).
-Part of the probe (knob_observe, which re-exports every name here); the controller imports this file as
-``knobfleet.module_utils.knob_http``.
+Part of the probe (knob_observe); callers import these names from here: the controller as
+``knobfleet.module_utils.knob_http``, the roles' modules as ``ansible.module_utils.knob_http``.
 """
 
 from __future__ import annotations

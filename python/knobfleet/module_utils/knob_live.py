@@ -4,10 +4,11 @@ that repairs it; and (findings, policy) -> the actions an apply takes.
 ``plan``, ``apply`` (its pre-check on the controller, its decision on the host and its post-check), the
 verify after a restore, ``drift``, ``verify`` and the shipped testinfra checks all call ``evaluate``.
 Pure and standard library only: the controller imports this file as ``knobfleet.module_utils.knob_live``,
-the roles' modules as ``ansible.module_utils.knob_live``. The one reader of serve scripts (a small shell lexer,
-knob_shell) and the secret rules (knob_redact: the probe loads those files alone) are re-exported here; so are the
-rule's table and apply's decisions (knob_rules) and the checks of the running engine (knob_running). This file
-holds the expected state, the checks of the files and the state dir, and ``evaluate``, which runs them all.
+the roles' modules as ``ansible.module_utils.knob_live``. Beside it: the one reader of serve scripts (a small
+shell lexer, knob_shell), the secret rules (knob_redact: the probe loads those files alone), the rule's table and
+apply's decisions (knob_rules: ``Kind``, ``RULES``, ``actions``, ``refusal``, ``restore_ok``) and the checks of
+the running engine (knob_running); their callers import them from there. This file holds the expected state,
+the checks of the files and the state dir, and ``evaluate``, which runs them all.
 
 Expected state (``expected``): ``{"generation", "profile": {name, version, hash}, "files": {"script"|"unit":
 {path, sha256, content}}, "env", "argv"}`` — built from a host's current generation (drift) or from what
@@ -19,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Re-exported (``x as x``): the rule's table and apply's decisions (knob_rules), the public names of knob_running.
-from .knob_redact import (  # the lexer and the secrets: one file the probe can load alone
+from .knob_redact import (  # the secrets: one file the probe can load alone
     MARKER_PREFIX,
     SECRET_PARTS,
     SECRET_WORDS,
@@ -35,25 +35,11 @@ from .knob_redact import (  # the lexer and the secrets: one file the probe can 
     redact_tree,
     redact_unit,
     redact_value,
-    script_env_argv,
     secret_name,
     secret_values,
-    shell_spans,
-    shell_statements,
     shown_digest,
 )
-from .knob_rules import DROPIN_POLICIES as DROPIN_POLICIES
-from .knob_rules import ORDER as ORDER
-from .knob_rules import RULES as RULES
-from .knob_rules import STOPPED_STATES as STOPPED_STATES
-from .knob_rules import Action as Action
-from .knob_rules import Kind as Kind
-from .knob_rules import Rule as Rule
-from .knob_rules import actions as actions
-from .knob_rules import finding as finding
-from .knob_rules import refusal as refusal
-from .knob_rules import restore_ok as restore_ok
-from .knob_running import STALE_TOLERANCE_S as STALE_TOLERANCE_S
+from .knob_rules import Kind, finding
 from .knob_running import (
     check_container,
     check_engine_args,
@@ -61,11 +47,11 @@ from .knob_running import (
     check_env,
     check_service,
     check_stale,
+    same_command,
 )
-from .knob_running import flags_of as flags_of
-from .knob_running import main_pid as main_pid
-from .knob_running import same_command as same_command
+from .knob_running import main_pid as main_pid  # ops/plan.py:169,202 still read it here (issue 58); then plain
 from .knob_runtime import split_run_line
+from .knob_shell import script_env_argv
 
 # --- expected state ----------------------------------------------------------------------------------------
 

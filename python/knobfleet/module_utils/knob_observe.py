@@ -23,21 +23,10 @@ from .knob_fs import (
     read_bounded_at,
     split,
 )
-from .knob_http import MAX_BODY as MAX_BODY
-from .knob_http import REDIRECTS as REDIRECTS
-from .knob_http import http_get as http_get
-from .knob_http import liveness as liveness
-from .knob_http import loopback_get as loopback_get
-from .knob_http import loopback_target as loopback_target
-from .knob_http import urllib_get as urllib_get
+from .knob_http import http_get, liveness
 from .knob_lean import loads, sha256
 from .knob_pkgmeta import engine_package
-from .knob_procfs import MAX_PROC as MAX_PROC
-from .knob_procfs import boot_time as boot_time
-from .knob_procfs import cgroup_pids as cgroup_pids
-from .knob_procfs import parse_environ as parse_environ
-from .knob_procfs import process as process
-from .knob_procfs import unit_processes as unit_processes
+from .knob_procfs import unit_processes
 from .knob_redact import (
     redact_argv,
     redact_env,
@@ -54,8 +43,8 @@ if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
 
 # No json, hashlib or socket here (knob_lean's twins), and the secret rules come from knob_redact, not knob_live:
 # the probe imports this file on every host for every drift, and those imports were a third of its host CPU. The
-# engine's HTTP endpoints (knob_http) and the unit's processes in /proc (knob_procfs) are files of their own; every
-# name of theirs is re-exported here (``x as x``), so callers import them from knob_observe as before.
+# engine's HTTP endpoints (knob_http) and the unit's processes in /proc (knob_procfs) are files of their own, and
+# their callers import them from there.
 
 MAX_CONTENT = 1024 * 1024  # text of a managed file kept in the document: all of it up to the read bound, so
 # verify never skips the env and argv checks of a large script (a larger one is truncated: a file_changed)

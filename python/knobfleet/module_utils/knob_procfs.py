@@ -1,7 +1,7 @@
 """The processes of a unit's cgroup as /proc shows them: each one's environ, cmdline, comm, state, parent and start
 time (the live-state rule compares them with the profile). Standard library only (``os``), bounded reads; part of
-the probe (knob_observe, which re-exports every name here). The controller imports this file as
-``knobfleet.module_utils.knob_procfs``.
+the probe (knob_observe). Callers import these names from here: the controller as
+``knobfleet.module_utils.knob_procfs``, the roles' modules as ``ansible.module_utils.knob_procfs``.
 """
 
 from __future__ import annotations

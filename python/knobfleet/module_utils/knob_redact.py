@@ -1,28 +1,24 @@
 """The one notion of a secret: which names hold one, and how a value, an env, a command line, a report, a script,
 a unit or free text is shown with it hidden. Serve scripts and units are read with the one shell lexer
-(knob_shell, re-exported here: callers import ``shell_statements``, ``shell_spans`` and ``script_env_argv`` from
-either file).
+(knob_shell: its callers import ``shell_statements``, ``shell_spans`` and ``script_env_argv`` from there).
 
-Split out of knob_live (which re-exports every name here) because the probe runs it on every host on every
-``drift``: this file imports only knob_lean and knob_shell at module level, so a probe process pays for no ``re``,
-``enum``, ``typing``, ``functools``, ``json`` or ``hashlib`` (about 20 ms of host CPU per probe,
-docs/PERFORMANCE.md). Standard library only; what the controller alone needs (``redact_text``'s patterns,
-``fnmatch`` for listed globs) is imported where it is used. The controller imports this file as
-``knobfleet.module_utils.knob_redact``, the roles' modules as ``ansible.module_utils.knob_redact``.
+Split out of knob_live because the probe runs it on every host on every ``drift``: this file imports only
+knob_lean and knob_shell at module level, so a probe process pays for no ``re``, ``enum``, ``typing``,
+``functools``, ``json`` or ``hashlib`` (about 20 ms of host CPU per probe, docs/PERFORMANCE.md). Standard library
+only; what the controller alone needs (``redact_text``'s patterns, ``fnmatch`` for listed globs) is imported where
+it is used. The controller imports this file as ``knobfleet.module_utils.knob_redact``, the roles' modules as
+``ansible.module_utils.knob_redact``.
 """
 
 from __future__ import annotations
 
 from .knob_lean import hmac_sha256
-from .knob_shell import script_env_argv as script_env_argv
-from .knob_shell import shell_spans as shell_spans
-from .knob_shell import shell_statements as shell_statements
+from .knob_shell import script_env_argv as script_env_argv  # ops/plan.py:63 still reads it here (issue 58)
+from .knob_shell import shell_spans
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (never evaluated here: ``from __future__ import annotations``)
     from typing import Any
-
-# The lexer's names are re-exported (``x as x``): its callers import them from here as well as from knob_shell.
 
 
 # --- secrets --------------------------------------------------------------------------------------------------

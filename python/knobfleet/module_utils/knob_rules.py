@@ -1,8 +1,8 @@
 """The live-state rule's table: every kind of finding with its severity, the action that repairs it and whether a
 restored generation still verifies with it; one finding's shape (``finding``); and what apply does about a host's
 findings under its policies (``actions``, ``refusal``, ``restore_ok``). Pure and standard library only. Split out of
-knob_live (which re-exports every name here, so callers import them from either file); the controller imports this
-file as ``knobfleet.module_utils.knob_rules``.
+knob_live; callers import these names from here: the controller as ``knobfleet.module_utils.knob_rules``, the roles'
+modules as ``ansible.module_utils.knob_rules``.
 """
 
 from __future__ import annotations

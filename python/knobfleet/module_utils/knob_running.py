@@ -1,8 +1,8 @@
 """The live-state rule's checks of the running engine: the unit's state and health, each process's state, a
 process started before its files changed, every process's environ against the profile, and the engine's own report
 of the env and arguments it runs with. Pure and standard library only; ``knob_live.evaluate`` calls them in order.
-Split out of knob_live (which re-exports the public names here); the controller imports this file as
-``knobfleet.module_utils.knob_running``.
+Split out of knob_live; callers import these names from here: the controller as
+``knobfleet.module_utils.knob_running``, the roles' modules as ``ansible.module_utils.knob_running``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The one reader of serve scripts: a small shell lexer (statements, words and where each word is written) and
 what a serve script exports and execs. Pure, standard library only, no imports at all: the probe runs it on every
 host on every ``drift`` (through knob_pkgmeta, which reads the launcher from the exec line, and knob_redact, which
-replaces a secret's whole word by its span). Split out of knob_redact, which re-exports every name here (as
-knob_live does); the controller imports this file as ``knobfleet.module_utils.knob_shell``.
+replaces a secret's whole word by its span). Split out of knob_redact; callers import these names from here: the
+controller as ``knobfleet.module_utils.knob_shell``, the roles' modules as ``ansible.module_utils.knob_shell``.
 """
 
 from __future__ import annotations

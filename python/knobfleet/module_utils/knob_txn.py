@@ -23,8 +23,9 @@ from .knob_guards import (
     check_script_dir,
     check_unit_name,
 )
-from .knob_live import evaluate, expected_from_generation, restore_ok
+from .knob_live import evaluate, expected_from_generation
 from .knob_restore import restore
+from .knob_rules import restore_ok
 from .knob_store import (
     Store,
     break_lock,

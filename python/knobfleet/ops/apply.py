@@ -25,20 +25,13 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event, HostResult, RunRequest, RunResult, controller_id, new_run_id, operator
 from knobfleet.live.verify import Declared
 from knobfleet.ops import apply_cost, interrupts, plan, ranks
-from knobfleet.ops.apply_ahead import _ahead as _ahead
-from knobfleet.ops.apply_ahead import _last_applied as _last_applied
-from knobfleet.ops.apply_ahead import _last_applied_file as _last_applied_file
-from knobfleet.ops.apply_ahead import _remember_applied as _remember_applied
-from knobfleet.ops.apply_ahead import speculative as speculative
+from knobfleet.ops.apply_ahead import last_applied, remember_applied, run_ahead, speculative
 from knobfleet.ops.apply_gate import GateStep
-from knobfleet.ops.apply_report import ApplyReport as ApplyReport
-from knobfleet.ops.apply_restore import _roll_back_earlier
-from knobfleet.ops.apply_restore import restore_targets as restore_targets
-from knobfleet.ops.apply_steps import _Play, _SlotAfter, _SlotBefore, _Verify
-from knobfleet.ops.apply_steps import _verified as _verified
-from knobfleet.ops.outcome import HostOutcome as HostOutcome
-from knobfleet.ops.precheck import Options as Options  # the apply use case's options, where its callers find them
-from knobfleet.ops.precheck import pre_check, stale_hint
+from knobfleet.ops.apply_report import ApplyReport
+from knobfleet.ops.apply_restore import roll_back_earlier
+from knobfleet.ops.apply_steps import Play, SlotAfter, SlotBefore, Verify
+from knobfleet.ops.outcome import HostOutcome
+from knobfleet.ops.precheck import Options, pre_check, stale_hint
 from knobfleet.ops.steps import (
     Batch,
     Boundary,
@@ -65,7 +58,7 @@ def _outcome(
     hv: HostVars, hr: HostResult, typed: list[StepResult], batch: int, check: bool, before: int | None = None
 ) -> HostOutcome:
     """What the playbook did on one host: its steps' typed results (``read_play``, the one reader of the play's
-    step-keyed results), and for a check run the diffs of what would be installed. ``_verified`` then checks the
+    step-keyed results), and for a check run the diffs of what would be installed. ``verified`` then checks the
     ready engine with the live rule: the verify step."""
     steps = {s.step: s for s in typed}
     inst = steps.get("install")
@@ -288,7 +281,7 @@ class _Rollout:
         # a bad --serial, or a --limit holding only some ranks of an engine group, fails before anything runs
         plan.batches([hv.host for hv in hosts], opts.serial, opts.canary, self.units([hv.host for hv in hosts]))
         ahead: RunResult | None = None
-        last = _last_applied(self.door.inventory)
+        last = last_applied(self.door.inventory)
         if self.groups:
             decided = self.group_decisions(
                 pre_check(profile, hosts, self.rendered, self.door, opts, self.versions, self.notes, self.seen)
@@ -302,7 +295,7 @@ class _Rollout:
             # start-up) while the pre-check probes; the role waits at its gate for the decision, and hosts decided
             # here end there. (A slot before the restart must run between the two: then the pre-check goes first.)
             ahead_id = new_run_id()
-            decided, ahead = _ahead(
+            decided, ahead = run_ahead(
                 lambda gate, cancel: self.playbook([hv.host for hv in hosts], ahead_id, gate, cancel),
                 ahead_id,
                 len(hosts),
@@ -340,7 +333,7 @@ class _Rollout:
             self.cost,
         )
         if not opts.check:
-            _remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
+            remember_applied(self.door.inventory, last, profile.content_hash, self.outcomes)
             apply_cost.remember(self.door.inventory, self.outcomes, report.wall_s)
         locks = [o for o in self.outcomes if o.lock and o.status == "failed"]
         if locks and len(locks) == len([o for o in self.outcomes if o.status == "failed"]) and not opts.check:
@@ -355,7 +348,7 @@ class _Rollout:
 
     def batches(self, groups: list[list[str]], ahead: RunResult | None) -> None:
         """Every batch in turn, until one's failures exceed the budget: the later ones are not run, and with
-        --rollback-fleet the earlier batches' hosts go back too (each drained first: ``_roll_back_earlier``)."""
+        --rollback-fleet the earlier batches' hosts go back too (each drained first: ``roll_back_earlier``)."""
         opts = self.opts
         failed_total, stopped = 0, False
         for n, group in enumerate(groups, start=1):
@@ -375,7 +368,7 @@ class _Rollout:
                     earlier = [
                         o for o in self.outcomes if o.batch < n and o.status == "applied" and o.previous is not None
                     ]
-                    _roll_back_earlier(
+                    roll_back_earlier(
                         earlier,
                         self.hosts,
                         self.door,
@@ -396,11 +389,11 @@ class _Rollout:
             for m, g in enumerate(groups[n:], start=n + 1)
             for h in g
         ]
-        before, play = _SlotBefore(self.slots.before, self.opts.check), _Play(self, ahead)
-        steps: list[Step] = [before, play, _Verify(self, play, before)]
+        before, play = SlotBefore(self.slots.before, self.opts.check), Play(self, ahead)
+        steps: list[Step] = [before, play, Verify(self, play, before)]
         if self.opts.gate is not None and not self.opts.check:  # judged while still out of its router
             steps.append(GateStep(self))
-        steps.append(_SlotAfter(self.slots.after, self.opts.check))
+        steps.append(SlotAfter(self.slots.after, self.opts.check))
         try:
             drive(steps, batch, self.checkpoint)
         except KeyboardInterrupt:
@@ -421,7 +414,7 @@ class _Rollout:
             if mine:
                 o.message += " (" + "; ".join(p.removeprefix(f"{o.host}: ") for p in mine) + ")"
 
-    def _interrupted(self, steps: list[Step], batch: Batch, play: _Play) -> NoReturn:
+    def _interrupted(self, steps: list[Step], batch: Batch, play: Play) -> NoReturn:
         """An interrupt inside a batch: every host of it that started is undone as if it had failed (its journal
         walked back), the rest are not run; then ``Interrupted``. A host the play started ahead of the pre-check
         (``play.ahead``) has started, whatever step the batch itself had reached: the play's results are read."""

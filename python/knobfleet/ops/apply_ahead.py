@@ -1,6 +1,6 @@
 """apply's head start: whether to start ansible-playbook before the pre-check has decided (``speculative``, with
-its hint, the profile each host was last left on: ``_last_applied``, ``_remember_applied``), and the gated run
-itself (``_ahead``: the pre-check in a thread, the playbook waiting at its gate for the decision)."""
+its hint, the profile each host was last left on: ``last_applied``, ``remember_applied``), and the gated run
+itself (``run_ahead``: the pre-check in a thread, the playbook waiting at its gate for the decision)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def speculative(
     )
 
 
-def _last_applied_file(inventory: Path) -> Path:
+def last_applied_file(inventory: Path) -> Path:
     import hashlib
 
     from knobfleet import paths
@@ -43,19 +43,19 @@ def _last_applied_file(inventory: Path) -> Path:
     return paths.state_dir() / "cache" / "last-applied" / f"{key}.json"
 
 
-def _last_applied(inventory: Path) -> dict[str, str]:
+def last_applied(inventory: Path) -> dict[str, str]:
     """Host -> the profile hash this controller's last apply left it on (a hint for ``speculative``, never trusted
     for a decision)."""
     import json
 
     try:
-        data = json.loads(_last_applied_file(inventory).read_text())
+        data = json.loads(last_applied_file(inventory).read_text())
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, outcomes: list[HostOutcome]) -> None:
+def remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, outcomes: list[HostOutcome]) -> None:
     import json
     import os
 
@@ -65,7 +65,7 @@ def _remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, 
             seen[o.host] = profile_hash
         else:
             seen.pop(o.host, None)
-    path = _last_applied_file(inventory)
+    path = last_applied_file(inventory)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -75,7 +75,7 @@ def _remember_applied(inventory: Path, last: dict[str, str], profile_hash: str, 
         pass  # a hint only: apply works the same without it
 
 
-def _ahead(
+def run_ahead(
     start: Callable[[Path, Callable[[], bool]], RunResult],
     run_id: str,
     n_hosts: int,

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.ops import interrupts
-from knobfleet.ops.apply_restore import _restore_and_attach
+from knobfleet.ops.apply_restore import restore_and_attach
 from knobfleet.ops.steps import Batch, StepName, StepResult
 
 if TYPE_CHECKING:
-    from knobfleet.ops.apply import _Rollout
+    from knobfleet.ops.apply_steps import Rollout
     from knobfleet.ops.transaction import RestoreTarget
 
 JUDGED = ("applied", "unchanged")
@@ -43,7 +43,7 @@ class GateStep:
     Undo: the rejected hosts back to the generation they ran before this apply (an unchanged host: its previous
     good one), in one restore; each is then no longer ``committed``, so the play's undo leaves it alone."""
 
-    rollout: _Rollout
+    rollout: Rollout
     name: StepName = "gate"
     targets: dict[str, RestoreTarget] = field(default_factory=dict)
 
@@ -101,7 +101,7 @@ class GateStep:
         chosen = [batch.outcomes[h] for h in targets]
         reasons = {o.host: o.message for o in chosen}
         with interrupts.shielded(raise_at_end=False):
-            _restore_and_attach(
+            restore_and_attach(
                 chosen,
                 targets,
                 r.hosts,

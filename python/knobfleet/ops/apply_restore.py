@@ -1,6 +1,6 @@
-"""apply's restores: a failed host back to where it was (``restore_targets``, ``_restore_failed``: the play's
+"""apply's restores: a failed host back to where it was (``restore_targets``, ``restore_failed``: the play's
 undo, inside the batch's machine, the host already drained), the earlier batches under --rollback-fleet
-(``_roll_back_earlier``: through ``restores.restore_routed``, each routed host drained, restored and put back in
+(``roll_back_earlier``: through ``restores.restore_routed``, each routed host drained, restored and put back in
 turn), each result attached to its host's outcome; a restore that fails stops everything with RestoreFailed and
 the manual steps."""
 
@@ -19,7 +19,7 @@ from knobfleet.ops.outcome import HostOutcome
 from knobfleet.profiles.model import Profile
 
 
-def _restore_and_attach(
+def restore_and_attach(
     chosen: list[HostOutcome],
     targets: dict[str, Any],
     hosts: list[HostVars],
@@ -74,7 +74,7 @@ def restore_targets(failed: list[HostOutcome]) -> dict[str, Any]:
     return targets
 
 
-def _restore_failed(
+def restore_failed(
     batch: list[HostOutcome],
     hosts: list[HostVars],
     inventory: Path | Hosts,
@@ -93,7 +93,7 @@ def _restore_failed(
         # (a died host is ``committed`` only where the pre-check named its generation)
         targets = restore_targets(group)
         if targets:
-            _restore_and_attach(
+            restore_and_attach(
                 group,
                 targets,
                 hosts,
@@ -105,7 +105,7 @@ def _restore_failed(
             )
 
 
-def _roll_back_earlier(
+def roll_back_earlier(
     earlier: list[HostOutcome],
     hosts: list[HostVars],
     inventory: Path | Hosts,
@@ -124,7 +124,7 @@ def _roll_back_earlier(
     }
     if not targets:
         return
-    _restore_and_attach(
+    restore_and_attach(
         earlier,
         targets,
         hosts,

@@ -1,27 +1,69 @@
-"""The steps of apply's batch (``ops/steps.py``'s machine drives them): ``[_SlotBefore, _Play, _Verify,
-_SlotAfter]``. slot-before and slot-after run the slots' ``SlotStep``s (a router's drain and re-add); the play is
+"""The steps of apply's batch (``ops/steps.py``'s machine drives them): ``[SlotBefore, Play, Verify,
+SlotAfter]``. slot-before and slot-after run the slots' ``SlotStep``s (a router's drain and re-add); the play is
 install, restart, ready and finish in one play of the knob_serve role, undone by the restore of the hosts it
-changed; verify checks each ready engine with the live rule (``_verified``) and has no undo of its own."""
+changed; verify checks each ready engine with the live rule (``verified``) and has no undo of its own.
+
+The steps reach the rollout that drives them (ops/apply.py) through ``Rollout``, the part of it they use, so
+neither this file nor ops/apply_gate.py imports apply (not even for a type)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from knobfleet.fleet.runner import RunResult, new_run_id
 from knobfleet.live.verify import Declared, check_rendered
 from knobfleet.ops import interrupts, plan, ranks
-from knobfleet.ops.apply_restore import _restore_failed
+from knobfleet.ops.apply_restore import restore_failed
 from knobfleet.ops.outcome import HostOutcome
 from knobfleet.ops.steps import Batch, SlotRun, SlotStep, StepName, VerifyResult, read_play
 from knobfleet.render import Rendered
 
 if TYPE_CHECKING:
-    from knobfleet.ops.apply import _Rollout
+    from knobfleet.engines.adapter import Engine
+    from knobfleet.fleet.hosts import Hosts
+    from knobfleet.fleet.hostvars import HostVars
+    from knobfleet.fleet.runner import Event, HostResult
+    from knobfleet.groups import EngineGroup
+    from knobfleet.ops.apply_report import ApplyReport
+    from knobfleet.ops.precheck import Options
+    from knobfleet.ops.steps import StepResult
+    from knobfleet.profiles.model import Profile
 
 
-def _verified(
+class Rollout(Protocol):
+    """What the batch's steps (here, and the gate's: ops/apply_gate.py) use of the rollout (ops/apply._Rollout):
+    its profile, hosts and options, the door, the run's records, and one play, one host's outcome, the report."""
+
+    profile: Profile
+    hosts: list[HostVars]
+    by_name: dict[str, HostVars]
+    groups: dict[str, EngineGroup]
+    door: Hosts
+    opts: Options
+    on_event: Callable[[Event], None] | None
+    engine: Engine | None
+    declared: Declared
+    rendered: dict[str, Rendered]
+    outcomes: list[HostOutcome]
+    later: list[HostOutcome]
+    gates: list[Any]
+    run_ids: list[str]
+    started: float
+    ansible_s: float
+
+    def playbook(
+        self, group: list[str], run_id: str, gate: Path | None = None, cancel: Callable[[], bool] | None = None
+    ) -> RunResult: ...
+
+    def outcome(self, host: str, hr: HostResult, typed: list[StepResult], n: int) -> HostOutcome: ...
+
+    def report(self) -> ApplyReport: ...
+
+
+def verified(
     out: HostOutcome, doc: Any, rendered: Rendered, declared: Declared, engine: dict[str, Any], run: str
 ) -> None:
     """The verify step for one host the play left ready: its engine's probe (``doc``) against the rendered files,
@@ -37,7 +79,7 @@ def _verified(
         out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
 
 
-class _SlotBefore(SlotRun):
+class SlotBefore(SlotRun):
     """slot-before: before anything of knobfleet's changes on the host (a router drain); a host whose step fails
     goes no further. Nothing runs in a plan (--check)."""
 
@@ -52,7 +94,7 @@ class _SlotBefore(SlotRun):
         return {h: f for h, results in self.results.items() if (f := _forced(results)) is not None}
 
 
-class _SlotAfter(SlotRun):
+class SlotAfter(SlotRun):
     """slot-after: once the engine is ready and verified (a router re-add); a host whose step fails is failed (and
     undone). Nothing runs in a plan (--check)."""
 
@@ -68,12 +110,12 @@ class _SlotAfter(SlotRun):
 
 
 @dataclass
-class _Play:
+class Play:
     """install, restart, ready and finish: one play of the knob_serve role for the hosts still going (or the
     play started ahead of the pre-check), its step-keyed results typed into the journal (``read_play``). Undo:
     the restore of the hosts it changed (``restore_targets``), in one play."""
 
-    rollout: _Rollout
+    rollout: Rollout
     ahead: RunResult | None
     name: StepName = "install"
     result: RunResult | None = None
@@ -102,7 +144,7 @@ class _Play:
     def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
         r = self.rollout
         with interrupts.shielded(raise_at_end=False):
-            _restore_failed(
+            restore_failed(
                 [batch.outcomes[h] for h in hosts],
                 r.hosts,
                 r.door,
@@ -117,14 +159,14 @@ class _Play:
 
 
 @dataclass
-class _Verify:
-    """verify: each ready engine's probe against its rendered files (``_verified``), then the engine groups'
+class Verify:
+    """verify: each ready engine's probe against its rendered files (``verified``), then the engine groups'
     cross-rank rule (a failed rank fails its group); the drains that went on under --force-restart are noted.
     Undo: nothing of its own (the play's restore puts the host back)."""
 
-    rollout: _Rollout
-    play: _Play
-    before: _SlotBefore
+    rollout: Rollout
+    play: Play
+    before: SlotBefore
     name: StepName = "verify"
 
     def do(self, batch: Batch) -> None:
@@ -135,7 +177,7 @@ class _Verify:
         rules = r.engine.rules()
         docs = {h: result.host(h).results.get("ready", {}).get("probe") for h in self.play.played}
         for h in self.play.played:
-            _verified(batch.outcomes[h], docs[h], r.rendered[h], r.declared, rules, result.run_id)
+            verified(batch.outcomes[h], docs[h], r.rendered[h], r.declared, rules, result.run_id)
         if r.groups:  # the ranks of a group agree, and fail or pass together
             ranks.after_play({h: batch.outcomes[h] for h in self.play.played}, docs, r.groups, rules)
         for h in self.play.played:

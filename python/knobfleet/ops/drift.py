@@ -76,7 +76,7 @@ def _verdict(plan: ReadPlan, host: ReadHost, o: Outcome, cache: dict[str, Declar
 def version_mismatch(declared: Declared | None, verdict: HostVerdict) -> Finding | None:
     """The ``engine_version_mismatch`` finding of a host whose version file says another version than its
     declared profile pins; None when the profile pins none, the host reports none, or they agree. Pure."""
-    from knobfleet.module_utils.knob_live import Kind
+    from knobfleet.module_utils.knob_rules import Kind
 
     pin = declared.engine_version if declared is not None else None
     if not pin or not verdict.engine_version or verdict.engine_version == pin:
@@ -94,7 +94,7 @@ def version_mismatch(declared: Declared | None, verdict: HostVerdict) -> Finding
 
 def ruled(kind: Any, message: str, **fields: Any) -> Finding:
     """A finding drift makes itself (not the host's rule), with its kind's severity and action. Pure."""
-    from knobfleet.module_utils.knob_live import RULES
+    from knobfleet.module_utils.knob_rules import RULES
 
     rule = RULES[kind]
     return Finding(kind, message, rule.severity, rule.action, **fields)
@@ -199,7 +199,7 @@ def out_of_router(host: str, router: dict[str, str], listed: set[str]) -> Findin
     """The ``out_of_router`` finding of ``host`` when its worker (``router["worker"]``) is not among ``listed``,
     the URLs its router lists; None when it is. Pure."""
     from knobfleet.fleet.router import normalize_url
-    from knobfleet.module_utils.knob_live import Kind
+    from knobfleet.module_utils.knob_rules import Kind
 
     worker = normalize_url(router["worker"])
     if worker in listed:

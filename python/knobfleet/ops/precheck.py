@@ -192,7 +192,7 @@ def running_version(hv: HostVars, doc: dict[str, Any], info_version: tuple[str |
 def _refused_for_the_lock(p: plan.HostPlan) -> bool:
     """Whether the pre-check refused the host for another run's lock (its ``interrupted_apply`` finding on the
     lock, not on a generation left installing): decided on the finding's fields, not its text."""
-    from knobfleet.module_utils.knob_live import Kind
+    from knobfleet.module_utils.knob_rules import Kind
 
     held = [f for f in p.findings if f.kind is Kind.INTERRUPTED_APPLY and f.name == "lock"]
     return bool(held) and p.refusal == held[0].message

@@ -98,8 +98,8 @@ import os
 import subprocess
 import time
 
+from ansible.module_utils.knob_http import http_get
 from ansible.module_utils.knob_live import redact_tree
-from ansible.module_utils.knob_observe import http_get
 
 TAIL = 1500  # characters of a failed run's output shown to the operator
 

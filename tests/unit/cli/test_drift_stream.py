@@ -9,7 +9,7 @@ import pytest
 
 from knobfleet import cli, report
 from knobfleet.live.verify import Finding, HostVerdict, summary
-from knobfleet.module_utils.knob_live import Kind
+from knobfleet.module_utils.knob_rules import Kind
 
 HOSTS = ["lab1", "lab2", "a-much-longer-host-name"]
 

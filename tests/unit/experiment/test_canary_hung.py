@@ -14,7 +14,7 @@ import pytest
 from knobfleet.experiment.canary import RECORDED, Settings, Window, judge
 from knobfleet.experiment.canary_probe import HostProbes
 from knobfleet.experiment.canary_run import CanaryOptions, canary
-from knobfleet.experiment.canary_windows import _measure
+from knobfleet.experiment.canary_windows import measure
 from knobfleet.fleet.hostvars import HostVars
 from tests.unit.experiment.test_canary_run import Door, FakeProm, hosts, runs_profile
 from tests.unit.ops.rollout_fakes import Host
@@ -99,13 +99,13 @@ def test_a_window_carries_each_sides_streams_and_hung_counts() -> None:
     prom = FakeProm(1.0)
     prom.on_new = lambda h: h == "h1"
     probes = _Done({"h1": HostProbes(8, 3, 1), "h2": HostProbes(8, 0, 2)})
-    row, window = _measure(prom, [_hv("h1", 1)], [_hv("h2", 2)], 1, 1000.0, 60.0, 0.0, probes)  # type: ignore[arg-type]
+    row, window = measure(prom, [_hv("h1", 1)], [_hv("h2", 2)], 1, 1000.0, 60.0, 0.0, probes)  # type: ignore[arg-type]
     assert window is not None
     # streams: the probes that got a stream (a failed probe got none: refused, reset, an error status)
     assert (window.canary_streams, window.baseline_streams) == (7, 6)
     assert (dict(window.canary_hung), dict(window.baseline_hung)) == ({"h1": 3}, {"h2": 0})
     assert row["probes"] == {"h1": {"sent": 8, "hung": 3, "failed": 1}, "h2": {"sent": 8, "hung": 0, "failed": 2}}
-    row, window = _measure(prom, [_hv("h1", 1)], [_hv("h2", 2)], 1, 1000.0, 60.0, 0.0)  # type: ignore[arg-type]
+    row, window = measure(prom, [_hv("h1", 1)], [_hv("h2", 2)], 1, 1000.0, 60.0, 0.0)  # type: ignore[arg-type]
     assert window is not None and "probes" not in row and window.canary_streams == 0
 
 

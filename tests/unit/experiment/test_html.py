@@ -182,7 +182,7 @@ def test_canary_prom_is_checked_before_anything_runs(tmp_path: Path) -> None:
 
 def fleet_doc() -> dict[str, Any]:
     from knobfleet.live.verify import Finding, HostVerdict, summary
-    from knobfleet.module_utils.knob_live import Kind
+    from knobfleet.module_utils.knob_rules import Kind
 
     hosts = [
         HostVerdict("lab1", "in_sync", "ctas512", 2, "sha256:" + "a" * 64, 3, engine_version="0.5.23"),

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knobfleet.fleet.inventory import MAX_VALUES, _vaulted_values, expanded_size
+from knobfleet.fleet.vaultvars import MAX_VALUES, expanded_size, vaulted_values
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -65,7 +65,7 @@ def test_the_walks_are_linear_in_distinct_nodes(levels: int, width: int) -> None
         full = 1 + width * full
     got = expanded_size(node)
     assert got > MAX_VALUES if full > MAX_VALUES else got == full
-    assert _vaulted_values(node, set()) == set()
+    assert vaulted_values(node, set()) == set()
 
 
 @pytest.mark.parametrize("depth", [199, 5000])
@@ -74,4 +74,4 @@ def test_deep_nesting_is_bounded_not_a_recursion_error(depth: int) -> None:
     for _ in range(depth):
         node = [node]
     assert (expanded_size(node) > MAX_VALUES) == (depth > 200)
-    assert _vaulted_values(node, set()) == set()
+    assert vaulted_values(node, set()) == set()

@@ -15,6 +15,7 @@ from knobfleet.errors import KnobfleetError
 from knobfleet.fleet import probe, transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.transports import ssh as transport
+from knobfleet.fleet.transports.sshrun import FunctionRun
 
 
 def test_probe_args_are_the_roles_task_options(repo: Path) -> None:
@@ -82,9 +83,7 @@ def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
     )
     call = probe.call([hv])
     payload = transport.bundle(call.source(), paths.module_utils_dir())
-    out = transport.run_function(
-        [hv], transport.FunctionRun(tmp_path / "cp", payload, "knob_probe", "probe", call.args)
-    )["h1"]
+    out = transport.run_function([hv], FunctionRun(tmp_path / "cp", payload, "knob_probe", "probe", call.args))["h1"]
     assert out.error is None
     doc = out.doc
     assert doc["files"]["script"]["exists"] and doc["files"]["script"]["mode"] == "0644"

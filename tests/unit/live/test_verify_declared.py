@@ -22,7 +22,7 @@ from knobfleet.live.verify import (
     unreachable,
     verify_host,
 )
-from knobfleet.module_utils.knob_live import RULES, Action, Kind
+from knobfleet.module_utils.knob_rules import RULES, Action, Kind
 
 CASES = Path(__file__).parent / "verify_cases"
 CLEAN = json.loads((CASES / "clean" / "probe.json").read_text())

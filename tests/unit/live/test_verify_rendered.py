@@ -21,7 +21,8 @@ from knobfleet.live.verify import (
     summary,
     verify_host,
 )
-from knobfleet.module_utils.knob_live import Kind, redact_value
+from knobfleet.module_utils.knob_live import redact_value
+from knobfleet.module_utils.knob_rules import Kind
 from knobfleet.render import Rendered
 
 CLEAN = json.loads((Path(__file__).parent / "verify_cases" / "clean" / "probe.json").read_text())

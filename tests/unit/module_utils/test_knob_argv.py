@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from knobfleet.engines.adapter import engine
 from knobfleet.module_utils import knob_argv
-from knobfleet.module_utils.knob_live import shell_statements
+from knobfleet.module_utils.knob_shell import shell_statements
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "argv_cases.yaml").read_text(encoding="utf-8"))
 

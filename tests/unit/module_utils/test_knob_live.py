@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils import knob_live
-from knobfleet.module_utils.knob_live import RULES, Action, Kind, actions, evaluate
+from knobfleet.module_utils import knob_live, knob_running
+from knobfleet.module_utils.knob_live import evaluate
+from knobfleet.module_utils.knob_rules import RULES, Action, Kind, actions
 from tests.unit.probedocs import probe_doc
 
 SGLANG = {"env_prefixes": ["SGLANG_", "SGL_"], "known_env": ["SGLANG_SM120_MMA_TARGET_CTAS"], "info_env": None}
@@ -167,7 +168,7 @@ def test_the_engines_resolved_arguments_are_checked(argv: list[str], report: Any
     ],
 )
 def test_a_script_launcher_runs_through_its_interpreter(cmdline: list[str], same: bool) -> None:
-    assert knob_live.same_command(cmdline, ["/v/bin/vllm", "serve", "m"]) is same
+    assert knob_running.same_command(cmdline, ["/v/bin/vllm", "serve", "m"]) is same
 
 
 def test_a_large_script_is_still_read_whole(tmp_path: Path) -> None:

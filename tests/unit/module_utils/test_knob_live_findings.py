@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils import knob_live, knob_running
-from knobfleet.module_utils.knob_live import Action, Kind, actions, evaluate, finding, refusal, restore_ok
+from knobfleet.module_utils import knob_running
+from knobfleet.module_utils.knob_live import evaluate
+from knobfleet.module_utils.knob_rules import Action, Kind, actions, finding, refusal, restore_ok
 from tests.unit.probedocs import probe_doc
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"], "info_env": None}
@@ -134,8 +135,8 @@ def test_dropins_loaded_and_on_disk_each_once() -> None:
 
 @pytest.mark.parametrize(("main_pid", "pid"), [("10", 10), ("", 0), (None, 0), ("x", 0), ("0", 0)])
 def test_main_pid(main_pid: str | None, pid: int) -> None:
-    assert knob_live.main_pid({"unit_props": {"MainPID": main_pid}}) == pid
-    assert knob_live.main_pid({}) == 0
+    assert knob_running.main_pid({"unit_props": {"MainPID": main_pid}}) == pid
+    assert knob_running.main_pid({}) == 0
 
 
 # --- files ----------------------------------------------------------------------------------------------------
@@ -181,7 +182,8 @@ def test_a_missing_file_and_a_file_not_expected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mtime", "stale"), [(101.0, False), (100.0 + knob_live.STALE_TOLERANCE_S, False), (101.01, True), (5000.0, True)]
+    ("mtime", "stale"),
+    [(101.0, False), (100.0 + knob_running.STALE_TOLERANCE_S, False), (101.01, True), (5000.0, True)],
 )
 def test_a_process_older_than_its_files_by_more_than_a_second_is_stale(mtime: float, stale: bool) -> None:
     d = doc()
@@ -434,7 +436,7 @@ def test_the_shallowest_report_of_an_argument_wins() -> None:
     ],
 )
 def test_flags_of(argv: list[str], flags: dict[str, str]) -> None:
-    assert knob_live.flags_of(argv) == flags
+    assert knob_running.flags_of(argv) == flags
 
 
 # --- locks and half-done generations --------------------------------------------------------------------------

@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils.knob_live import (
-    actions,
-    evaluate,
-    redact_script,
-    redact_tree,
-    redact_value,
-    refusal,
-    script_env_argv,
-)
+from knobfleet.module_utils.knob_live import evaluate, redact_script, redact_tree, redact_value
+from knobfleet.module_utils.knob_rules import actions, refusal
+from knobfleet.module_utils.knob_shell import script_env_argv
 from tests.unit.probedocs import probe_doc
 
 ENGINE = {"env_prefixes": ["SGLANG_"], "known_env": ["SGLANG_TARGET_CTAS", "SGLANG_BLOCK_H"]}

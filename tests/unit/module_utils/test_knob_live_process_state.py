@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from knobfleet.engines.adapter import engine
-from knobfleet.module_utils.knob_live import actions, evaluate, restore_ok
+from knobfleet.module_utils.knob_live import evaluate
+from knobfleet.module_utils.knob_rules import actions, restore_ok
 from tests.unit.module_utils.test_knob_live_findings import ENGINE, MAIN, doc, expected
 
 WORKER = {"pid": 11, "comm": "VLLM::Worker", "cmdline": ["VLLM::Worker", ""], "env": {}, "start_epoch": 100.0}

@@ -22,9 +22,9 @@ from knobfleet.module_utils.knob_live import (
     redact_tree,
     redact_unit,
     redact_value,
-    script_env_argv,
     secret_name,
 )
+from knobfleet.module_utils.knob_shell import script_env_argv
 
 KEY = "k" * 64
 

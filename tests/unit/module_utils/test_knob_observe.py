@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pytest
 from ansible.module_utils import basic
 
+from knobfleet.module_utils import knob_http, knob_procfs
 from knobfleet.module_utils import knob_observe as ko
 from knobfleet.module_utils.knob_live import redact_value
 
@@ -99,30 +100,30 @@ def own_cgroup() -> str:
 
 
 def test_this_process_as_the_probe_sees_it() -> None:
-    me = ko.process(os.getpid(), ko.boot_time(), os.sysconf("SC_CLK_TCK"))
+    me = knob_procfs.process(os.getpid(), knob_procfs.boot_time(), os.sysconf("SC_CLK_TCK"))
     assert me is not None
     assert me["pid"] == os.getpid() and me["ppid"] == os.getppid()
     own = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().split(b"\0")[:-1]
     assert me["cmdline"] == [c.decode() for c in own] and me["comm"] == Path("/proc/self/comm").read_text().strip()
     assert me["env"].get("PATH") == os.environ.get("PATH")
-    assert ko.boot_time() <= me["start_epoch"] <= time.time()
-    assert ko.boot_time() > 1_000_000_000
-    assert ko.process(2**22 + 12345, 0, 100) is None  # gone (beyond pid_max)
+    assert knob_procfs.boot_time() <= me["start_epoch"] <= time.time()
+    assert knob_procfs.boot_time() > 1_000_000_000
+    assert knob_procfs.process(2**22 + 12345, 0, 100) is None  # gone (beyond pid_max)
 
 
 def test_the_processes_of_a_cgroup() -> None:
-    assert ko.cgroup_pids("") == []
-    assert ko.cgroup_pids("/no/such/cgroup") == []
-    pids = ko.cgroup_pids(own_cgroup())
+    assert knob_procfs.cgroup_pids("") == []
+    assert knob_procfs.cgroup_pids("/no/such/cgroup") == []
+    pids = knob_procfs.cgroup_pids(own_cgroup())
     if not pids:
         pytest.skip("this host has no cgroup2 tree at /sys/fs/cgroup for this process")
     assert os.getpid() in pids and pids == sorted(pids)
-    assert os.getpid() in [p["pid"] for p in ko.unit_processes(own_cgroup())]
+    assert os.getpid() in [p["pid"] for p in knob_procfs.unit_processes(own_cgroup())]
 
 
 def test_parse_environ() -> None:
     raw = b"A=1\0B=x=y\0NOEQ\0C=\xff\0\xffD=2\0"
-    env = ko.parse_environ(raw)
+    env = knob_procfs.parse_environ(raw)
     assert env["A"] == "1" and env["B"] == "x=y" and env["C"] == "\ufffd" and "NOEQ" not in env
     assert env["\udcffD"] == "2"  # a name that is not UTF-8 keeps its bytes (surrogateescape)
 
@@ -255,12 +256,12 @@ def engine() -> Iterator[str]:
 
 def test_http_get(engine: str) -> None:
     Engine.routes = {"/health": (200, b"ok"), "/sick": (503, b"busy")}
-    assert ko.http_get(engine + "/health", 2.0) == (200, b"ok")
-    assert ko.http_get(engine + "/sick", 2.0) == (503, None)
-    assert ko.http_get(engine + "/nothing", 2.0) == (404, None)
-    assert ko.http_get("", 2.0) == (None, None)
-    assert ko.http_get("http://127.0.0.1:9/health", 0.5) == (None, None)  # refused
-    assert ko.http_get("not a url", 0.5) == (None, None)
+    assert knob_http.http_get(engine + "/health", 2.0) == (200, b"ok")
+    assert knob_http.http_get(engine + "/sick", 2.0) == (503, None)
+    assert knob_http.http_get(engine + "/nothing", 2.0) == (404, None)
+    assert knob_http.http_get("", 2.0) == (None, None)
+    assert knob_http.http_get("http://127.0.0.1:9/health", 0.5) == (None, None)  # refused
+    assert knob_http.http_get("not a url", 0.5) == (None, None)
 
 
 # --- the whole document -----------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from knobfleet.module_utils import knob_http
 from knobfleet.module_utils import knob_observe as ko
 
 
@@ -54,23 +55,23 @@ def server() -> Iterator[str]:
 def test_the_same_answer_as_urllib(server: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in [k for k in __import__("os").environ if k.lower().endswith("_proxy")]:
         monkeypatch.delenv(var)
-    assert ko.http_get(server + path, 2.0) == ko.urllib_get(server + path, 2.0)
+    assert knob_http.http_get(server + path, 2.0) == knob_http.urllib_get(server + path, 2.0)
 
 
 def test_only_plain_loopback_urls_without_proxies_take_the_socket(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("http_proxy", raising=False)
-    assert ko.loopback_get(server + "/ok", 2.0) == (200, b'{"path": "/ok"}')
-    assert ko.loopback_get(server + "/chunked", 2.0) is None  # urllib decodes it
-    assert ko.loopback_get(server + "/moved", 2.0) is None  # urllib follows it
+    assert knob_http.loopback_get(server + "/ok", 2.0) == (200, b'{"path": "/ok"}')
+    assert knob_http.loopback_get(server + "/chunked", 2.0) is None  # urllib decodes it
+    assert knob_http.loopback_get(server + "/moved", 2.0) is None  # urllib follows it
     for url in ("https://127.0.0.1/", "http://10.0.0.1/", "http://u@127.0.0.1/", "http://[::1]:80/", "not a url"):
-        assert ko.loopback_target(url) is None
-    assert ko.loopback_target("http://localhost:8000/h?x") == ("localhost", 8000, "localhost:8000", "/h?x")
+        assert knob_http.loopback_target(url) is None
+    assert knob_http.loopback_target("http://localhost:8000/h?x") == ("localhost", 8000, "localhost:8000", "/h?x")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
-    assert ko.loopback_target(server + "/ok") is None  # urllib would ask the proxy
+    assert knob_http.loopback_target(server + "/ok") is None  # urllib would ask the proxy
 
 
 def test_a_refused_connection_is_no_answer() -> None:
-    assert ko.loopback_get("http://127.0.0.1:9/health", 0.5) == (None, None)
+    assert knob_http.loopback_get("http://127.0.0.1:9/health", 0.5) == (None, None)
 
 
 def test_run_output_is_one_bounded_child() -> None:

@@ -17,12 +17,12 @@ import pytest
 from knobfleet.lab.sim.engine import Engine, EngineConfig
 from knobfleet.lab.sim.model import KernelKnobs
 from knobfleet.lab.sim.server import State, make_server
-from knobfleet.module_utils import knob_observe
+from knobfleet.module_utils import knob_http, knob_procfs
 
 
 def _state(pid: int) -> str:
-    btime, hz = knob_observe.boot_time(), os.sysconf("SC_CLK_TCK")
-    proc = knob_observe.process(pid, btime, hz)
+    btime, hz = knob_procfs.boot_time(), os.sysconf("SC_CLK_TCK")
+    proc = knob_procfs.process(pid, btime, hz)
     assert proc is not None
     return str(proc["state"])
 
@@ -78,7 +78,7 @@ def engine_url() -> Iterator[str]:
 
 
 def test_liveness_is_a_one_token_completion(engine_url: str) -> None:
-    got = knob_observe.liveness(engine_url + "/v1/completions", 5.0)
+    got = knob_http.liveness(engine_url + "/v1/completions", 5.0)
     assert got["status"] == 200 and got["url"] == engine_url + "/v1/completions" and got["timeout_s"] == 5.0
 
 
@@ -88,10 +88,10 @@ def test_liveness_of_an_engine_that_accepts_but_never_answers_is_bounded() -> No
         srv.bind(("127.0.0.1", 0))
         srv.listen(8)
         url = f"http://127.0.0.1:{srv.getsockname()[1]}/v1/completions"
-        got = knob_observe.liveness(url, 0.3)
+        got = knob_http.liveness(url, 0.3)
     assert got["status"] is None
 
 
 def test_liveness_of_nothing_listening_and_an_error_status(engine_url: str) -> None:
-    assert knob_observe.liveness(f"http://127.0.0.1:{free_port()}/v1/completions", 1.0)["status"] is None
-    assert knob_observe.liveness(engine_url + "/v1/no-such-endpoint", 2.0)["status"] == 404
+    assert knob_http.liveness(f"http://127.0.0.1:{free_port()}/v1/completions", 1.0)["status"] is None
+    assert knob_http.liveness(engine_url + "/v1/no-such-endpoint", 2.0)["status"] == 404

@@ -17,7 +17,8 @@ from test_ranks import grouped
 from test_routing import hosts, router  # noqa: F401  (router: the fixture, its name reused by the tests)
 
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.precheck import Options
 from knobfleet.ops.steps import Slots
 from knobfleet.profiles.store import ProfileStore
 from tests.unit.fleet.test_router import MemRouter

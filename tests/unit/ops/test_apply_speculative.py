@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from knobfleet.fleet.inventory import load_hosts
-from knobfleet.ops import apply
+from knobfleet.ops import apply_ahead
 from knobfleet.ops.outcome import HostOutcome
 from knobfleet.ops.precheck import Options
 
@@ -35,8 +35,8 @@ def hosts():  # type: ignore[no-untyped-def]
 )
 def test_when_the_playbook_starts_ahead(hosts, opts: Options, last: dict[str, str], ahead: bool) -> None:  # type: ignore[no-untyped-def]
     assert [hv.host for hv in hosts] == ["lab1", "lab2", "lab3"]
-    assert apply.speculative(hosts, opts, HASH, last) is ahead
-    assert apply.speculative([], opts, HASH, last) is False
+    assert apply_ahead.speculative(hosts, opts, HASH, last) is ahead
+    assert apply_ahead.speculative([], opts, HASH, last) is False
 
 
 def test_the_hint_remembers_hosts_left_on_the_profile_and_forgets_the_rest(
@@ -44,16 +44,16 @@ def test_the_hint_remembers_hosts_left_on_the_profile_and_forgets_the_rest(
 ) -> None:
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path))
     inv = tmp_path / "inv"
-    assert apply._last_applied(inv) == {}
+    assert apply_ahead.last_applied(inv) == {}
     outcomes = [
         HostOutcome("lab1", "applied", 1),
         HostOutcome("lab2", "unchanged", 0),
         HostOutcome("lab3", "failed", 1),
     ]
-    apply._remember_applied(inv, {"lab3": HASH, "lab4": "x"}, HASH, outcomes)
-    assert apply._last_applied(inv) == {"lab1": HASH, "lab2": HASH, "lab4": "x"}  # lab3 failed: forgotten
-    apply._remember_applied(inv, apply._last_applied(inv), "h2", [HostOutcome("lab1", "rolled-back", 1)])
-    assert apply._last_applied(inv) == {"lab2": HASH, "lab4": "x"}
-    assert apply._last_applied(tmp_path / "other-inventory") == {}  # per inventory
-    apply._last_applied_file(inv).write_text("not json")
-    assert apply._last_applied(inv) == {}  # a broken hint is no hint
+    apply_ahead.remember_applied(inv, {"lab3": HASH, "lab4": "x"}, HASH, outcomes)
+    assert apply_ahead.last_applied(inv) == {"lab1": HASH, "lab2": HASH, "lab4": "x"}  # lab3 failed: forgotten
+    apply_ahead.remember_applied(inv, apply_ahead.last_applied(inv), "h2", [HostOutcome("lab1", "rolled-back", 1)])
+    assert apply_ahead.last_applied(inv) == {"lab2": HASH, "lab4": "x"}
+    assert apply_ahead.last_applied(tmp_path / "other-inventory") == {}  # per inventory
+    apply_ahead.last_applied_file(inv).write_text("not json")
+    assert apply_ahead.last_applied(inv) == {}  # a broken hint is no hint

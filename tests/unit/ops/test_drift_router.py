@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from test_drift_unreachable import HOSTS, ScriptedTransport, outcome
 
-from knobfleet import report
+from knobfleet import report_prom
 from knobfleet.fleet import readhost, transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.readhost import plan_from_hostvars
 from knobfleet.live.verify import exit_code
-from knobfleet.module_utils.knob_live import Kind
+from knobfleet.module_utils.knob_rules import Kind
 from knobfleet.ops import drift, routing
 from tests.unit.fleet.test_router_kinds import Recorder
 
@@ -88,7 +88,8 @@ def test_a_host_its_router_does_not_list_is_drift(
         "traffic; `knobfleet router readd --limit lab2` puts it back"
     )
     assert exit_code(list(verdicts.values())) == 2
-    assert 'knobfleet_drift_findings{host="lab2",kind="out_of_router"} 1' in report.prometheus(list(verdicts.values()))
+    prom = report_prom.prometheus(list(verdicts.values()))
+    assert 'knobfleet_drift_findings{host="lab2",kind="out_of_router"} 1' in prom
 
 
 def test_its_own_drift_and_being_out_are_both_reported(

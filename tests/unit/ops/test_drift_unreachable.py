@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from knobfleet import cli, report
+from knobfleet import cli, report_prom
 from knobfleet.errors import EXIT_DRIFT, EXIT_DRIFT_AND_UNREACHABLE, EXIT_OK, EXIT_UNREACHABLE
 from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
@@ -189,6 +189,6 @@ def test_the_drift_use_case_keeps_every_outcome_a_transport_hands_over(
     s = summary(verdicts)
     assert s["unreachable"] == sum(w == "unreachable" for w in behaviour.values())
     assert s["error"] == sum(w == "error" for w in behaviour.values())
-    assert prom_success(report.prometheus(verdicts)) == {
+    assert prom_success(report_prom.prometheus(verdicts)) == {
         h: 0 if w in ("unreachable", "error") else 1 for h, w in behaviour.items()
     }

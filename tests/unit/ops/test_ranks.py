@@ -13,8 +13,10 @@ from rollout_fakes import FakeHosts, Host
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars, attach_groups
 from knobfleet.ops import ranks
-from knobfleet.ops.apply import HostOutcome, Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.outcome import HostOutcome
 from knobfleet.ops.plan import batches
+from knobfleet.ops.precheck import Options
 from knobfleet.ops.steps import Slots
 from knobfleet.profiles.store import ProfileStore
 

@@ -14,7 +14,8 @@ from rollout_fakes import FakeHosts, Host, Slot
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops import interrupts
-from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.precheck import Options
 from knobfleet.ops.steps import STEPS, Boundary, Slots, read_play
 from knobfleet.profiles.store import ProfileStore
 
@@ -256,7 +257,7 @@ def test_read_play_types_the_remote_steps(results, success, steps) -> None:  # t
 def test_an_interrupt_during_the_speculative_pre_check_stops_the_play_at_its_gate(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import json as _json
 
-    from knobfleet.ops import apply as apply_mod
+    from knobfleet.ops import apply_ahead
 
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path))
     gate_doc: dict[str, object] = {}
@@ -273,7 +274,7 @@ def test_an_interrupt_during_the_speculative_pre_check_stops_the_play_at_its_gat
         return {}
 
     with interrupts.shielded(raise_at_end=False):
-        decided, ahead = apply_mod._ahead(start, "run-x", 2, decide)  # type: ignore[arg-type]
+        decided, ahead = apply_ahead.run_ahead(start, "run-x", 2, decide)  # type: ignore[arg-type]
     assert gate_doc == {"abort": "knobfleet was interrupted during its pre-check; nothing was changed"}
     assert ahead is None and decided == {}
     with pytest.raises(KeyboardInterrupt):

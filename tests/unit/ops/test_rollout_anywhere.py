@@ -22,7 +22,8 @@ from rollout_fakes import FakeHosts, Host
 from test_rollout import hostvars, slots
 
 from knobfleet.ops import interrupts
-from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.precheck import Options
 from knobfleet.profiles.store import ProfileStore
 from tests.unit.signal_at import signal_at
 

@@ -14,7 +14,8 @@ from rollout_fakes import FakeHosts, Host
 from knobfleet.errors import UsageError
 from knobfleet.fleet import router_kinds
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.ops.apply import Options, apply
+from knobfleet.ops.apply import apply
+from knobfleet.ops.precheck import Options
 from knobfleet.ops.routing import router_slots
 from knobfleet.profiles.store import ProfileStore
 from tests.unit.fleet.test_router import MemRouter
@@ -144,7 +145,7 @@ def test_a_drain_that_times_out(
     if force:
         assert "restarted anyway (--force-restart): 2 dropped" in report.hosts[0].message
         assert report.hosts[0].as_json()["dropped"] == 2
-        from knobfleet.report import apply_summary
+        from knobfleet.report_rollout import apply_summary
 
         assert "--force-restart dropped 2 request(s) on 1 host(s)" in apply_summary(report)
     else:

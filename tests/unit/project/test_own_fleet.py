@@ -301,13 +301,14 @@ def test_runner_overrides_only_what_the_user_left_default(tmp_path: Path, monkey
 def test_fast_path_uses_ansible_cfg_ssh_settings_and_host_vars_win() -> None:
     from knobfleet.fleet.hostvars import from_inventory_vars
     from knobfleet.fleet.transports import ssh
+    from knobfleet.fleet.transports.sshcalls import ssh_argv
 
     hv = from_inventory_vars("web1", {"ansible_host": "127.0.9.5"}, "inv")
     defaults = {"ansible_ssh_common_args": "-o ProxyJump=root@jump", "ansible_user": "deploy"}
-    argv = ssh.ssh_argv(hv, Path("/tmp/cp"), defaults)
+    argv = ssh_argv(hv, Path("/tmp/cp"), defaults)
     assert "ProxyJump=root@jump" in argv and "User=deploy" in argv
     hv2 = from_inventory_vars("web2", {"ansible_host": "127.0.9.6", "ansible_user": "ops"}, "inv")
-    assert "User=ops" in ssh.ssh_argv(hv2, Path("/tmp/cp"), defaults)
+    assert "User=ops" in ssh_argv(hv2, Path("/tmp/cp"), defaults)
     assert ssh.ineligible(hv, {"ansible_become": "true"}) == "web1: ansible_become"
 
 

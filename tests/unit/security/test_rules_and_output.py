@@ -165,15 +165,16 @@ def test_an_os_error_at_the_boundary_is_one_line(capsys: pytest.CaptureFixture[s
     ],
 )
 def test_every_human_rendering_passes_through_visible(name: str) -> None:
-    from knobfleet import report
+    from knobfleet import report, report_knobs, report_rollout, report_text
 
-    assert getattr(getattr(report, name), "__wrapped__", None) is not None, f"report.{name} is not @_human"
+    home = next(m for m in (report, report_rollout, report_knobs, report_text) if name in vars(m))
+    assert getattr(vars(home)[name], "__wrapped__", None) is not None, f"{home.__name__}.{name} is not @_human"
 
 
 def test_a_plan_diff_shows_a_hiding_value_escaped() -> None:
     from types import SimpleNamespace
 
-    from knobfleet.report import apply_summary
+    from knobfleet.report_rollout import apply_summary
 
     diff = "--- a\n+++ b\n-export NCCL_DEBUG=WARN\n+export NCCL_DEBUG='INFO\r\x1b[2KWARN'\n"
     host = SimpleNamespace(

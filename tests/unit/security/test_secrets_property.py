@@ -23,13 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knobfleet import report
+from knobfleet import report, report_rollout
 from knobfleet.engines.adapter import engine as adapter
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.live import verify
 from knobfleet.module_utils import knob_observe
 from knobfleet.ops import history, plan
-from knobfleet.ops.apply import ApplyReport
+from knobfleet.ops.apply_report import ApplyReport
 from knobfleet.ops.precheck import from_plan
 from knobfleet.ops.profiles import rendered_json
 from knobfleet.profiles.model import Profile
@@ -116,11 +116,11 @@ def outputs(old: str, new: str, vaulted: str) -> list[str]:
     p = plan.plan_host(copy.deepcopy(doc), r, declared, ENGINE)
     outcome = from_plan(p, True, 1)
     result = ApplyReport(PROFILE, True, [], [outcome], 0.0, 0.0)
-    out += [report.apply_summary(result), report.to_json(result.as_json())]
+    out += [report_rollout.apply_summary(result), report.to_json(result.as_json())]
     verdict = verify.verify_host("h", copy.deepcopy(doc), declared, ENGINE.rules())
     out += [report.to_json(verdict.as_json()), report.drift_report([verdict], verify.summary([verdict]), "drift")]
     hist = history.from_probe("h", doc, r.secret, KEY)
-    out += [report.to_json(hist.as_json()), report.history_report([hist], 10)]
+    out += [report.to_json(hist.as_json()), report_rollout.history_report([hist], 10)]
     for f in p.findings:  # a ledger reason made of a finding, as the rescue path records it
         hist = history.from_probe("h", {"generations": {"ledger": [{"reason": f.message}]}}, r.secret, KEY)
         out.append(report.to_json(hist.as_json()))

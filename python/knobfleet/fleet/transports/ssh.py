@@ -26,23 +26,23 @@ for ``timeout_s`` and delays nobody else; outcomes are yielded as each host answ
 caller that consumes them as they come keeps only the documents in flight. The speculative start saves and
 starts only the first ``forks`` hosts.
 
-``iter_function``, ``run_function`` and ``start_planned`` run the processes. Each host's call (its argv, pure:
+``iter_function``, ``run_function`` and ``start_planned`` run the processes, each call described by a
+``FunctionRun`` (sshrun.py, with ``Started``, the head start's processes). Each host's call (its argv, pure:
 ``ssh_argv`` and ``remote_command``; the head start's process, the probe cache, the bundle sent again) is
 ``sshcalls.py``, loaded when a call runs; the sessions of ``drift --watch`` (``Session``, and ``Sessions``: the pool
-the transport keeps) are ``sshsession.py``, loaded only when a call keeps one. These names are importable from
-here.
+the transport keeps) are ``sshsession.py``, loaded only when a call keeps one. Their callers import these names from
+those files.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import json
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
@@ -63,23 +63,21 @@ from knobfleet.fleet.transports.base import (
     interpret,
     keys,
 )
+from knobfleet.fleet.transports.sshrun import FunctionRun, Started
 from knobfleet.fleet.transports.sshvars import SshVars
 from knobfleet.module_utils.knob_lean import sha256  # hashlib's digest without loading OpenSSL (~4 ms)
 
 if TYPE_CHECKING:
-    from knobfleet.fleet.transports.sshcalls import CONNECT_TIMEOUT_S, Calls, remote_command, ssh_argv
-    from knobfleet.fleet.transports.sshsession import Session, Sessions
+    from knobfleet.fleet.transports.sshcalls import Calls
+    from knobfleet.fleet.transports.sshsession import Sessions
 
 __all__ = [
     "BOOT",
-    "CONNECT_TIMEOUT_S",
     "DEFAULT_FORKS",
     "DEFAULT_PYTHON",
     "SSH_ARGS",
     "HostFailure",
     "Outcome",
-    "Session",
-    "Sessions",
     "SshTransport",
     "Target",
     "bundle",
@@ -88,26 +86,8 @@ __all__ = [
     "ineligible",
     "interpret",
     "iter_function",
-    "remote_command",
     "run_function",
-    "ssh_argv",
 ]
-
-if not TYPE_CHECKING:  # at run time only: for the type checker these names are the imports above
-
-    def __getattr__(name: str) -> object:
-        """The names that moved to sshcalls.py and sshsession.py, importable from here as before but loaded on
-        first use: importing the transports loads neither, and only ``--watch`` keeps sessions."""
-        if name in ("CONNECT_TIMEOUT_S", "remote_command", "ssh_argv"):
-            from knobfleet.fleet.transports import sshcalls
-
-            return getattr(sshcalls, name)
-        if name in ("Session", "Sessions"):
-            from knobfleet.fleet.transports import sshsession
-
-            return getattr(sshsession, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 READS = keys(SshVars)
 
@@ -130,9 +110,6 @@ def ineligible(hv: Target, defaults: Mapping[str, str] | None = None) -> str | N
     if v.becomes:
         return f"{hv.host}: ansible_become"
     return None
-
-
-Started = dict[str, tuple[list[str], "subprocess.Popen[bytes]"]]
 
 
 def _launch(argv: list[str], source: bytes) -> subprocess.Popen[bytes]:
@@ -184,30 +161,6 @@ def _save_plan(path: Path, argvs: dict[str, tuple[list[str], bool]]) -> None:
     body = json.dumps([{"host": h, "argv": a, "full": full} for h, (a, full) in argvs.items()])
     if safefile.read_cache(path) != body:  # only costs the head start next time when it cannot be written
         safefile.write_cache(path, body)
-
-
-@dataclasses.dataclass(frozen=True)
-class FunctionRun:
-    """One module function to run over ssh: ``func(args[host])`` of the module ``source`` (its bundle), through
-    the control sockets in ``control_dir``, each host bounded by ``timeout_s`` from its own start, at most
-    ``forks`` at once. ``plan_key``/``started``: the head start (processes an earlier run saved the argv of and
-    ``warm_up`` started). ``defaults``: ansible.cfg's ssh settings. ``cache_roots``/``known``: each host's probe
-    cache and what it is known to hold (probecache). ``sessions``: the pool that keeps one interpreter per host
-    (``sshsession.Sessions``, the transport's; None: none kept)."""
-
-    control_dir: Path
-    source: bytes
-    module_name: str
-    func: str
-    args: Mapping[str, dict[str, Any]]
-    timeout_s: float = 60.0
-    plan_key: str | None = None
-    started: Started | None = None
-    defaults: Mapping[str, str] | None = None
-    forks: int | None = None
-    cache_roots: Mapping[str, str] | None = None
-    known: probecache.Known | None = None
-    sessions: Sessions | None = None
 
 
 def iter_function(hosts: Sequence[Target], run: FunctionRun) -> Iterator[Outcome]:

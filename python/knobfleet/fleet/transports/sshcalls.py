@@ -4,7 +4,7 @@ probecache), the head start's process when it is that very command, the bundle s
 refused its cached entry, and with the transport's ``Sessions`` the host's kept session (sshsession.py).
 
 ``ssh.py`` (the transport: eligibility, the head start, at most ``forks`` hosts at once) imports this module when a
-call runs; ``ssh.ssh_argv`` and ``ssh.remote_command`` are the functions here, importable from there as before.
+call runs; the call it hands over is sshrun.py's ``FunctionRun``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports.base import BOOT, HostFailure, Outcome, Target, host_view, interpret
-from knobfleet.fleet.transports.base import DEFAULT_PYTHON as DEFAULT_PYTHON  # importable from here as before
 from knobfleet.fleet.transports.sshvars import SshVars
 
 if TYPE_CHECKING:
-    from knobfleet.fleet.transports.ssh import FunctionRun, Started
+    from knobfleet.fleet.transports.sshrun import FunctionRun, Started
 
 Popen = subprocess.Popen[bytes]
 

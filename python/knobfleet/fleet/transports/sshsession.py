@@ -3,7 +3,7 @@ host's cached probe entry in session mode (probeboot.serve), asked one line per 
 them one ``SshTransport`` keeps as its state.
 
 Only a call with ``persist`` (``--watch``) loads this module (the transport creates its pool then): a one-shot
-``drift`` never does. ``ssh.Session`` and ``ssh.Sessions`` are these classes, importable from there.
+``drift`` never does.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports import ssh as transport
 from knobfleet.fleet.transports.base import bundle
+from knobfleet.fleet.transports.sshrun import FunctionRun
+from knobfleet.fleet.transports.sshsession import Sessions
 
 SOURCE = b"from ansible.module_utils.knob_fs import split\ndef f(a):\n    return {'a': a, 's': split('/x/y')}\n"
 
@@ -38,7 +40,7 @@ def probe(host: HostVars, tmp_path: Path, known: probecache.Known) -> transport.
     args = {"h1": {"state_dir": f"{state}/svc"}}
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
     return transport.run_function(
-        [host], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
+        [host], FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
     )["h1"]
 
 
@@ -94,7 +96,7 @@ def ask(host: HostVars, tmp_path: Path, known: probecache.Known, kept: Any = Non
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
     got = transport.run_function(
         [host],
-        transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, sessions=kept),
+        FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known, sessions=kept),
     )
     return got["h1"]
 
@@ -103,7 +105,7 @@ def test_a_kept_session_answers_repeated_calls_from_one_interpreter_and_a_dead_o
     host: HostVars, tmp_path: Path
 ) -> None:
     known = probecache.Known(tmp_path / "known")
-    kept = transport.Sessions()
+    kept = Sessions()
     try:
         first = ask(host, tmp_path, known, kept)  # the entry is not known yet: stored the usual way
         assert first.cache == "stored" and first.doc is not None
@@ -126,7 +128,7 @@ def test_a_kept_session_answers_repeated_calls_from_one_interpreter_and_a_dead_o
 
 def test_past_the_bound_on_kept_sessions_a_host_is_asked_the_one_shot_way(host: HostVars, tmp_path: Path) -> None:
     known = probecache.Known(tmp_path / "known")
-    kept = transport.Sessions(max_open=0)
+    kept = Sessions(max_open=0)
     try:
         assert ask(host, tmp_path, known, kept).cache == "stored"
         assert ask(host, tmp_path, known, kept).cache == "hit"  # no session could be kept
@@ -145,7 +147,7 @@ def test_two_versions_against_the_same_host_each_keep_their_entry(host: HostVars
 
     def probe_other() -> transport.Outcome:
         return transport.run_function(
-            [host], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
+            [host], FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
         )["h1"]
 
     assert probe_other().cache == "stored"

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from knobfleet import paths
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.transports import ssh as transport
+from knobfleet.fleet.transports.sshcalls import ssh_argv
+from knobfleet.fleet.transports.sshrun import FunctionRun
 
 CP = Path("/run/kf-cp")
 
@@ -58,7 +60,7 @@ def hv(host: str = "h1", **conn: str) -> HostVars:
     ],
 )
 def test_ssh_argv_mirrors_ansible(conn: dict[str, str], expected_tail: list[str]) -> None:
-    argv = transport.ssh_argv(hv(**conn), CP)
+    argv = ssh_argv(hv(**conn), CP)
     assert argv[0] == "ssh"
     assert argv[1:7] == list(transport.SSH_ARGS)
     assert argv[9:11] == ["-o", "BatchMode=yes"]  # never a password prompt
@@ -66,7 +68,7 @@ def test_ssh_argv_mirrors_ansible(conn: dict[str, str], expected_tail: list[str]
 
 
 def test_ssh_argv_overrides() -> None:
-    argv = transport.ssh_argv(
+    argv = ssh_argv(
         hv(ansible_ssh_executable="/opt/ssh", ansible_ssh_args="-o ControlMaster=no", ansible_private_key_file="~/k"),
         CP,
     )
@@ -141,16 +143,14 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 @given(args=st.dictionaries(TEXT, st.one_of(TEXT, st.integers(), st.booleans(), st.none()), max_size=5))
 def test_arguments_survive_the_remote_shell(fake_ssh: Path, tmp_path: Path, args: dict[str, Any]) -> None:
     (h,) = local_hosts(fake_ssh, 1)
-    out = transport.run_function([h], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": args}))
+    out = transport.run_function([h], FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": args}))
     assert out["h1"].error is None and out["h1"].doc["args"] == args
 
 
 def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -> None:
     h1, h2 = local_hosts(fake_ssh, 2)
     h2 = hv("h2", ansible_ssh_executable=str(fake_ssh), ansible_python_interpreter="/nonexistent/python3")
-    out = transport.run_function(
-        [h1, h2], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}})
-    )
+    out = transport.run_function([h1, h2], FunctionRun(tmp_path / "cp", MODULE, "m", "boom", {"h1": {}, "h2": {}}))
     assert str(out["h1"].error) == "error: the module failed on the host (exit 1): RuntimeError: probe exploded"
     assert out["h2"].missing_python
 
@@ -158,9 +158,7 @@ def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -
 def test_timeout_stops_the_process(tmp_path: Path, fake_ssh: Path) -> None:
     (h,) = local_hosts(fake_ssh, 1)
     slow = transport.bundle(b"import time\ndef wait(a):\n    time.sleep(30)\n", paths.module_utils_dir())
-    out = transport.run_function(
-        [h], transport.FunctionRun(tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5)
-    )
+    out = transport.run_function([h], FunctionRun(tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5))
     assert str(out["h1"].error) == "error: no answer within 0.5 s; the ssh process was stopped"
 
 
@@ -172,15 +170,13 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     args = {h.host: {"n": i} for i, h in enumerate(hosts)}
     cp = paths.control_dir()
     assert transport.start_planned("k", MODULE) == {}  # nothing saved yet
-    first = transport.run_function(hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
+    first = transport.run_function(hosts, FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
     started = transport.start_planned("k", MODULE)
     assert sorted(started) == ["h1", "h2", "h3"]
     early_pids = {h: p.pid for h, (_argv, p) in started.items()}
     # h2's vars changed since the plan was saved: its early process is stopped and a new one started.
     args["h2"] = {"n": "changed"}
-    second = transport.run_function(
-        hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k", started=started)
-    )
+    second = transport.run_function(hosts, FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k", started=started))
     assert [second[h].doc["args"] for h in ("h1", "h2", "h3")] == [{"n": 0}, {"n": "changed"}, {"n": 2}]
     assert started["h1"][1].returncode == 0 and started["h2"][1].returncode == -9  # killed, by its own PID
     # bash execs python, so the document's pid is the early process's own pid where it was used
@@ -191,7 +187,7 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     saved = json.loads(next((tmp_path / "state" / "cache" / "fastpath").glob("*.json")).read_text())
     assert [p["host"] for p in saved] == ["h1", "h2", "h3"]
     rest = transport.start_planned("k", MODULE)
-    transport.run_function(hosts[:1], transport.FunctionRun(cp, MODULE, "m", "echo", args, started=rest))
+    transport.run_function(hosts[:1], FunctionRun(cp, MODULE, "m", "echo", args, started=rest))
     assert all(p.returncode is not None for _a, p in rest.values())  # unused ones stopped, none left running
 
 
@@ -207,14 +203,12 @@ def test_a_head_start_session_the_master_refuses_is_asked_again_by_an_ssh_client
     hosts = local_hosts(fake_ssh, 1)
     args = {"h1": {"n": 1}}
     cp = paths.control_dir()
-    transport.run_function(hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
+    transport.run_function(hosts, FunctionRun(cp, MODULE, "m", "echo", args, plan_key="k"))
     ((argv, planned),) = transport.start_planned("k", MODULE).values()
     planned.communicate(timeout=30)
     master = Master(tmp_path / "master", refuse, opens=False)
     refused = sshmux.Passenger(str(tmp_path / "master"), argv[-1], [], MODULE, argv)
-    out = transport.run_function(
-        hosts, transport.FunctionRun(cp, MODULE, "m", "echo", args, started={"h1": (argv, refused)})
-    )
+    out = transport.run_function(hosts, FunctionRun(cp, MODULE, "m", "echo", args, started={"h1": (argv, refused)}))
     assert refused.refused and out["h1"].error is None and out["h1"].doc["args"] == {"n": 1}
     master.thread.join(5)
     assert [command for command, _env in master.seen] == [argv[-1]]
@@ -223,9 +217,7 @@ def test_a_head_start_session_the_master_refuses_is_asked_again_by_an_ssh_client
 def test_a_missing_ssh_executable_is_reported_per_host(tmp_path: Path, fake_ssh: Path) -> None:
     good = local_hosts(fake_ssh, 1)[0]
     bad = hv("h2", ansible_ssh_executable=str(tmp_path / "no-such-ssh"))
-    out = transport.run_function(
-        [good, bad], transport.FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}})
-    )
+    out = transport.run_function([good, bad], FunctionRun(tmp_path / "cp", MODULE, "m", "echo", {"h1": {}, "h2": {}}))
     assert out["h1"].doc["args"] == {}
     assert str(out["h2"].error) == f"error: cannot run {tmp_path}/no-such-ssh: No such file or directory"
 
@@ -243,7 +235,7 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
             "knob_runtime", "knob_live"]  # fmt: skip
     assert [n for n, _src in json.loads(payload)["utils"]] == want
     out = transport.run_function(
-        [h], transport.FunctionRun(tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
+        [h], FunctionRun(tmp_path / "cp", payload, "m", "f", {"h1": {"s": "export A=1\nexec x\n"}})
     )
     assert out["h1"].doc == [{"A": "1"}, ["x"]]
 
@@ -286,9 +278,7 @@ def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake
     payload = transport.bundle(GATED, paths.module_utils_dir())
     order = [
         o.host
-        for o in transport.iter_function(
-            hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=2)
-        )
+        for o in transport.iter_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=2))
     ]
     assert order[:2] == ["h2", "h3"] and sorted(order[2:]) == ["h1", "h4"], order
     assert max(int(x) for x in (tmp_path / "seen").read_text().split()) <= 2  # never more than 2 at once
@@ -298,7 +288,7 @@ def test_run_function_keeps_the_hosts_order_and_one_fork_runs_one_at_a_time(fake
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {"dir": str(tmp_path), "name": h.host} for h in hosts}
     payload = transport.bundle(GATED, paths.module_utils_dir())
-    out = transport.run_function(hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=1))
+    out = transport.run_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=1))
     assert list(out) == ["h1", "h2", "h3"] and [o.doc for o in out.values()] == ["h1", "h2", "h3"]
     assert (tmp_path / "seen").read_text().split() == ["1", "1", "1"]
 
@@ -308,7 +298,7 @@ def test_closing_the_stream_early_stops_what_runs(fake_ssh: Path, tmp_path: Path
     args = {h.host: {"dir": str(tmp_path), "name": h.host, "wait": h.host != "h3"} for h in hosts}
     args["h3"]["peers"] = 3  # answers once h1 and h2 are running
     payload = transport.bundle(GATED, paths.module_utils_dir())
-    it = transport.iter_function(hosts, transport.FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=3))
+    it = transport.iter_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=3))
     assert next(it).host == "h3"
     pids = [int(f.read_text()) for f in (tmp_path / "running").iterdir()]  # h1 and h2, waiting for a flag
     assert len(pids) == 2
@@ -324,18 +314,14 @@ def test_the_speculative_start_keeps_only_the_first_forks(
     monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {} for h in hosts}
-    transport.run_function(
-        hosts, transport.FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, plan_key="k", forks=2)
-    )
+    transport.run_function(hosts, FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, plan_key="k", forks=2))
     started = transport.start_planned("k", MODULE)
     assert sorted(started) == ["h1", "h2"]
     one = transport.start_planned("k", MODULE, limit=1)
     assert sorted(one) == ["h1"]
     for _argv, proc in one.values():  # reaped: no child outlives the test (a mutation run waits for its own)
         proc.communicate(timeout=30)
-    transport.run_function(
-        hosts, transport.FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, started=started)
-    )
+    transport.run_function(hosts, FunctionRun(paths.control_dir(), MODULE, "m", "echo", args, started=started))
 
 
 @pytest.mark.parametrize(
