@@ -70,20 +70,9 @@ def test_short_vault_values_are_not_replaced_in_text() -> None:
     assert secretrule.is_secret_value(TOKEN) and not secretrule.is_secret_value("rtx-pro-6000")
 
 
-def _vault_inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import os
-
-    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
-    pw = tmp_path / "vault.pw"
-    pw.write_text("pw\n")
-    os.chmod(pw, 0o600)
-    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
-    return inventory(tmp_path, f"knob_serve_host_env:\n  SGLANG_API_SECRET: {SECRET}\n")
-
-
 @pytest.mark.parametrize("raised", ["knobfleet-error", "os-error", "internal-error"])
 def test_no_exit_of_the_cli_shows_a_value_the_inventory_read_decrypted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: str
+    vault_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: str
 ) -> None:
     """A vault-file value read by the inventory, then quoted by an error three layers later: the one line on
     stderr, and for an internal error its crash file too, show a marker."""
@@ -91,7 +80,8 @@ def test_no_exit_of_the_cli_shows_a_value_the_inventory_read_decrypted(
     from knobfleet.cli import history
     from knobfleet.fleet.inventory import load_hosts
 
-    inv = _vault_inventory(tmp_path, monkeypatch)
+    tmp_path = vault_project
+    inv = inventory(tmp_path, f"knob_serve_host_env:\n  SGLANG_API_SECRET: {SECRET}\n")
 
     def failing(args: object) -> int:
         load_hosts(inv)  # the read that decrypts the vault file

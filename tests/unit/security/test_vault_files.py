@@ -6,7 +6,6 @@ Ansible."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -35,13 +34,8 @@ def inventory(tmp_path: Path, vault_text: str, plain: str = "") -> Path:
 
 
 @pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("KNOBFLEET_STATE_DIR", str(tmp_path / "state"))
-    pw = tmp_path / "vault.pw"
-    pw.write_text("pw\n")
-    os.chmod(pw, 0o600)
-    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
-    return tmp_path
+def isolated(vault_project: Path) -> Path:
+    return vault_project
 
 
 def _everything_written(root: Path) -> str:
