@@ -180,6 +180,31 @@ def test_another_profile_diffs_the_script_only(lab1: HostVars) -> None:
     assert not p.in_sync and not p.refused
 
 
+# The installed script's tensor-parallel flag (knobfleet writes `--tp=2`) spelled otherwise by hand: plan_host
+# reads both scripts with the engine's flag spec, so an alias or another spelling of the same value is no change,
+# and a real change is shown under the flag's canonical name (issue 58: without the spec, `--tp` and
+# `--tensor-parallel-size` were two different flags, one removed and one added).
+@pytest.mark.parametrize(
+    ("installed", "shown"),
+    [
+        ("--tp=2", []),
+        ("--tp 2", []),
+        ("--tp-size=2", []),
+        ("--tensor-parallel-size 2", []),
+        ("--tensor-parallel-size=4", ["--tp-size 4 → 2"]),
+        ("--tp 1", ["--tp-size 1 → 2"]),
+    ],
+)
+def test_plan_host_reads_flags_with_the_engine_s_spec(lab1: HostVars, installed: str, shown: list[str]) -> None:
+    doc = copy.deepcopy(CLEAN)
+    script = doc["files"]["script"]
+    assert "  --tp=2 \\\n" in script["content"]
+    script["content"] = script["content"].replace("  --tp=2 \\\n", f"  {installed} \\\n")
+    p = plan(doc, lab1)
+    assert [d["path"] for d in p.diffs] == ([lab1.script_path] if installed != "--tp=2" else [])
+    assert p.knob_changes == shown
+
+
 def test_a_changed_unit_is_diffed_without_knob_changes(lab1: HostVars) -> None:
     doc = copy.deepcopy(CLEAN)
     doc["files"]["unit"]["content"] += "# edited\n"

@@ -31,6 +31,11 @@ def hand_unit(restart: str, restart_sec: str = "5") -> str:
             {"Restart": "on-abort"},
         ),
         ("[Unit]\nRestart=always\n", {}),
+        # a section header is a whole line in brackets: a value ending in "]" does not open one
+        (
+            "[Service]\nExecStart=/root/serve.sh --devices [0,1]\nRestart=always\n",
+            {"ExecStart": "/root/serve.sh --devices [0,1]", "Restart": "always"},
+        ),
     ],
 )
 def test_unit_settings(text: str, settings: dict[str, str]) -> None:
@@ -64,3 +69,17 @@ def test_the_lab_seeds_unit_keeps_restart_always() -> None:
 def test_a_bad_restart_policy_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match="restart"):
         HostVars(host="h", restart="sometimes")
+
+
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [
+        (KnobChange("unit", "Restart", "always", None), "unit Restart= always → (unset) (knob_serve_restart)"),
+        (KnobChange("unit", "Restart", "", "no"), "unit Restart= (unset) → no (knob_serve_restart)"),
+        (KnobChange("unit", "Nice", "1", "2"), "unit Nice= 1 → 2"),  # no host var sets it: none named
+        (KnobChange("env", "A", None, ""), "A (unset) → "),
+        (KnobChange("flag", "tp-size", "2", None), "--tp-size 2 → (unset)"),
+    ],
+)
+def test_knob_change_text(change: KnobChange, shown: str) -> None:
+    assert str(change) == shown
