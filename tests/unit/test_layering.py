@@ -300,11 +300,7 @@ GETATTR_OK = {
     "SGLang imports from it must resolve, to an op that fails loudly when called (docs/SGLANG.md)",
 }
 # ``from x import name as name``: a name handed on under its own name. Kept only for a reader being changed elsewhere.
-REEXPORT_OK = {
-    ("module_utils/knob_live.py", "main_pid"): "TEMPORARY: ops/plan.py (changed in parallel) reads knob_live.main_pid",
-    ("module_utils/knob_redact.py", "script_env_argv"): "TEMPORARY: ops/plan.py (changed in parallel) reads "
-    "knob_redact.script_env_argv",
-}
+REEXPORT_OK: dict[tuple[str, str], str] = {}
 # Imports of another module's ``_private`` names (a package's private module is its own modules' to import).
 PRIVATE_OK = {
     "lab/sim/model.py": "``from . import _waves`` is the lab host's copy of waves.py (labroot installs it as "

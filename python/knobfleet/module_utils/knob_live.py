@@ -47,9 +47,9 @@ from .knob_running import (
     check_env,
     check_service,
     check_stale,
+    main_pid,
     same_command,
 )
-from .knob_running import main_pid as main_pid  # ops/plan.py:169,202 still read it here (issue 58); then plain
 from .knob_runtime import split_run_line
 from .knob_shell import script_env_argv
 

@@ -13,7 +13,6 @@ it is used. The controller imports this file as ``knobfleet.module_utils.knob_re
 from __future__ import annotations
 
 from .knob_lean import hmac_sha256
-from .knob_shell import script_env_argv as script_env_argv  # ops/plan.py:63 still reads it here (issue 58)
 from .knob_shell import shell_spans
 
 TYPE_CHECKING = False

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.compile_cache import Side, invalidations
 from knobfleet.errors import UsageError
 from knobfleet.live.verify import Declared, Finding, actions, check_rendered, refusal
-from knobfleet.module_utils import knob_argv, knob_live, knob_redact
+from knobfleet.module_utils import knob_argv, knob_running, knob_shell
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
@@ -59,8 +59,8 @@ def _unit_batches(units: list[tuple[str, ...]], serial: str | None, canary: bool
 
 def parse_script(text: str) -> tuple[dict[str, str], list[str]]:
     """Env exports and exec argv of a serve script (knobfleet's or a simple hand-written one): the one reader,
-    shared with the on-host modules (module_utils/knob_redact.py)."""
-    return knob_redact.script_env_argv(text)
+    shared with the on-host modules (module_utils/knob_shell.py)."""
+    return knob_shell.script_env_argv(text)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def file_diff(before: str, after: str, path: str) -> str:
 
 def seen_knobs(doc: dict[str, Any], engine: Engine) -> dict[str, str]:
     """The knobs worth showing (the engine's ``show`` list) as the engine's main process has them."""
-    pid = knob_live.main_pid(doc)
+    pid = knob_running.main_pid(doc)
     main = next((p for p in doc.get("processes") or [] if p.get("pid") == pid), None)
     env = (main or {}).get("env") or {}
     return {engine.short(k): env.get(k, "(unset)") for k in engine.show}
@@ -199,7 +199,7 @@ def plan_host(
                 changes += [str(c) for c in knob_changes(before, text, engine.argv_spec)]
             else:
                 changes += [str(c) for c in unit_changes(before, text)]
-    pid = knob_live.main_pid(doc) or None
+    pid = knob_running.main_pid(doc) or None
     cold = []
     if {"restart", "start"} & set(acts):
         before = str((files.get("script") or {}).get("content") or "")
