@@ -68,7 +68,9 @@ def svg(draw: Callable[[Any], None], size: tuple[float, float] = (8.0, 4.0), int
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with matplotlib.rc_context({"svg.hashsalt": "knobfleet", "svg.fonttype": "path"}):
+    # text.parse_math off: a label from a record (a phase, a host, a profile) is text, never mathtext (a phase named
+    # "$$" raised matplotlib's ParseException and took the whole page down)
+    with matplotlib.rc_context({"svg.hashsalt": "knobfleet", "svg.fonttype": "path", "text.parse_math": False}):
         fig, ax = plt.subplots(figsize=size, dpi=96)
         try:
             draw(ax)

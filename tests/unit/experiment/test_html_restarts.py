@@ -73,3 +73,11 @@ def test_any_ledger_renders_escaped_without_error(events: list[Any]) -> None:
                      for h, s, ph in events]}  # fmt: skip
     page = html.restarts_page(doc)
     assert "<b>x</b>" not in page
+
+
+def test_a_phase_name_matplotlib_would_read_as_math_is_drawn_as_text() -> None:
+    """Found by the test above under mutmut: a phase named ``$$`` (or ``$x^``) was parsed as mathtext and raised
+    matplotlib's ParseException, taking the whole page down. Every plot's text is plain text now."""
+    for name in ("$$", "$x^", "a$b$c", r"\frac"):
+        doc = {"hosts": [{"host": "lab1", "ledger": [start("2026-12-06T10:00:05", 3.0, [(name, 1.0)])]}]}
+        assert "<svg" in html.restarts_page(doc)
