@@ -129,8 +129,10 @@ class RuntimeView(TypedDict, total=False):
 class ProbeDoc(_ProbeDocRequired, total=False):
     """One host's probe document (``liveness``: verify only; ``engine_package``: the engine package's version from
     its launcher's environment, knob_pkgmeta.engine_package: package, version, path, launcher, from, or error;
-    ``runtime``: a container host's engine, knob_runtime.container_view)."""
+    ``runtime``: a container host's engine, knob_runtime.container_view; ``package_unit``: the unit a package ships
+    under the serve unit's name, which apply refuses to take the place of, knob_pkgmeta.shadowed_unit)."""
 
     liveness: Liveness
     engine_package: dict[str, Any]
     runtime: RuntimeView
+    package_unit: str

@@ -13,6 +13,7 @@ import stat
 
 from .knob_fs import UnsafePath, kind_of, read_stat, writable_by_others
 from .knob_observe import dropins
+from .knob_pkgmeta import shadowed_unit
 from .knob_rules import refusal
 from .knob_shell import script_env_argv
 
@@ -23,10 +24,6 @@ if TYPE_CHECKING:  # annotations only
     from knobfleet.module_utils.knob_store import Module, Store
 
 RESERVED_NAMES = ("meta.json", "dropins")  # names a generation dir uses for itself
-# Where the OS's packages install their units (systemd's search path below /etc and /run). A unit of the serve
-# unit's name there is the host's own: /etc/systemd/system/NAME.service would shadow it and the restart would
-# stop the host's service (an apply naming `ssh` locked everyone out). Tests point this at temp dirs.
-PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
 
 
 def foreign_dropins(p: dict[str, Any]) -> list[str]:
@@ -78,33 +75,15 @@ def check_paths(module: Module, p: dict[str, Any]) -> None:
         module.fail_json(msg="%s; pick another path; nothing was changed" % problems[0], refused=True)
 
 
-def package_unit(unit_path: str) -> str | None:
-    """The path at which a package ships a unit of the serve unit's name (or, for an instance NAME@X.service, its
-    template NAME@.service), or None. Checked with lstat only: whatever is there is never opened."""
-    name = os.path.basename(unit_path)
-    names = [name]
-    stem, dot, suffix = name.rpartition(".")
-    if dot and "@" in stem and not stem.endswith("@"):
-        names.append("%s@.%s" % (stem.split("@", 1)[0], suffix))
-    for base in PACKAGE_UNIT_DIRS:
-        for candidate in names:
-            path = os.path.join(base, candidate)
-            if os.path.lexists(path):
-                return path
-    return None
-
-
 def check_unit_name(module: Module, store: Store, p: dict[str, Any]) -> None:
     """Refuse, before anything changes, to install a serve unit under a name the host's packages ship (ssh,
     nginx, ...): knobfleet's unit would take the place of the host's own service. A hand-written unit in the
     admin's directory (/etc/systemd/system) that no package ships is still adopted as generation 0. When the unit
     directory is itself a package directory, the file there is accepted only once knobfleet manages it."""
-    found = package_unit(p["unit_path"])
+    unit = p["unit_path"]
+    found = shadowed_unit(unit, bool(store.numbers()))  # a package directory's file knobfleet manages is its own
     if found is None:
         return
-    unit = p["unit_path"]
-    if os.path.realpath(found) == os.path.realpath(unit) and store.numbers():
-        return  # knob_serve_unit_dir is a package directory, and this very file is knobfleet's already
     service = os.path.basename(unit).rsplit(".service", 1)[0]
     earlier = ""
     if store.numbers() and os.path.lexists(unit) and os.path.realpath(found) != os.path.realpath(unit):

@@ -25,7 +25,7 @@ from .knob_fs import (
 )
 from .knob_http import http_get, liveness
 from .knob_lean import loads, sha256
-from .knob_pkgmeta import engine_package
+from .knob_pkgmeta import engine_package, shadowed_unit
 from .knob_procfs import unit_processes
 from .knob_redact import (
     redact_argv,
@@ -445,6 +445,9 @@ def observe(p: dict[str, Any]) -> dict[str, Any]:
     }
     if runtime is not None:
         doc["runtime"] = runtime
+    shadowed = shadowed_unit(p["unit_path"], bool(doc["generations"].get("list")))
+    if shadowed is not None:  # apply refuses this host, so plan says so (the key is there only then)
+        doc["package_unit"] = shadowed
     if p.get("version_file"):  # only when asked: a probe without it keeps its document as it was
         doc["engine_version"] = engine_version(p["version_file"])
     try:  # before the secrets are hashed: it reads the script's exec line

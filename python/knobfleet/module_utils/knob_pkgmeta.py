@@ -16,6 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: ``typing`` would cost every probe ~5 ms
     from typing import Any
 
+# Where the OS's packages install their units (systemd's search path below /etc and /run). A unit of the serve
+# unit's name there is the host's own: /etc/systemd/system/NAME.service would shadow it and the restart would
+# stop the host's service (an apply naming `ssh` locked everyone out). Tests point this at temp dirs.
+PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a system unit's PATH when none set
 MAX_METADATA = 16 * 1024  # METADATA's headers (Name, Version) come first: its long description is never read
 MAX_SHEBANG = 256
@@ -346,3 +350,30 @@ def engine_package(doc: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
             return dict(got, **{"from": "launcher"})
         tried.append("launcher: %s" % got["error"])
     return {"error": "; ".join(tried) or "no launcher: the engine is not running and no serve script is installed"}
+
+
+def package_unit(unit_path: str) -> str | None:
+    """The path at which a package ships a unit of the serve unit's name (or, for an instance NAME@X.service, its
+    template NAME@.service), or None. Checked with lstat only: whatever is there is never opened."""
+    name = os.path.basename(unit_path)
+    names = [name]
+    stem, dot, suffix = name.rpartition(".")
+    if dot and "@" in stem and not stem.endswith("@"):
+        names.append("%s@.%s" % (stem.split("@", 1)[0], suffix))
+    for base in PACKAGE_UNIT_DIRS:
+        for candidate in names:
+            path = os.path.join(base, candidate)
+            if os.path.lexists(path):
+                return path
+    return None
+
+
+def shadowed_unit(unit_path: str, managed: bool) -> str | None:
+    """The unit a package ships under the serve unit's name when installing ``unit_path`` would take its place
+    (what ``knob_guards.check_unit_name`` refuses, and the probe reports so that ``plan`` says so too), else None.
+    ``managed``: knobfleet has generations here, so a unit directory that is itself a package directory holds
+    knobfleet's own file."""
+    found = package_unit(unit_path)
+    if found is None or (managed and os.path.realpath(found) == os.path.realpath(unit_path)):
+        return None
+    return found

@@ -185,6 +185,9 @@ def plan_host(
     ``versions``: the engine version the host runs and the one it will run (None: unknown), for ``cache_cold``."""
     findings = check_rendered(doc, rendered, declared, engine.rules())
     acts = actions(findings, dropin_policy, break_lock)
+    refused = refusal(findings, dropin_policy, break_lock) or shadowing(doc, rendered.unit_path)
+    if refused is not None:
+        acts = ["refuse"]
     files = doc.get("files") or {}
     diffs, changes = [], []
     for key, text, path in (
@@ -208,13 +211,25 @@ def plan_host(
         rendered.host,
         findings,
         acts,
-        refusal(findings, dropin_policy, break_lock),
+        refused,
         diffs,
         changes,
         pid,
         seen_knobs(doc, engine),
         cold,
     )
+
+
+def shadowing(doc: dict[str, Any], unit_path: str) -> str | None:
+    """Apply's refusal of a serve unit named like one the host's packages ship (the probe's ``package_unit``,
+    knob_pkgmeta.shadowed_unit; knob_guards.check_unit_name refuses it on the host), in its words; else None."""
+    found = doc.get("package_unit")
+    if not found:
+        return None
+    service = unit_path.rsplit("/", 1)[-1].rsplit(".service", 1)[0]
+    return (f"knob_serve_service {service} names a unit the host's packages ship ({found}): installing {unit_path} "
+            "would take the place of the host's own service and restart it; set knob_serve_service to a name of "
+            "the engine's own")  # fmt: skip
 
 
 def cache_cold(

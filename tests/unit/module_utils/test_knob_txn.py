@@ -19,7 +19,7 @@ import pytest
 
 from knobfleet import paths
 from knobfleet.fleet.transports.base import bundle
-from knobfleet.module_utils import knob_commit, knob_guards, knob_restore, knob_store, knob_txn
+from knobfleet.module_utils import knob_commit, knob_pkgmeta, knob_restore, knob_store, knob_txn
 
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "roles" / "knob_serve" / "library" / "knob_generation.py"
@@ -71,7 +71,7 @@ class Module:
 def no_host_tools(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """bash -n and systemd-analyze are the host's tools, and so are its package unit directories: not used here."""
     monkeypatch.setattr(knob_commit, "validate_staged", lambda module, kind, path, script_path: None)
-    monkeypatch.setattr(knob_guards, "PACKAGE_UNIT_DIRS", (str(tmp_path_factory.mktemp("no-package-units")),))
+    monkeypatch.setattr(knob_pkgmeta, "PACKAGE_UNIT_DIRS", (str(tmp_path_factory.mktemp("no-package-units")),))
 
 
 class Host:

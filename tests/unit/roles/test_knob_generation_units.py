@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils import knob_commit, knob_guards, knob_txn
+from knobfleet.module_utils import knob_commit, knob_pkgmeta, knob_txn
 from tests.unit.roles.test_knob_generation import Failed, FakeModule, Host, profile, script, unit
 
 HAND_UNIT = "[Service]\nExecStart=/root/serve.sh\n"
@@ -30,7 +30,7 @@ def pkg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     dirs = (tmp_path / "pkg/lib/systemd/system", tmp_path / "pkg/usr/lib/systemd/system")
     for d in dirs:
         d.mkdir(parents=True)
-    monkeypatch.setattr(knob_guards, "PACKAGE_UNIT_DIRS", tuple(str(d) for d in dirs))
+    monkeypatch.setattr(knob_pkgmeta, "PACKAGE_UNIT_DIRS", tuple(str(d) for d in dirs))
     return dirs
 
 
