@@ -20,25 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .knob_redact import (  # the secrets: one file the probe can load alone
-    MARKER_PREFIX,
-    SECRET_PARTS,
-    SECRET_WORDS,
-    UNIT_VALUE_KEYS,
-    is_marker,
-    is_secret,
-    is_secret_flag,
-    redact_argv,
-    redact_env,
-    redact_script,
-    redact_text,
-    redact_tree,
-    redact_unit,
-    redact_value,
-    secret_name,
-    secret_values,
-    shown_digest,
-)
+from .knob_redact import redact_script, redact_unit, shown_digest  # the secrets: one file the probe can load alone
 from .knob_rules import Kind, finding
 from .knob_running import (
     check_container,

@@ -99,7 +99,7 @@ import subprocess
 import time
 
 from ansible.module_utils.knob_http import http_get
-from ansible.module_utils.knob_live import redact_tree
+from ansible.module_utils.knob_redact import redact_tree
 
 TAIL = 1500  # characters of a failed run's output shown to the operator
 

@@ -165,8 +165,8 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.knob_cache import cache_state
-from ansible.module_utils.knob_live import redact_text, secret_values
 from ansible.module_utils.knob_observe import observe, parse_props, read_bounded
+from ansible.module_utils.knob_redact import redact_text, secret_values
 from ansible.module_utils.knob_startup import TIMESTAMPS, compile_phases, journal_entries, phases, timing
 
 PROPS = ("MainPID", "NRestarts", "ActiveState", "SubState", "ControlGroup", "ExecMainStatus")

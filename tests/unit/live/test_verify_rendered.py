@@ -21,7 +21,7 @@ from knobfleet.live.verify import (
     summary,
     verify_host,
 )
-from knobfleet.module_utils.knob_live import redact_value
+from knobfleet.module_utils.knob_redact import redact_value
 from knobfleet.module_utils.knob_rules import Kind
 from knobfleet.render import Rendered
 

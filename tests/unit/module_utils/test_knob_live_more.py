@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils.knob_live import evaluate, redact_script, redact_tree, redact_value
+from knobfleet.module_utils.knob_live import evaluate
+from knobfleet.module_utils.knob_redact import redact_script, redact_tree, redact_value
 from knobfleet.module_utils.knob_rules import actions, refusal
 from knobfleet.module_utils.knob_shell import script_env_argv
 from tests.unit.probedocs import probe_doc

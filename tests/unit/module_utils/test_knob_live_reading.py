@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils.knob_live import expected_from_files, expected_from_generation, redact_value
+from knobfleet.module_utils.knob_live import expected_from_files, expected_from_generation
+from knobfleet.module_utils.knob_redact import redact_value
 from knobfleet.module_utils.knob_shell import script_env_argv, shell_statements
 
 # One statement each: what bash makes of the words (checked against bash below) and what the lexer must.

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knobfleet.module_utils.knob_live import (
+from knobfleet.module_utils.knob_redact import (
     is_marker,
     is_secret,
     is_secret_flag,
@@ -262,7 +262,7 @@ def test_redact_text_for_old_ledger_lines() -> None:
 
 
 def test_secret_values_are_what_redact_script_hides() -> None:
-    from knobfleet.module_utils.knob_live import secret_values
+    from knobfleet.module_utils.knob_redact import secret_values
 
     script = "#!/bin/bash\nexport HF_TOKEN='a\nb' X=1\nexec e '--api-key=k\u2028k' --admin-api-key q --port=1\n"
     assert secret_values(script, ["admin-api-key"]) == ["a\nb", "k\u2028k", "q"]

@@ -23,7 +23,7 @@ from ansible.module_utils import basic
 
 from knobfleet.module_utils import knob_http, knob_procfs
 from knobfleet.module_utils import knob_observe as ko
-from knobfleet.module_utils.knob_live import redact_value
+from knobfleet.module_utils.knob_redact import redact_value
 
 REPO = Path(__file__).resolve().parents[3]
 

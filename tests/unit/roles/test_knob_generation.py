@@ -30,7 +30,7 @@ HAND_UNIT = "[Service]\nExecStart=/root/serve.sh\n"
 
 
 def load_role_module(role: str, name: str) -> ModuleType:
-    for util in ("knob_fs", "knob_http", "knob_live", "knob_observe", "knob_txn"):
+    for util in ("knob_fs", "knob_http", "knob_live", "knob_observe", "knob_redact", "knob_txn"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )

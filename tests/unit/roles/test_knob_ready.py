@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def load() -> Any:
-    for util in ("knob_fs", "knob_live", "knob_observe", "knob_startup", "knob_store", "knob_cache"):
+    for util in ("knob_fs", "knob_live", "knob_observe", "knob_redact", "knob_startup", "knob_store", "knob_cache"):
         sys.modules.setdefault(
             f"ansible.module_utils.{util}", importlib.import_module(f"knobfleet.module_utils.{util}")
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.module_utils.knob_live import redact_value
+from knobfleet.module_utils.knob_redact import redact_value
 from tests.unit.roles.test_knob_ready import kr
 
 KEY = "ab" * 32
