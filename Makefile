@@ -118,9 +118,9 @@ lint: venv
 	$(BIN)/ruff format --check python tests perf tools roles
 	$(BIN)/mypy
 	$(BIN)/yamllint -s profiles inventories playbooks roles
-	cd $(CURDIR) && $(BIN)/ansible-lint -q playbooks roles
+	cd $(CURDIR) && $(BIN)/ansible-lint -q --offline playbooks roles  # --offline: no schema refresh, no release check
 	rm -rf build/lint-collection && $(BIN)/python -m knobfleet.collection --tree build/lint-collection/ansible_collections/knobfleet/serving >/dev/null
-	cd build/lint-collection/ansible_collections/knobfleet/serving && ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/lint-collection $(CURDIR)/$(BIN)/ansible-lint -q --profile production
+	cd build/lint-collection/ansible_collections/knobfleet/serving && ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/lint-collection $(CURDIR)/$(BIN)/ansible-lint -q --offline --profile production
 
 perf: venv system-deps
 	$(BIN)/python perf/decision_quality.py

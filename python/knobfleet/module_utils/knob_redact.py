@@ -394,8 +394,10 @@ def redact_text(text: str, secret: Any = (), key: str = "", values: Any = ()) ->
 SHAPES = (
     # the password runs to the last @ of the line, as telemetry.prom.redacted reads userinfo: one typed with a /,
     # a space, ? or # (which end a URL's host part early) is a password too (issue 56)
-    ("a URL with a password in it", r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^@\r\n]+@"),
-    ("a JSON Web Token", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
+    # (a scheme starts after a character no scheme holds: without the lookbehind a 100 KB word of letters is tried
+    # from every one of its positions, 8 s of regex for one error line)
+    ("a URL with a password in it", r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^@\r\n]+@"),
+    ("a JSON Web Token", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
     ("a GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
     ("a GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
     ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{30,}"),
