@@ -12,7 +12,7 @@ import pytest
 from knobfleet.errors import InventoryError, ProfileError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.inventory import load_hosts
-from knobfleet.module_utils import knob_live, knob_observe
+from knobfleet.module_utils import knob_live, knob_observe, knob_redact, knob_shell
 from knobfleet.profiles.store import ProfileStore
 from knobfleet.render import render_host
 
@@ -33,18 +33,18 @@ KEY = "0123456789abcdef" * 4
     ],
 )
 def test_default_patterns(name: str, secret: bool) -> None:
-    assert knob_live.is_secret(name) is secret
+    assert knob_redact.is_secret(name) is secret
 
 
 def test_redaction_is_a_keyed_marker_and_never_the_value() -> None:
-    shown = knob_live.redact_value(TOKEN, KEY)
-    assert TOKEN not in shown and shown == knob_live.redact_value(TOKEN, KEY) and shown.startswith("<secret hmac:")
-    assert knob_live.redact_value("other", KEY) != shown
+    shown = knob_redact.redact_value(TOKEN, KEY)
+    assert TOKEN not in shown and shown == knob_redact.redact_value(TOKEN, KEY) and shown.startswith("<secret hmac:")
+    assert knob_redact.redact_value("other", KEY) != shown
     script = f"#!/bin/bash\nexport HF_TOKEN={TOKEN}\nexport A=1\nexec x\n"
-    red = knob_live.redact_script(script, (), KEY)
+    red = knob_redact.redact_script(script, (), KEY)
     assert TOKEN not in red and "export A=1\n" in red
-    assert knob_live.script_env_argv(red)[0]["HF_TOKEN"] == shown  # the marker survives the reader
-    tree = knob_live.redact_tree({"server_args": {"api_key": "k1", "port": 1}, "list": [{"token": "t"}]})
+    assert knob_shell.script_env_argv(red)[0]["HF_TOKEN"] == shown  # the marker survives the reader
+    tree = knob_redact.redact_tree({"server_args": {"api_key": "k1", "port": 1}, "list": [{"token": "t"}]})
     assert "k1" not in json.dumps(tree) and '"t"' not in json.dumps(tree) and tree["server_args"]["port"] == 1
 
 
@@ -65,7 +65,7 @@ def test_render_shows_markers_and_the_rule_compares_them(repo: Path) -> None:
     assert f"export HF_TOKEN={TOKEN}\n" in r.script  # what the engine needs
     assert TOKEN not in r.script_shown and TOKEN not in json.dumps(r.env_shown)
     expected = knob_live.expected_from_files("/s", r.script, "/u", r.unit, lambda b: "x", r.secret, KEY)
-    assert TOKEN not in json.dumps(expected) and expected["env"]["HF_TOKEN"] == knob_live.redact_value(TOKEN, KEY)
+    assert TOKEN not in json.dumps(expected) and expected["env"]["HF_TOKEN"] == knob_redact.redact_value(TOKEN, KEY)
     assert "MY_*" in hv.secrets(profile.engine) and hv.has_secrets()
 
 
@@ -160,11 +160,11 @@ def test_every_catalog_knob_the_patterns_call_secret_is_decided(engine: str) -> 
     from knobfleet.profiles.catalog import catalog_for
 
     cat = catalog_for(engine)
-    undecided = [n for n, k in cat.knobs.items() if k.secret is None and knob_live.is_secret(n)]
+    undecided = [n for n, k in cat.knobs.items() if k.secret is None and knob_redact.is_secret(n)]
     assert undecided == []
     assert {"api-key"} <= {n for n, k in cat.knobs.items() if k.secret}
     for name in cat.secret_names():
-        assert knob_live.is_secret(name.lstrip("!"), cat.secret_names()) is (not name.startswith("!"))
+        assert knob_redact.is_secret(name.lstrip("!"), cat.secret_names()) is (not name.startswith("!"))
 
 
 def test_host_args_secrets_are_shown_as_markers_and_never_cached(repo: Path) -> None:
@@ -175,7 +175,7 @@ def test_host_args_secrets_are_shown_as_markers_and_never_cached(repo: Path) -> 
     assert f"--api-key={TOKEN}" in r.script
     for shown in (r.script_shown, "\n".join(r.argv_shown), json.dumps(r.env_shown)):
         assert TOKEN not in shown
-    assert f"--api-key={knob_live.redact_value(TOKEN, KEY)}" in r.argv_shown
+    assert f"--api-key={knob_redact.redact_value(TOKEN, KEY)}" in r.argv_shown
     assert not HostVars(host="h", host_args={"api-key": True}).has_secrets()  # a bare flag holds no value
 
 
@@ -254,12 +254,12 @@ def test_the_lab_engine_reports_a_key_as_sglang_does(tmp_path: Path) -> None:
 
     assert {"api_key", "admin_api_key"} <= set(launch_server.SECRET_ARGS)
     engine = {"info_args": True}
-    argv = ["e", f"--api-key={knob_live.redact_value(TOKEN, KEY)}", "--tp-size=2"]
+    argv = ["e", f"--api-key={knob_redact.redact_value(TOKEN, KEY)}", "--tp-size=2"]
     doc = {
         "unit_props": {"ActiveState": "active", "MainPID": "5"},
         "health": 200,
         "processes": [{"pid": 5, "env": {}, "cmdline": list(argv)}],
-        "server_info": knob_live.redact_tree({"api_key": "sha256:abc123", "tp_size": 2}, (), KEY),
+        "server_info": knob_redact.redact_tree({"api_key": "sha256:abc123", "tp_size": 2}, (), KEY),
     }
     expected = {"files": {}, "env": {}, "argv": argv, "script_known": True, "generation": 1, "profile": {}}
     assert knob_live.evaluate(doc, expected, engine) == []
