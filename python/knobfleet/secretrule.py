@@ -36,19 +36,6 @@ def forget() -> None:
     _VAULT.clear()
 
 
-def shape(value: object) -> str | None:
-    """What ``value`` looks like when it looks like a credential (``knob_redact.secret_shape``), else None."""
-    from knobfleet.module_utils.knob_redact import secret_shape
-
-    return secret_shape(value)
-
-
-def is_secret_value(value: object, vaulted: Iterable[str] = ()) -> bool:
-    """The rule: from the vault (remembered, or in ``vaulted``), or shaped like a credential."""
-    text = str(value)
-    return text in _VAULT or text in set(vaulted) or shape(text) is not None
-
-
 def scrub(text: str, vaulted: Iterable[str] = ()) -> str:
     """``text`` with every vault value (remembered, and ``vaulted``; 4 characters or more, the longest first) and
     every credential-shaped span replaced by a placeholder. Pure but for the remembered values."""
