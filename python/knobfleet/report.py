@@ -2,7 +2,7 @@
 Pure: returns strings, prints nothing.
 
 The other renderings are files of their own, imported from there by their callers: the shared text
-(``report_text``: ``visible``, ``table``, JSON, re-exported here), apply, history and rollback
+(``report_text``: ``visible``, ``table``, JSON), apply, history and rollback
 (``report_rollout``), profiles, catalogs and the wave model (``report_knobs``), the Prometheus textfiles
 (``report_prom``). Drift's path loads none of the last three.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from knobfleet.report_text import finite, human, json_line, table, terminal_width, to_json, visible
+from knobfleet.report_text import human, table
 
 if TYPE_CHECKING:  # drift and verify import this module: it stays free of pydantic
     from knobfleet.live.verify import HostVerdict
@@ -25,12 +25,6 @@ __all__ = [
     "drift_report",
     "drift_rows",
     "drift_tail",
-    "finite",
-    "json_line",
-    "table",
-    "terminal_width",
-    "to_json",
-    "visible",
 ]
 
 

@@ -283,9 +283,10 @@ def test_an_upgrade_from_vllm_0_31_to_0_32_refused_migrated_rolled_out_and_rolle
     5. `rollback` brings back the 0.31 install with the old variable, verified."""
     import yaml
 
+    from knobfleet.engines.sync import vllm_venv
     from knobfleet.lab import vllm_install
 
-    old, new = vllm_install.layout("0.31.0"), vllm_install.layout()
+    old, new = vllm_venv.layout("0.31.0"), vllm_venv.layout()
     assert vllm_install.is_installed(old), "vLLM 0.31.0 is not installed: run `make vllm`"
     profiles = tmp_path / "profiles"
     profiles.mkdir()

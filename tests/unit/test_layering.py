@@ -5,8 +5,9 @@ types, not arrows. The extra rules forbid arrows the order alone would allow. Th
 arrows that broke the rules before the layering work: each must be found.
 
 Below the order, what keeps the imports honest (issue 58): no loop of imports, type-only ones counted too; no
-module-level ``__getattr__`` answering for names another module holds; no ``import X as X`` re-export; no import
-of another module's ``_private`` name. Each check has a planted tree that makes it fail."""
+module-level ``__getattr__`` answering for names another module holds; no ``import X as X`` re-export; no
+``__all__`` naming what the module imports from elsewhere; no import of another module's ``_private`` name. Each
+check has a planted tree that makes it fail."""
 
 from __future__ import annotations
 
@@ -378,6 +379,114 @@ def test_no_module_answers_for_names_it_does_not_hold() -> None:
 
 def test_no_module_re_exports_a_name_as_itself() -> None:
     assert reexports(PKG) == sorted(REEXPORT_OK), "a new one: callers import from the home; a gone one: drop it"
+
+
+def own_names(body: list[ast.stmt]) -> set[str]:
+    """The names a module binds itself, outside any function or class (through if, try, with and loops): its
+    assignments (plain, annotated with a value, unpacked), defs and classes; never its imports."""
+    out: set[str] = set()
+    for stmt in module_level(body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(stmt.name)
+        elif isinstance(stmt, ast.Assign) or (isinstance(stmt, ast.AnnAssign) and stmt.value is not None):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def listed(body: list[ast.stmt]) -> tuple[list[str], list[int]]:
+    """The names ``__all__`` lists (``=``, ``: list[str] =``, ``+=``, literal lists and tuples of strings), and the
+    lines where ``__all__`` is built some other way (the check cannot read those)."""
+    names: list[str] = []
+    unread: list[int] = []
+    for stmt in module_level(body):
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
+            targets, value = [stmt.target], stmt.value
+        elif isinstance(stmt, ast.Expr) and "__all__." in ast.unparse(stmt):  # __all__.extend(...), .append(...)
+            unread.append(stmt.lineno)
+            continue
+        else:
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) or value is None:
+            continue
+        try:
+            got = ast.literal_eval(value)
+        except (ValueError, TypeError):
+            got = None
+        if isinstance(got, list | tuple) and all(isinstance(n, str) for n in got):
+            names += got
+        else:
+            unread.append(stmt.lineno)
+    return names, unread
+
+
+def foreign_exports(root: Path) -> dict[str, list[str]]:
+    """Each module whose ``__all__`` lists a name the module does not define itself (imported from another
+    module, or bound nowhere): path under ``root`` -> those names; ``__all__`` built in a way the check cannot read
+    is listed as ``line N: __all__ not a literal list``."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        names, unread = listed(body)
+        mine = own_names(body)
+        bad = [n for n in dict.fromkeys(names) if n not in mine] + [
+            f"line {n}: __all__ not a literal list" for n in unread
+        ]
+        if bad:
+            out[path.relative_to(root).as_posix()] = bad
+    return out
+
+
+# A package's ``__init__.py`` may name its modules' public names as the package's documented face (with the reason);
+# no other module lists in ``__all__`` what it imports. None is needed today: ``fleet/transports/__init__.py`` lists
+# only the registry and what it decides, and the shared types are imported from ``fleet/transports/base.py``.
+ALL_OK: dict[str, str] = {}
+
+
+def test_every_all_lists_only_names_its_module_defines() -> None:
+    """``__all__`` is what a module holds for others. A name it imports is another module's: a caller imports it from
+    that home, so the module drops it from ``__all__`` (and the import too, unless it uses the name itself)."""
+    found = foreign_exports(PKG)
+    assert all(rel.endswith("__init__.py") for rel in ALL_OK), "only a package's __init__.py may hand names on"
+    dishonest = {rel: names for rel, names in found.items() if rel not in ALL_OK}
+    assert not dishonest, "__all__ lists names these modules do not define (import each from its home):\n" + "\n".join(
+        f"  knobfleet/{rel}: {', '.join(names)}" for rel, names in sorted(dishonest.items())
+    )
+    assert sorted(set(found) & set(ALL_OK)) == sorted(ALL_OK), "drop the ALL_OK entries now clean"
+
+
+@pytest.mark.parametrize(
+    ("text", "foreign"),
+    [
+        ("from knobfleet.ops.b import f, g\n__all__ = ['f', 'h']\ndef h(): pass\n", ["f"]),
+        ("from .b import f\n__all__ = ('f',)\n", ["f"]),
+        ("import json\n__all__ = ['json']\n", ["json"]),
+        ("if TYPE_CHECKING:\n    from knobfleet.ops.b import T\n__all__ = ['T']\n", ["T"]),
+        ("__all__ = ['ghost']\n", ["ghost"]),
+        ("from knobfleet.ops.b import f\n__all__ = ['g']\n__all__ += ['f']\ng = 1\n", ["f"]),
+        ("from knobfleet.ops.b import f\n__all__: list[str] = ['f']\n", ["f"]),
+        ("__all__ = [n for n in dir()]\n", ["line 1: __all__ not a literal list"]),
+        ("__all__ = ['a']\n__all__.extend(['b'])\na = 1\n", ["line 2: __all__ not a literal list"]),
+        ("from knobfleet.ops.b import f as g\n__all__ = ['g']\n", ["g"]),
+        ("A = 1\nB: int = 2\nC, (D, E) = 3, (4, 5)\nclass F: pass\ndef g(): pass\nasync def h(): pass\n"
+         "if A:\n    J = 1\ntry:\n    from x import K\nexcept ImportError:\n    K = None\n"
+         "__all__ = ['A', 'B', 'C', 'D', 'E', 'F', 'g', 'h', 'J', 'K']\n", []),
+        ("from knobfleet.ops.b import f\ndef g():\n    __all__ = ['f']\n", []),
+        ("from knobfleet.ops.b import f\n", []),
+    ],
+    ids=["imported-name", "relative-import-in-a-tuple", "stdlib-module", "type-only-import", "bound-nowhere",
+         "augmented", "annotated", "computed", "extended", "renamed-import", "own-names-are-fine",
+         "a-local-all-is-not-the-modules", "no-all-is-fine"],
+)  # fmt: skip
+def test_each_foreign_name_in_all_makes_its_check_fail(tmp_path: Path, text: str, foreign: list[str]) -> None:
+    root = tmp_path / "knobfleet"
+    for rel, body in {"__init__.py": "", "ops/__init__.py": "", "ops/b.py": "def f(): pass\nT = int\n",
+                      "ops/a.py": text}.items():  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    assert foreign_exports(root) == ({"ops/a.py": foreign} if foreign else {})
 
 
 def test_no_module_imports_another_modules_private_names() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knobfleet import rules
-from knobfleet.report import table, visible
+from knobfleet.report_text import table, visible
 
 # The oracle, written out here rather than read from the package: each of these passes ``isprintable`` today.
 BLANK_LETTERS = {

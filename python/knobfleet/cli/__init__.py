@@ -101,7 +101,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        from knobfleet.cli.types import REFUSED
+        from knobfleet.argtypes import REFUSED
 
         if not any(message.endswith(r) for r in REFUSED):  # a refused value is one line; a bad command line shows usage
             self.print_usage(sys.stderr)
@@ -235,7 +235,7 @@ def _environment(args: argparse.Namespace) -> None:
 
 def _visible(text: str) -> str:
     """Error text with raw terminal escapes, CR and invisible characters shown escaped (newlines kept)."""
-    from knobfleet.report import visible
+    from knobfleet.report_text import visible
 
     return visible(text)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import LockHeld, UsageError
@@ -17,7 +18,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     inventory = common.inventory(args)
     door = fleet.door(inventory, args.via)
     door.warm_up(args.limit)  # the pre-check's probes start now, while the rest loads
-    from knobfleet import report, report_rollout
+    from knobfleet import report_rollout, report_text
     from knobfleet.ops import apply as apply_uc
     from knobfleet.ops import interrupts
     from knobfleet.ops import profiles as app
@@ -60,10 +61,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (LockHeld, RestoreFailed, interrupts.Interrupted) as exc:
         if exc.report is not None:
             doc = exc.report  # an ApplyReport
-            _out(report.to_json(doc.as_json()) if args.json else report_rollout.apply_summary(doc))
+            _out(report_text.to_json(doc.as_json()) if args.json else report_rollout.apply_summary(doc))
         raise
     if args.json:
-        _out(report.to_json(result.as_json()))
+        _out(report_text.to_json(result.as_json()))
     else:
         _out(report_rollout.apply_summary(result))
         if args.check and result.cost is not None:
@@ -157,7 +158,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     _common(p)
     p.add_argument("--check", action="store_true", help="plan only: change nothing (exit 2 when changes pending)")
     p.add_argument("--diff", action="store_true", help="with --check: show file diffs")
-    p.add_argument("--serial", type=types.serial, default=None, help="batch size: N hosts or N%% at a time")
+    p.add_argument("--serial", type=argtypes.serial, default=None, help="batch size: N hosts or N%% at a time")
     p.add_argument("--canary", action="store_true", help="one host first, then the rest")
     p.add_argument(
         "--force-restart",
@@ -167,7 +168,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--max-fail-percent",
-        type=types.PERCENT,
+        type=argtypes.PERCENT,
         default=0.0,
         help="failed hosts tolerated before the rollout stops (default 0)",
     )
@@ -181,26 +182,28 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--baseline", default=None, help="gate baseline profile (default: the profile's gate.baseline)")
     p.add_argument(
         "--gate-conc",
-        type=types.checked(types.int_list),
+        type=argtypes.checked(argtypes.int_list),
         default=None,
         help="gate buckets (default: the profile's gate.concurrency)",
     )
     p.add_argument(
-        "--gate-n-mult", type=types.POSITIVE, default=4, help="gate: requests per bucket = N x concurrency (4)"
+        "--gate-n-mult", type=argtypes.POSITIVE, default=4, help="gate: requests per bucket = N x concurrency (4)"
     )
-    p.add_argument("--gate-max-tokens", type=types.POSITIVE, default=256, help="gate: tokens per request (256)")
-    p.add_argument("--gate-repeats", type=types.POSITIVE, default=2, help="gate: bench runs per profile (2)")
+    p.add_argument("--gate-max-tokens", type=argtypes.POSITIVE, default=256, help="gate: tokens per request (256)")
+    p.add_argument("--gate-repeats", type=argtypes.POSITIVE, default=2, help="gate: bench runs per profile (2)")
     p.add_argument(
         "--rollback-fleet", action="store_true", help="when a batch fails, also restore the hosts of earlier batches"
     )
-    p.add_argument("--readiness-timeout", type=types.POSITIVE, default=None, metavar="S",
+    p.add_argument("--readiness-timeout", type=argtypes.POSITIVE, default=None, metavar="S",
                    help="readiness deadline in seconds (default: knob_serve_readiness_timeout_s)")  # fmt: skip
-    p.add_argument("--grace", type=types.NON_NEGATIVE, default=None, metavar="S",
+    p.add_argument("--grace", type=argtypes.NON_NEGATIVE, default=None, metavar="S",
                    help="after readiness, watch S seconds that the engine stays up (default: "
                    "knob_serve_readiness_grace_s)")  # fmt: skip
     p.set_defaults(func=cmd_apply)
     p = sub.add_parser("plan", help="what `apply` would change (= apply --check --diff) and what its restarts cost")
     _common(p)
-    p.add_argument("--serial", type=types.serial, default=None, help="price the rollout in batches of N hosts or N%%")
+    p.add_argument(
+        "--serial", type=argtypes.serial, default=None, help="price the rollout in batches of N hosts or N%%"
+    )
     p.add_argument("--canary", action="store_true", help="price the rollout with one host first")
     p.set_defaults(func=cmd_plan, diff=True, max_fail_percent=0.0, yes=True)

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.parse import weights_option
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, KnobfleetError, UsageError
@@ -47,7 +48,7 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.experiment import ab
     from knobfleet.ops import profiles as app
     from knobfleet.progress import Progress, Rounds
@@ -64,7 +65,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 ab.activate(profile, hv, inventory, progress)
             result = ab.consistency(hv, inventory, _spec(args), progress)
         if args.json:
-            _out(report.to_json(result))
+            _out(report_text.to_json(result))
         else:
             _out(
                 f"consistency on {hv.host} ({profile.ref if profile else 'current profile'}): "
@@ -95,7 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         hashes = {profile.ref: profile.content_hash} if profile is not None else {}
         write_html({"kind": "bench", **doc, "profile_hashes": hashes}, args.report, "bench")
     if args.json:
-        _out(report.to_json(doc))
+        _out(report_text.to_json(doc))
     else:
         for i, lines in enumerate(doc["runs"], start=1):
             _out(f"run {i}:")
@@ -110,7 +111,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ]
             for b in doc["buckets"]
         ]
-        _out(report.table(["concurrency", "agg tok/s (mean)", "95% interval", "runs"], rows, "rrrr"))
+        _out(report_text.table(["concurrency", "agg tok/s (mean)", "95% interval", "runs"], rows, "rrrr"))
         _out(f"{doc['host']}: {doc['profile'] or 'current profile'}; request errors: {doc['errors']}")
         if doc["tool"] != "knobfleet":
             _out(f"measured with {doc['tool']} against engine version {doc['engine_version'] or 'unknown'}")
@@ -168,7 +169,7 @@ def _say_ab_cost(args: argparse.Namespace, hv: Any, inventory: Any, profile: str
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report
+    from knobfleet import paths, report_text
     from knobfleet.cli.parse import parse_weights
     from knobfleet.experiment import ab
     from knobfleet.experiment.design import Settings
@@ -219,7 +220,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     _ab_pages(doc, {a.ref: a.content_hash, b.ref: b.content_hash}, html_out, report_dir)
     plotted = (report_dir / "report.png").is_file()
     if args.json:
-        _out(report.to_json(doc))
+        _out(report_text.to_json(doc))
     else:
         verdict = {"promote": f"promote {b.name}", "keep": f"keep {a.name}", "inconclusive": "inconclusive"}
         _out(f"verdict: {verdict[doc['verdict']]} — {doc['reason']}")
@@ -234,7 +235,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             ]
             for x in doc["buckets"]
         ]
-        _out(report.table(["conc", "A tok/s", "B tok/s", "B/A", "interval", "class"], rows, "rrrrrl"))
+        _out(report_text.table(["conc", "A tok/s", "B tok/s", "B/A", "interval", "class"], rows, "rrrrrl"))
         _out(
             f"consistency: A {doc['consistency']['A']}, B {doc['consistency']['B']}; live now: {doc['winner']}; "
             f"reports in {paths.display(report_dir)}/report.{{json,md{',png' if plotted else ''}}}"
@@ -276,21 +277,21 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", "-l", default=None, help="exactly one host")
     p.add_argument(
         "--conc",
-        type=types.checked(types.int_list),
+        type=argtypes.checked(argtypes.int_list),
         default="48,64,80,96",
         help="concurrency buckets, comma-separated (48,64,80,96)",
     )
-    p.add_argument("--n-mult", type=types.POSITIVE, default=4, help="requests per bucket = N x concurrency (4)")
+    p.add_argument("--n-mult", type=argtypes.POSITIVE, default=4, help="requests per bucket = N x concurrency (4)")
     p.add_argument(
         "--warmup-max",
-        type=types.NON_NEGATIVE,
+        type=argtypes.NON_NEGATIVE,
         default=128,
         metavar="N",
         help="after C warm-up requests per bucket, warm up on until the engine's median ITL and TTFT stop improving "
         "by more than 3%% a chunk, at most N requests (128; 0: C only). What was set aside is in the record",
     )
-    p.add_argument("--max-tokens", type=types.POSITIVE, default=256, help="tokens generated per request (256)")
-    p.add_argument("--timeout", type=types.POSITIVE, default=1800, help="bound per bench run, seconds")
+    p.add_argument("--max-tokens", type=argtypes.POSITIVE, default=256, help="tokens generated per request (256)")
+    p.add_argument("--timeout", type=argtypes.POSITIVE, default=1800, help="bound per bench run, seconds")
     p.add_argument(
         "--tool",
         choices=("builtin", "engine"),
@@ -299,7 +300,7 @@ def _bench_opts(p: argparse.ArgumentParser) -> None:
         "sglang.bench_serving), from the catalog's serve.bench",
     )
     p.add_argument(
-        "--input-len", type=types.POSITIVE, default=128, help="prompt tokens per request with --tool engine (128)"
+        "--input-len", type=argtypes.POSITIVE, default=128, help="prompt tokens per request with --tool engine (128)"
     )
     common.json_opt(p)
 
@@ -323,13 +324,13 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("profile", nargs="?", help="apply this profile first (default: measure what runs)")
     _bench_opts(p)
     p.add_argument(
-        "--repeats", type=types.POSITIVE, default=1, help="runs per bucket; 2+ gives a 95%% Student-t interval"
+        "--repeats", type=argtypes.POSITIVE, default=1, help="runs per bucket; 2+ gives a 95%% Student-t interval"
     )
     p.add_argument(
         "--consistency", action="store_true", help="run the output-consistency check instead (exit 1 on fail)"
     )
     p.add_argument(
-        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        "--report", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="also write the sweep as one self-contained HTML page (checked before anything runs)",
     )  # fmt: skip
     p.set_defaults(func=cmd_bench)
@@ -346,16 +347,18 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         default="48=0.3,64=0.3,80=0.3,96=0.1",
         help="traffic share per concurrency bucket (C=W,…)",
     )
-    p.add_argument("--max-rounds", type=types.POSITIVE, default=15, help="stop after N AB/BA rounds at most (15)")
-    p.add_argument("--min-effect", type=types.FRACTION, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)")
+    p.add_argument("--max-rounds", type=argtypes.POSITIVE, default=15, help="stop after N AB/BA rounds at most (15)")
     p.add_argument(
-        "--max-regression", type=types.FRACTION, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)"
+        "--min-effect", type=argtypes.FRACTION, default=0.01, help="smallest gain worth promoting (0.01 = 1%%)"
     )
-    p.add_argument("--futility", type=types.FRACTION, default=0.05,
+    p.add_argument(
+        "--max-regression", type=argtypes.FRACTION, default=0.03, help="guardrail: no bucket may lose more (0.03 = 3%%)"
+    )
+    p.add_argument("--futility", type=argtypes.FRACTION, default=0.05,
                    help="keep A once B's chance of being promoted by --max-rounds is below this (0.05; 0 = never "
                    "stop early)")  # fmt: skip
     p.add_argument(
-        "--report", type=types.report_target, default=None, metavar="DIR|FILE.html",
+        "--report", type=argtypes.report_target, default=None, metavar="DIR|FILE.html",
         help="where report.{json,md,png,html} go; FILE.html: the HTML page there, the rest in the default folder",
     )  # fmt: skip
     p.add_argument("--no-consistency", action="store_true", help="skip the output-consistency check")

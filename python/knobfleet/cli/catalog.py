@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from knobfleet import argtypes
 from knobfleet.cli import types
 from knobfleet.cli.common import Sub
 from knobfleet.cli.common import out as _out
@@ -55,7 +56,7 @@ def cmd_catalog_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog_versions(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops import profiles as app
     from knobfleet.profiles import catalog as catalogs
 
@@ -63,14 +64,14 @@ def cmd_catalog_versions(args: argparse.Namespace) -> int:
     have = catalogs.synced_versions(args.engine, st.catalog_dir)
     pinned = catalogs.catalog_for(args.engine, st.catalog_dir).version
     if args.json:
-        _out(report.to_json({"engine": args.engine, "pinned": pinned, "versions": have}))
+        _out(report_text.to_json({"engine": args.engine, "pinned": pinned, "versions": have}))
     else:
         _out("\n".join(f"{v}{'  (pinned)' if v == pinned else ''}" for v in have) or f"no synced {args.engine} catalog")
     return EXIT_OK
 
 
 def cmd_catalog_diff(args: argparse.Namespace) -> int:
-    from knobfleet import report, report_knobs
+    from knobfleet import report_knobs, report_text
     from knobfleet.ops import profiles as app
     from knobfleet.profiles import catalog as catalogs
     from knobfleet.profiles import versions
@@ -80,7 +81,7 @@ def cmd_catalog_diff(args: argparse.Namespace) -> int:
     new = catalogs.catalog_for(args.engine, st.catalog_dir, args.new)
     d = versions.diff(old, new)
     if args.json:
-        _out(report.to_json(d.as_json()))
+        _out(report_text.to_json(d.as_json()))
         return EXIT_OK
     _out(report_knobs.catalog_diff(d))
     return EXIT_OK
@@ -107,7 +108,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--out-dir",
-        type=types.output_dir,
+        type=argtypes.output_dir,
         default=None,
         metavar="DIR",
         help="write DIR/ENGINE.yaml instead (default: the shipped profiles/catalogs/generated)",

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from knobfleet import argtypes
 from knobfleet.cli import types
 
 Sub = argparse._SubParsersAction  # the subparsers object each command module registers into
@@ -46,14 +47,14 @@ def inventory_opts(p: argparse.ArgumentParser, limit: bool = True) -> None:
         )
     p.add_argument(
         "--vault-password-file",
-        type=types.input_file(types.VAULT_PASSWORD_MAX, "vault password file"),
+        type=argtypes.input_file(argtypes.VAULT_PASSWORD_MAX, "vault password file"),
         default=None,
         metavar="FILE",
         help="password file for vault-encrypted inventory vars (default: ANSIBLE_VAULT_PASSWORD_FILE / ansible.cfg)",
     )
     p.add_argument(
         "--vault-id",
-        type=types.vault_id,
+        type=argtypes.vault_id,
         action="append",
         default=None,
         metavar="ID@SOURCE",
@@ -71,11 +72,11 @@ def inventory(args: argparse.Namespace) -> Path:
 
 
 def via_opt(p: argparse.ArgumentParser, what: str) -> None:
-    from knobfleet.ops.fleet import VIA
+    from knobfleet.ops.fleet import via_choices
 
     p.add_argument(
         "--via",
-        choices=VIA,
+        choices=via_choices(),
         default=os.environ.get("KNOBFLEET_VIA") or "auto",
         help=f"how to reach hosts for {what}: auto (default, or $KNOBFLEET_VIA: ssh where it reaches a host as "
         "Ansible would, else ansible), ssh (the fast path), ansible (a playbook run) or local (this machine, no ssh)",

@@ -12,12 +12,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.cli.common import out as _out
 
 if TYPE_CHECKING:
-    from knobfleet.ops.fleet import Hosts
+    from knobfleet.fleet.hosts import Hosts
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -32,7 +33,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if watch is not None and getattr(args, "testinfra", False):
         raise UsageError(f"{args.command} --watch: --testinfra runs once; run it without --watch")
     inventory = common.inventory(args)
-    forks = fleet.check_forks(args.forks) if args.forks is not None else fleet.default_forks()
+    forks = fleet.fork_count(args.forks)
     door = fleet.door(inventory, args.via, forks, keep=watch is not None)
     if watch is None:
         door.warm_up(args.limit)  # probes start now, while the rest of the command loads
@@ -54,7 +55,7 @@ def _check_once(
 ) -> int:
     """One round: probe, judge, print as hosts answer; the exit code. ``watch_round``: its number under --watch
     (the inventory is read again each round; each host's probe interpreter is kept between rounds)."""
-    from knobfleet import paths, report, report_prom
+    from knobfleet import paths, report, report_prom, report_text
     from knobfleet.live import verify
     from knobfleet.ops import drift, fleet
     from knobfleet.progress import StatusLine
@@ -84,7 +85,7 @@ def _check_once(
             verdicts.append(v)
             status.done(v.status)
             if args.json_lines:
-                status.write(report.json_line(v.as_json()))
+                status.write(report_text.json_line(v.as_json()))
             elif text:
                 status.write(report.drift_rows(v, names))
     verdicts.sort(key=lambda v: order[v.host])
@@ -114,9 +115,9 @@ def _check_once(
     if args.json:
         if testinfra is not None:
             doc["testinfra"] = testinfra
-        _out(report.to_json(doc))
+        _out(report_text.to_json(doc))
     elif args.json_lines:
-        _out(report.json_line({"summary": summary, **({"testinfra": testinfra} if testinfra else {})}))
+        _out(report_text.json_line({"summary": summary, **({"testinfra": testinfra} if testinfra else {})}))
     else:
         _out(report.drift_tail(summary))
         if testinfra_rc is not None:
@@ -134,14 +135,14 @@ def _opts(p: argparse.ArgumentParser) -> None:
         help="print one JSON object per host as it answers, then one with the summary (JSON Lines)",
     )
     p.add_argument(
-        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        "--report", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="also write the fleet as one self-contained HTML page: each host's profile, generation and findings",
     )  # fmt: skip
-    p.add_argument("--save-probes", type=types.output_dir, default=None, metavar="DIR",
+    p.add_argument("--save-probes", type=argtypes.output_dir, default=None, metavar="DIR",
                    help="also save each host's raw probe JSON in DIR")  # fmt: skip
     p.add_argument(
         "--forks",
-        type=types.POSITIVE,
+        type=argtypes.POSITIVE,
         default=os.environ.get("KNOBFLEET_FORKS") or None,
         metavar="N",
         help="probe at most N hosts at once (default: $KNOBFLEET_FORKS, else ansible.cfg's forks, else 32)",
@@ -149,14 +150,16 @@ def _opts(p: argparse.ArgumentParser) -> None:
     via_opt(p, "the probe")
     p.add_argument(
         "--watch",
-        type=types.SECONDS,
+        type=argtypes.SECONDS,
         default=None,
         metavar="SECONDS",
         help="check again every SECONDS until Ctrl-C (or --rounds): each host's probe interpreter is kept between "
         "rounds, so a round costs a host one request, not an ssh session and a python start; --prom is rewritten "
         "each round",
     )
-    p.add_argument("--rounds", type=types.POSITIVE, default=None, metavar="N", help="with --watch: stop after N rounds")
+    p.add_argument(
+        "--rounds", type=argtypes.POSITIVE, default=None, metavar="N", help="with --watch: stop after N rounds"
+    )
 
 
 def register(sub: Sub[argparse.ArgumentParser]) -> None:
@@ -167,6 +170,6 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("drift", help="find drift across the fleet (exit 0 / 2 / 4 / 6)")
     _opts(p)
     p.add_argument(
-        "--prom", type=types.output_file, default=None, metavar="FILE", help="also write a Prometheus textfile"
+        "--prom", type=argtypes.output_file, default=None, metavar="FILE", help="also write a Prometheus textfile"
     )
     p.set_defaults(func=cmd_check)

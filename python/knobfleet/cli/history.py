@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt
 from knobfleet.errors import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
@@ -15,7 +16,7 @@ def _out(text: str) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from knobfleet import report, report_rollout
+    from knobfleet import report_rollout, report_text
     from knobfleet.ops import fleet
     from knobfleet.ops.history import history
 
@@ -30,7 +31,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
         write_page(restarts_page(doc), args.report)
     if args.json:
-        _out(report.to_json(doc))
+        _out(report_text.to_json(doc))
     else:
         _out(report_rollout.history_report(result, args.ledger))
         if args.report is not None:
@@ -40,19 +41,20 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def _canaries(args: argparse.Namespace) -> int:
     """``history --canaries``: the canary records kept on this controller, newest first."""
-    from knobfleet import report, report_rollout
+    from knobfleet import report_rollout, report_text
     from knobfleet.experiment import records
 
     listed = records.list_canaries()
     if args.json:
-        _out(report.to_json({"canaries": [{"record": str(x.path), **(x.doc or {"error": x.error})} for x in listed]}))
+        rows = [{"record": str(x.path), **(x.doc or {"error": x.error})} for x in listed]
+        _out(report_text.to_json({"canaries": rows}))
     else:
         _out(report_rollout.canary_records(listed))
     return EXIT_OK
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from knobfleet import report, report_rollout
+    from knobfleet import report_rollout, report_text
     from knobfleet.errors import KnobfleetError
     from knobfleet.ops import fleet, interrupts
     from knobfleet.ops.history import rollback
@@ -71,11 +73,11 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             )
     except interrupts.Interrupted as exc:  # what each host runs now, then the one line and exit 130
         if exc.report is not None:
-            _out(report.to_json({"hosts": [o.as_json() for o in exc.report]}) if args.json
+            _out(report_text.to_json({"hosts": [o.as_json() for o in exc.report]}) if args.json
                  else report_rollout.rollback_report(exc.report))  # fmt: skip
         raise
     if args.json:
-        _out(report.to_json({"hosts": [o.as_json() for o in outcomes]}))
+        _out(report_text.to_json({"hosts": [o.as_json() for o in outcomes]}))
     else:
         _out(report_rollout.rollback_report(outcomes))
     return interrupts.late(EXIT_OK if all(o.ok for o in outcomes) else EXIT_ERROR)
@@ -86,13 +88,13 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     inventory_opts(p)
     via_opt(p, "the probe")
     p.add_argument(
-        "--ledger", type=types.NON_NEGATIVE, default=0, metavar="N", help="also show the last N ledger entries"
+        "--ledger", type=argtypes.NON_NEGATIVE, default=0, metavar="N", help="also show the last N ledger entries"
     )
     p.add_argument(
         "--canaries", action="store_true", help="the canaries judged from this controller (their kept records)"
     )
     p.add_argument(
-        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        "--report", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="also write every measured restart as one self-contained HTML page: a bar each from stop to "
         "API-ready, split into the engine's phases, and the median per host",
     )  # fmt: skip
@@ -102,7 +104,11 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     inventory_opts(p)
     via_opt(p, "the verify after the restore (local: the playbook runs with ansible_connection=local)")
     p.add_argument(
-        "--to", type=types.NON_NEGATIVE, default=None, metavar="N", help="generation number (0 = pre-knobfleet files)"
+        "--to",
+        type=argtypes.NON_NEGATIVE,
+        default=None,
+        metavar="N",
+        help="generation number (0 = pre-knobfleet files)",
     )
     p.add_argument("--break-lock", action="store_true", help="break a lock left by a killed applier")
     common.yes_opt(p)

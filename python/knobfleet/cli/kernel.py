@@ -13,7 +13,7 @@ from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
 def cmd_kernel_bench(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.kernel import commands
     from knobfleet.progress import Progress
 
@@ -31,7 +31,7 @@ def cmd_kernel_bench(args: argparse.Namespace) -> int:
             on_event=progress,
         )
     # names in it come from the host or the sweep file: escaped as every terminal line is
-    _out(report.to_json(summary) if args.json else report.visible(commands.render_bench(summary)))
+    _out(report_text.to_json(summary) if args.json else report_text.visible(commands.render_bench(summary)))
     return EXIT_OK
 
 
@@ -68,7 +68,7 @@ def _plain(command: str, option: str, value: str | None) -> None:
 
 
 def cmd_waves_calibrate(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.kernel import commands
 
     _plain("waves calibrate", "--gpu", args.gpu)
@@ -76,7 +76,7 @@ def cmd_waves_calibrate(args: argparse.Namespace) -> int:
         res = commands.calibrate(args.sweeps, args.gpu, args.holdout, write=not args.dry_run, store_path=args.store)
     except ValueError as exc:  # the fit's own refusal of too few launches, raised past calibrate's load checks
         raise KnobfleetError(f"waves calibrate: {exc}") from None
-    _out(report.to_json(res) if args.json else report.visible(commands.render_calibrate(res)))
+    _out(report_text.to_json(res) if args.json else report_text.visible(commands.render_calibrate(res)))
     return EXIT_OK
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from knobfleet.cli import types
+from knobfleet import argtypes
 from knobfleet.cli.common import Sub
 from knobfleet.errors import EXIT_OK, KnobfleetError
 
@@ -43,7 +43,7 @@ def _lab(args: argparse.Namespace) -> Lab:
 
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
-    from knobfleet import labid, paths, report
+    from knobfleet import labid, paths, report_text
     from knobfleet.lab import slots
     from knobfleet.lab.nspawn import Lab
 
@@ -61,7 +61,11 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     from knobfleet.ops.fleet import default_inventory
 
     used = default_inventory() if lab.identity.slot == 0 else lab.dir / "inventory"
-    _out(report.table(["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]))
+    _out(
+        report_text.table(
+            ["host", "address", "state", "pid"], [[h.name, h.address, h.state, h.pid or "-"] for h in hosts]
+        )
+    )
     if args.monitoring:
         from knobfleet.lab import monitoring
         from knobfleet.telemetry.promconfig import Target
@@ -111,7 +115,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
 
 
 def cmd_lab_status(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
 
     lab = _lab(args)
     hosts = lab.status()
@@ -119,7 +123,7 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
     speeds = {h.name: lab.host_speed(h.name) for h in hosts if h.state == "running"}
     if args.json:
         _out(
-            report.to_json(
+            report_text.to_json(
                 {
                     "lab": {**lab.identity.as_json(), "dir": str(lab.dir)},
                     "services": [s.as_json() for s in services],
@@ -141,7 +145,7 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         )
     elif hosts:
         _out(
-            report.table(
+            report_text.table(
                 ["host", "address", "state", "pid", "speed"],
                 [
                     [h.name, h.address, h.state, h.pid or "-", f"{speeds[h.name]:g}" if h.name in speeds else "-"]
@@ -151,7 +155,7 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         )
         if services:
             _out(
-                report.table(
+                report_text.table(
                     ["service", "url", "state", "pid", "detail"],
                     [[s.name, s.url, s.state, s.pid or "-", s.detail] for s in services],
                 )
@@ -191,7 +195,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="the embedded fleet of nspawn hosts")
     lsub = lab.add_subparsers(dest="lab_command", metavar="SUBCOMMAND", required=True)
     p = lsub.add_parser("up", help="boot lab1..labN (idempotent)")
-    p.add_argument("-n", type=types.integer(1, 64), default=3, help="number of hosts (default 3)")
+    p.add_argument("-n", type=argtypes.integer(1, 64), default=3, help="number of hosts (default 3)")
     p.add_argument(
         "--vllm",
         default=None,
@@ -227,7 +231,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--groups",
-        type=types.integer(2, 64),
+        type=argtypes.integer(2, 64),
         default=0,
         metavar="N",
         help="run the stand-in as multi-node engines of N consecutive hosts each (lab1+lab2 = lab-g1, ...), declared "
@@ -257,7 +261,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "(the way one GPU of a SKU runs slower): 0.92 = 8%% slower, 1 = as the others",
     )
     p.add_argument("host", help="lab1, lab2, … (a running host of this lab)")
-    p.add_argument("factor", type=types.number(0.1, 10.0), help="relative speed, 0.1 to 10 (1 = reset)")
+    p.add_argument("factor", type=argtypes.number(0.1, 10.0), help="relative speed, 0.1 to 10 (1 = reset)")
     _id_opt(p, "the lab of that host (default: this checkout's running lab)")
     p.set_defaults(func=cmd_lab_speed)
     p = lsub.add_parser("ssh", help="ssh into a lab host (strict host keys)")

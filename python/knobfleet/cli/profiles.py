@@ -12,7 +12,7 @@ from knobfleet.errors import EXIT_OK
 
 
 def cmd_profiles_list(args: argparse.Namespace) -> int:
-    from knobfleet import paths, report, report_knobs
+    from knobfleet import paths, report_knobs, report_text
     from knobfleet.ops import profiles as app
     from knobfleet.profiles.loader import load_doc
 
@@ -23,7 +23,7 @@ def cmd_profiles_list(args: argparse.Namespace) -> int:
             {"name": d.name, "version": d.version, "extends": d.extends, "description": d.description, "path": str(p)}
             for d, p in zip(docs, (st.path_of(n) for n in st.names()), strict=True)
         ]
-        _out(report.to_json({"directory": str(st.directory), "profiles": items}))
+        _out(report_text.to_json({"directory": str(st.directory), "profiles": items}))
         return EXIT_OK
     rows = [(d.name, str(d.version), d.extends or "-", d.description[:60]) for d in docs]
     _out(report_knobs.profile_list(rows) if rows else f"no profiles in {paths.display(st.directory)}")
@@ -31,20 +31,20 @@ def cmd_profiles_list(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles_show(args: argparse.Namespace) -> int:
-    from knobfleet import report, report_knobs
+    from knobfleet import report_knobs, report_text
     from knobfleet.ops import profiles as app
 
     st = app.store()
     profile = st.resolve(args.name)
     if args.json:
-        _out(report.to_json({**profile.model_dump(mode="json"), "hash": profile.content_hash}))
+        _out(report_text.to_json({**profile.model_dump(mode="json"), "hash": profile.content_hash}))
     else:
         _out(report_knobs.profile_show(profile, st.read_lock().get(profile.ref)))
     return EXIT_OK
 
 
 def cmd_profiles_validate(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.errors import EXIT_ERROR, ProfileError
     from knobfleet.ops import profiles as app
 
@@ -52,13 +52,13 @@ def cmd_profiles_validate(args: argparse.Namespace) -> int:
         try:
             result = app.validate_profiles(args.names)
         except ProfileError as exc:
-            _out(report.to_json({"ok": False, "problems": exc.problems, "profiles": []}))
+            _out(report_text.to_json({"ok": False, "problems": exc.problems, "profiles": []}))
             return EXIT_ERROR
         profiles = [
             {"ref": p.ref, "hash": p.content_hash, "chain": list(p.chain), "locked": p.ref not in result.unlocked}
             for p in result.ok
         ]
-        _out(report.to_json({"ok": True, "problems": [], "profiles": profiles}))
+        _out(report_text.to_json({"ok": True, "problems": [], "profiles": profiles}))
         return EXIT_OK
     result = app.validate_profiles(args.names)
     for p in result.ok:
@@ -79,20 +79,20 @@ def cmd_profiles_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles_schema(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops import profiles as app
 
-    _out(report.to_json(app.profile_schema()))
+    _out(report_text.to_json(app.profile_schema()))
     return EXIT_OK
 
 
 def cmd_profiles_migrate(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops import profiles as app
 
     result = app.migrate(args.name, args.to, write=not args.dry_run, source=args.source)
     if args.json:
-        _out(report.to_json(result.as_json()))
+        _out(report_text.to_json(result.as_json()))
         return EXIT_OK
     for m in result.moves:
         where = " (inherited: overridden in this file)" if m.inherited else ""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from knobfleet.cli import types
+from knobfleet import argtypes
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
 from knobfleet.cli.parse import weights_option
@@ -14,7 +14,7 @@ from knobfleet.errors import EXIT_OK, KnobfleetError
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.cli.common import inventory
     from knobfleet.ops import profiles as app
 
@@ -24,7 +24,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     rendered = app.render(args.profile, inventory(args), args.host)
     if args.json:
-        _out(report.to_json([app.rendered_json(r) for r in rendered]))
+        _out(report_text.to_json([app.rendered_json(r) for r in rendered]))
         return EXIT_OK
     for r in rendered:
         if len(rendered) > 1:
@@ -50,7 +50,7 @@ def _waves_table(plan: Any) -> str:
 
 
 def cmd_waves(args: argparse.Namespace) -> int:
-    from knobfleet import report, report_knobs
+    from knobfleet import report_knobs, report_text
     from knobfleet.cli.parse import parse_int_list, parse_weights
     from knobfleet.kernel import advisor as app
 
@@ -65,7 +65,7 @@ def cmd_waves(args: argparse.Namespace) -> int:
         picks = app.suggest_ctas(plan, profile, weights, args.top, write=profile is not None and not args.no_write)
         if args.json:
             _out(
-                report.to_json(
+                report_text.to_json(
                     {
                         **plan.as_json(),
                         "suggestions": [s.__dict__ for s in picks],
@@ -81,10 +81,10 @@ def cmd_waves(args: argparse.Namespace) -> int:
         )
         _out("\nThis is a prediction from the wave model, not a measurement: validate each pick with `knobfleet ab`.")
         rows = [[s.target_ctas, f"{s.weighted_cost:.5f}", f"{s.relative:+.1%}", s.written or "-"] for s in picks]
-        _out(report.table(["TARGET_CTAS", "weighted cost/req", "vs current", "profile written"], rows, "rrrl"))
+        _out(report_text.table(["TARGET_CTAS", "weighted cost/req", "vs current", "profile written"], rows, "rrrl"))
         return EXIT_OK
     if args.json:
-        _out(report.to_json(plan.as_json()))
+        _out(report_text.to_json(plan.as_json()))
     else:
         _out(
             report_knobs.waves_table(
@@ -113,15 +113,15 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("profile", nargs="?", help="profile whose kernel knobs to plan (or give --knob)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", help="a kernel knob (repeatable)")
     p.add_argument("--gpu", default=None, help="GPU name from the catalog (default: the profile's fingerprint)")
-    p.add_argument("--sms", type=types.POSITIVE, default=None, help="SM count for a GPU not in the catalog")
-    p.add_argument("--heads", type=types.POSITIVE, default=64, help="attention heads (64)")
+    p.add_argument("--sms", type=argtypes.POSITIVE, default=None, help="SM count for a GPU not in the catalog")
+    p.add_argument("--heads", type=argtypes.POSITIVE, default=64, help="attention heads (64)")
     p.add_argument("--batch", default="1,8,48,64,80,96", help="batch sizes, comma-separated")
-    p.add_argument("--context", type=types.POSITIVE, default=4096, help="context length in tokens (4096)")
+    p.add_argument("--context", type=argtypes.POSITIVE, default=4096, help="context length in tokens (4096)")
     p.add_argument("--suggest", action="store_true", help="rank TARGET_CTAS values for --weights")
     p.add_argument(
         "--weights", type=weights_option, default="48=0.3,64=0.3,80=0.3,96=0.1", help="traffic share per batch size"
     )
-    p.add_argument("--top", type=types.POSITIVE, default=3, help="with --suggest: how many values to keep (3)")
+    p.add_argument("--top", type=argtypes.POSITIVE, default=3, help="with --suggest: how many values to keep (3)")
     p.add_argument("--no-write", action="store_true", help="with --suggest: do not write candidate profiles")
     p.add_argument("--no-calibration", action="store_true", help="use the uncalibrated wave model")
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")

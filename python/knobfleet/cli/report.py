@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from knobfleet.cli import types
+from knobfleet import argtypes
 from knobfleet.cli.common import Sub
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, KnobfleetError
@@ -88,9 +88,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     doc = without_secrets(html.load(source))
     out = args.out or source.with_suffix(".html")
     if args.out is None:
-        types.html_file(str(out))  # the default path next to the record, under the same rules as --out
+        argtypes.html_file(str(out))  # the default path next to the record, under the same rules as --out
     write_html(doc, out, paths.display(source))
-    from knobfleet.report import visible
+    from knobfleet.report_text import visible
 
     _out(f"report: {visible(paths.display(out))}")
     return EXIT_OK
@@ -108,7 +108,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
         "report.json, or what bench --json printed",
     )
     p.add_argument(
-        "--out", "-o", type=types.html_file, default=None, metavar="FILE.html",
+        "--out", "-o", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="where to write it (default: the record's path with .html)",
     )  # fmt: skip
     p.set_defaults(func=cmd_report)

@@ -12,34 +12,34 @@ from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE
 
 
 def _one_line(text: str) -> str:
-    """A host name, URL or router message for the terminal: every invisible character escaped (``report.visible``),
+    """A host name, URL or router message for the terminal: every invisible character escaped (``report_text.visible``),
     and newlines and tabs too, so a router's text can neither rewrite the screen nor pass for another line."""
-    from knobfleet import report
+    from knobfleet import report_text
 
-    return report.visible(text).replace("\n", "\\n").replace("\t", "\\t")
+    return report_text.visible(text).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops import fleet
     from knobfleet.ops.routing import worker_states
 
     states = worker_states(fleet.hosts(common.inventory(args), args.limit))
     if args.json:
-        common.out(report.to_json({"workers": [s.as_json() for s in states]}))
+        common.out(report_text.to_json({"workers": [s.as_json() for s in states]}))
     elif not states:
         common.out("no host of this inventory names a router (knob_router_url)")
     else:
         rows = [[_one_line(c) for c in (s.host, s.worker, s.router, s.error or ("healthy" if s.healthy else
                  "listed, not healthy" if s.listed else "OUT: not listed"))] for s in states]  # fmt: skip
-        common.out(report.table(["host", "worker", "router", "state"], rows))  # cells escaped first: columns align
+        common.out(report_text.table(["host", "worker", "router", "state"], rows))  # cells escaped first: columns align
     if any(s.error for s in states):
         return EXIT_UNREACHABLE
     return EXIT_DRIFT if any(not s.listed for s in states) else EXIT_OK
 
 
 def cmd_readd(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops import fleet
     from knobfleet.ops.routing import readd
 
@@ -48,7 +48,7 @@ def cmd_readd(args: argparse.Namespace) -> int:
                    len(hosts), args)  # fmt: skip
     done = readd(hosts)
     if args.json:
-        common.out(report.to_json({"readded": [{"host": h, "ok": ok, "message": m} for h, ok, m in done]}))
+        common.out(report_text.to_json({"readded": [{"host": h, "ok": ok, "message": m} for h, ok, m in done]}))
     elif not done:
         common.out("every routed host is listed by its router: nothing to put back")
     else:

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts, via_opt, yes_opt
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_OK, UsageError
@@ -35,7 +36,7 @@ def buckets(text: str) -> list[int]:
 
 
 def cmd_load_profile(args: argparse.Namespace) -> int:
-    from knobfleet import report
+    from knobfleet import report_text
     from knobfleet.ops.telemetry import load_profile
     from knobfleet.telemetry.prom import Prometheus
 
@@ -46,7 +47,7 @@ def cmd_load_profile(args: argparse.Namespace) -> int:
     p = result.profile
     if args.json:
         _out(
-            report.to_json(
+            report_text.to_json(
                 {
                     "prometheus": result.url,
                     "window_s": result.window_s,
@@ -72,7 +73,7 @@ def cmd_load_profile(args: argparse.Namespace) -> int:
         f"buckets; mean {p.mean_running:.1f} running)"
     )
     _out(
-        report.table(
+        report_text.table(
             ["bucket", "weight", ""],
             [[b, f"{w:.3f}", "#" * round(w * 40)] for b, w in p.weights.items()],
             align="rrl",
@@ -134,7 +135,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from knobfleet import report, report_prom
+    from knobfleet import report_prom, report_text
     from knobfleet.experiment import canary_probe, records
     from knobfleet.experiment.canary_hosts import split
     from knobfleet.experiment.canary_run import CanaryOptions, RecordKeeper, canary
@@ -196,7 +197,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
             if not args.json:
                 _out(f"report: {args.report}")
     if args.json:
-        _out(report.to_json(result.as_json()))
+        _out(report_text.to_json(result.as_json()))
     else:
         _out(f"canary {profile.ref}: {', '.join(result.canaries)} against {', '.join(result.baseline)}")
         for note in result.notes:
@@ -260,15 +261,17 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
     via_opt(p, "the applies and restarts")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
-        "--hosts", type=types.POSITIVE, default=None, metavar="N", help="canary hosts (and as many baseline)"
+        "--hosts", type=argtypes.POSITIVE, default=None, metavar="N", help="canary hosts (and as many baseline)"
     )
-    size.add_argument("--fraction", type=types.FRACTION, default=None, help="share of the hosts as canaries (0.25)")
+    size.add_argument("--fraction", type=argtypes.FRACTION, default=None, help="share of the hosts as canaries (0.25)")
     p.add_argument("--window", type=duration, default=60.0, help="length of one judged window (default 60s)")
-    p.add_argument("--max-windows", type=types.POSITIVE, default=16, help="windows at most before inconclusive (16)")
-    p.add_argument("--min-windows", type=types.POSITIVE, default=3, help="windows before any verdict but rollback (3)")
+    p.add_argument("--max-windows", type=argtypes.POSITIVE, default=16, help="windows at most before inconclusive (16)")
+    p.add_argument(
+        "--min-windows", type=argtypes.POSITIVE, default=3, help="windows before any verdict but rollback (3)"
+    )
     p.add_argument(
         "--pre-windows",
-        type=types.POSITIVE,
+        type=argtypes.POSITIVE,
         default=PRE_WINDOWS,
         help=f"windows measured before the change, both sides on the current profile ({PRE_WINDOWS}): the "
         "traffic check, and what the first period's looks for a rollback are judged against",
@@ -282,7 +285,7 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--swap-after",
-        type=types.POSITIVE,
+        type=argtypes.POSITIVE,
         default=6,
         metavar="N",
         help="crossover: judged windows before the subsets swap roles (6); the rest of --max-windows follow it",
@@ -293,7 +296,7 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
         help="judge and report the decision without acting on it: the canaries stay on the profile",
     )
     p.add_argument(
-        "--probes", type=types.integer(0, MAX_PROBES), default=PROBES, metavar="N",
+        "--probes", type=argtypes.integer(0, MAX_PROBES), default=PROBES, metavar="N",
         help=f"streamed probe requests per host and window, sent straight to each engine to catch hung streams "
         f"({PROBES}; 0: none): a canary side with significantly more hung streams than the baseline rolls back",
     )  # fmt: skip
@@ -303,24 +306,24 @@ def _register_canary(sub: Sub[argparse.ArgumentParser]) -> None:
         f"({HANG_S:g}s; at most 10m)",
     )  # fmt: skip
     p.add_argument(
-        "--warmup-windows", type=types.integer(0, 8), default=2, metavar="N",
+        "--warmup-windows", type=argtypes.integer(0, 8), default=2, metavar="N",
         help="after each restart, a window counts only once the next agrees with it (every host's throughput and "
         "ITL within --warmup-tol): at most N windows set aside per period, then judged anyway (2; 0: judge from "
         "the first window)",
     )  # fmt: skip
-    p.add_argument("--warmup-tol", type=types.FRACTION, default=0.05, metavar="FRACTION",
+    p.add_argument("--warmup-tol", type=argtypes.FRACTION, default=0.05, metavar="FRACTION",
                    help="how far a host's figures may move from one window to the next for both to count as warm "
                    "(0.05)")  # fmt: skip
-    p.add_argument("--max-regression", type=types.FRACTION, default=0.05,
+    p.add_argument("--max-regression", type=argtypes.FRACTION, default=0.05,
                    help="the regression a canary must catch: promotion needs every metric shown better than minus "
                    "this (0.05)")  # fmt: skip
     _prometheus_opt(p)
     p.add_argument(
-        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        "--report", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="also write the canary as one self-contained HTML page (checked before anything changes)",
     )  # fmt: skip
     p.add_argument(
-        "--prom", type=types.output_file, default=None, metavar="FILE",
+        "--prom", type=argtypes.output_file, default=None, metavar="FILE",
         help="also write the running estimate, interval and verdict as a Prometheus textfile, after every window",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON document and nothing else")

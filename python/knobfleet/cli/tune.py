@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knobfleet.cli import common, types
+from knobfleet import argtypes
+from knobfleet.cli import common
 from knobfleet.cli.common import Sub, inventory_opts
 from knobfleet.cli.common import out as _out
 from knobfleet.errors import EXIT_DRIFT, EXIT_ERROR, EXIT_OK
@@ -47,7 +48,7 @@ def _campaign(
     args: argparse.Namespace, sp: Space, st: ProfileStore, base: Profile, inventory: Path, names: list[str], path: Path
 ) -> int:
     """The campaign, its record at ``path`` (new, or continued with --resume), run while this process owns it."""
-    from knobfleet import paths, report
+    from knobfleet import paths, report_text
     from knobfleet.experiment import records
     from knobfleet.ops import interrupts
     from knobfleet.tune import run
@@ -96,7 +97,7 @@ def _campaign(
 
             write_html(records.read(path), args.report, "tune")
     if args.json:
-        _out(report.to_json(doc))
+        _out(report_text.to_json(doc))
     else:
         _out(render(doc))
         _out(f"record: {paths.display(path)}")
@@ -196,7 +197,7 @@ def register(sub: Sub[argparse.ArgumentParser]) -> None:
     inventory_opts(p, limit=False)
     p.add_argument("--resume", action="store_true", help="continue the campaign of this SPACE where it stopped")
     p.add_argument(
-        "--report", type=types.html_file, default=None, metavar="FILE.html",
+        "--report", type=argtypes.html_file, default=None, metavar="FILE.html",
         help="write every stage as one self-contained HTML page (checked before anything runs)",
     )  # fmt: skip
     common.json_opt(p)

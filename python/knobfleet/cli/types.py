@@ -1,5 +1,6 @@
-"""argparse types of the command line (``knobfleet.argtypes``), plus ``-i``, whose check reads the inventory's
-files and so goes through ``ops.fleet`` (the CLI reaches the fleet package only through ops)."""
+"""argparse types of the command line that only the CLI has: ``-i``, whose check reads the inventory's files and so
+goes through ``ops.fleet`` (the CLI reaches the fleet package only through ops), and the engine name and version
+words. The shared ones (``POSITIVE``, ``html_file``, ...) are imported from ``knobfleet.argtypes``."""
 
 from __future__ import annotations
 
@@ -7,63 +8,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from knobfleet.argtypes import (
-    CALIBRATIONS_MAX,
-    FRACTION,
-    INVENTORY_MAX,
-    NON_NEGATIVE,
-    PERCENT,
-    POSITIVE,
-    REFUSED,
-    SECONDS,
-    SWEEP_MAX,
-    VAULT_PASSWORD_MAX,
-    calibrations_file,
-    checked,
-    html_file,
-    input_file,
-    int_list,
-    integer,
-    number,
-    output_dir,
-    output_file,
-    path_arg,
-    refuse,
-    report_target,
-    serial,
-    vault_id,
-)
+from knobfleet.argtypes import path_arg, refuse
 from knobfleet.rules import shown
 
-__all__ = [
-    "CALIBRATIONS_MAX",
-    "ENGINE",
-    "FRACTION",
-    "INVENTORY_MAX",
-    "NON_NEGATIVE",
-    "PERCENT",
-    "POSITIVE",
-    "REFUSED",
-    "SECONDS",
-    "SWEEP_MAX",
-    "VAULT_PASSWORD_MAX",
-    "VERSION",
-    "calibrations_file",
-    "checked",
-    "html_file",
-    "input_file",
-    "int_list",
-    "integer",
-    "inventory",
-    "number",
-    "output_dir",
-    "output_file",
-    "refuse",
-    "report_target",
-    "serial",
-    "vault_id",
-    "word",
-]
+__all__ = ["ENGINE", "VERSION", "inventory", "word"]
 
 
 def inventory(value: str) -> Path:

@@ -469,6 +469,6 @@ def write_reports(doc: dict[str, Any], directory: Path) -> None:
     safe["weighted_gain"] = {k: (v if v is not None else float("nan")) for k, v in doc["weighted_gain"].items()}
     write_atomic(directory / "report.md", report.markdown(safe))
     report.plot(doc, directory / "report.png")
-    from knobfleet.experiment import html
+    from knobfleet.experiment import html_ab
 
-    write_atomic(directory / "report.html", html.ab_page(doc))
+    write_atomic(directory / "report.html", html_ab.ab_page(doc))

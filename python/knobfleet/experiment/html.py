@@ -29,12 +29,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from knobfleet.experiment.html_ab import ab_page, sequential
-from knobfleet.experiment.html_core import CSP, pct, provenance, render_page, settings_rows, svg
+from knobfleet.experiment.html_ab import ab_page
+from knobfleet.experiment.html_core import pct, provenance, render_page, settings_rows, svg
 
 __all__ = [
-    "CSP", "ab_page", "bench_page", "canary_page", "fleet_page", "load", "pct", "render", "restarts_page", "sequential",
-    "svg", "window_differences",
+    "bench_page", "canary_page", "fleet_page", "load", "render", "restarts_page", "window_differences",
 ]  # fmt: skip
 
 

@@ -37,7 +37,7 @@ def new_path(profile: str, started: float, folder: Path | None = None) -> Path:
 
 
 def write(path: Path, kind: str, body: dict[str, Any]) -> None:
-    from knobfleet.report import finite
+    from knobfleet.report_text import finite
 
     doc = {"schema_version": SCHEMA_VERSION, "kind": kind} | finite(body)
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from knobfleet.errors import KnobfleetError
 
 if TYPE_CHECKING:
+    from knobfleet.fleet.hosts import Hosts
     from knobfleet.fleet.hostvars import HostVars
-    from knobfleet.ops.fleet import Hosts
 
 
 def on_hosts(hosts: Sequence[HostVars], inventory: Path | Hosts) -> dict[str, dict[str, Any]]:

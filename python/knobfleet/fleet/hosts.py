@@ -19,10 +19,9 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from knobfleet.fleet import transports
-from knobfleet.fleet.transports import VIA
-from knobfleet.fleet.transports.base import Outcome, Target, check_forks, default_forks
+from knobfleet.fleet.transports.base import Job, Outcome, Target, check_forks, default_forks
 
-__all__ = ["VIA", "Hosts", "Outcome", "check_forks", "default_forks", "door"]
+__all__ = ["Hosts", "door", "fork_count", "via_choices"]
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
@@ -61,7 +60,7 @@ class Hosts:
             chosen = transports.quick(hosts, self.via)
             if chosen is None:
                 return {}
-            job = transports.Job(hosts, probe.call(hosts), self.inventory, on_event, self.forks)
+            job = Job(hosts, probe.call(hosts), self.inventory, on_event, self.forks)
             got = {o.host: o for o in transports.stream_with(chosen, job)}
             return {hv.host: got[hv.host] for hv in hosts}
         return probe.probe(hosts, self.inventory, self.via, on_event)
@@ -107,3 +106,14 @@ def door(where: Path | str | Hosts, via: str = "auto", forks: int | None = None)
     """A use case's ``Hosts``: the one it was handed (or anything shaped like it: a test's fake), else the door
     to an inventory (callers from before the door existed pass the inventory's path)."""
     return Hosts(Path(where), via, forks) if isinstance(where, str | PurePath) else where
+
+
+def via_choices() -> tuple[str, ...]:
+    """What a door's ``via`` may name (``--via``'s choices): ``auto``, then each registered transport."""
+    return transports.VIA
+
+
+def fork_count(asked: int | None) -> int:
+    """How many hosts a door works on at once: ``asked`` (``--forks``) when given, checked, else the transports'
+    default (``KNOBFLEET_FORKS``, else ansible.cfg's ``forks``, else 32)."""
+    return check_forks(asked) if asked is not None else default_forks()

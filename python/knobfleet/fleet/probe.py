@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from knobfleet.fleet import transports
-from knobfleet.fleet.transports import Job, ModuleCall, Outcome, Target
+from knobfleet.fleet.transports.base import Job, ModuleCall, Outcome, Target
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars

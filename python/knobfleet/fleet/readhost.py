@@ -45,7 +45,7 @@ _SOURCES = (
 
 @dataclass(frozen=True)
 class ReadHost:
-    """One host as the read path needs it (a ``transports.Target``)."""
+    """One host as the read path needs it (a ``transports.base.Target``)."""
 
     host: str
     address: str

@@ -101,9 +101,9 @@ def groups_vars(lab: LabView, count: int) -> str:
 
 def vllm_group_vars(lab: LabView) -> str:
     """Host vars of the lab's vLLM hosts (group ``vllm``): the engine, its service, launcher and model."""
-    from knobfleet.lab import vllm_install
+    from knobfleet.engines.sync import vllm_venv
 
-    inst = lab.vllm or vllm_install.layout()
+    inst = lab.vllm or vllm_venv.layout()
     env = "".join(f"  {k}: {v!r}\n" for k, v in sorted(hostfiles.VLLM_ENV.items()))
     return (
         "# Written by `knobfleet lab up --vllm`: these hosts run real vLLM (CPU build) on a tiny local model.\n"

@@ -60,7 +60,7 @@ class Lab:
     def __init__(self, state: Path | None = None) -> None:
         """The lab in the folder ``state``; by default the one a command means (``labid.selected``)."""
         self.dir = (state or labid.selected(paths.state_dir())).resolve()
-        self.vllm: Any = None  # a vllm_install.VllmInstall while booting vLLM hosts
+        self.vllm: Any = None  # a vllm_venv.VllmInstall while booting vLLM hosts
         self.vllm_hosts: set[str] = set()
         self.sglang: Any = None  # a sglang_install.SglangInstall while booting real-SGLang hosts
         self.sglang_hosts: set[str] = set()

@@ -35,17 +35,13 @@ from pathlib import Path
 from knobfleet.engines.sync.vllm_venv import (
     CACHE_ENV,
     DEFAULT_CACHE,
-    MODEL_NAME,
-    PIP_PACKAGE,
     VENV_RECIPE,
     VLLM_VERSION,
     VllmInstall,
     build_venv,
     built_once,
-    cache_root,
     fix_venv,
     layout,
-    local_version,
     report,
     venv_key,
     venv_ok,
@@ -54,20 +50,7 @@ from knobfleet.engines.sync.vllm_venv import (
 )
 from knobfleet.errors import LabError
 
-__all__ = [
-    "CACHE_ENV",
-    "DEFAULT_CACHE",
-    "MODEL_NAME",
-    "PIP_PACKAGE",
-    "VLLM_VERSION",
-    "VllmInstall",
-    "cache_root",
-    "ensure",
-    "is_installed",
-    "layout",
-    "local_version",
-    "model_recipe",
-]
+__all__ = ["ensure", "is_installed", "model_recipe"]
 
 _MODEL_SCRIPT = Path(__file__).resolve().parent / "vllm_tiny_model.py"
 

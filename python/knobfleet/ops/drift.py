@@ -16,9 +16,9 @@ from knobfleet.fleet.hosts import Hosts, door
 from knobfleet.live.verify import Declared, Finding, HostVerdict, unreachable, verify_host
 
 if TYPE_CHECKING:
-    from knobfleet.fleet.hosts import Outcome
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadHost, ReadPlan
+    from knobfleet.fleet.transports.base import Outcome
     from knobfleet.groups import EngineGroup
 
 

@@ -1,18 +1,19 @@
 """The fleet as the commands reach it: which inventory, which hosts, and the ``Hosts`` door every use case gets.
-The CLI goes through here, never into ``fleet/``. Light at import (the CLI builds its parser from ``VIA``)."""
+The CLI goes through here, never into ``fleet/``. Light at import (the CLI builds its parser from ``via_choices``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from knobfleet.fleet.hosts import VIA, Hosts, check_forks, default_forks
+from knobfleet.fleet import hosts as door_module
+from knobfleet.fleet.hosts import Hosts
 
 if TYPE_CHECKING:
     from knobfleet.fleet.hostvars import HostVars
     from knobfleet.fleet.readhost import ReadPlan
 
-__all__ = ["VIA", "Hosts", "check_forks", "default_forks", "default_inventory", "door", "hosts", "read_plan"]
+__all__ = ["check_sources", "default_inventory", "door", "fork_count", "hosts", "read_plan", "via_choices"]
 
 
 def default_inventory() -> Path:
@@ -20,6 +21,16 @@ def default_inventory() -> Path:
     from knobfleet.fleet.inventory import default
 
     return default()
+
+
+def via_choices() -> tuple[str, ...]:
+    """``--via``'s choices: ``auto``, then each transport (fleet.hosts.via_choices)."""
+    return door_module.via_choices()
+
+
+def fork_count(asked: int | None) -> int:
+    """``--forks`` when given (checked), else the default number of hosts at once (fleet.hosts.fork_count)."""
+    return door_module.fork_count(asked)
 
 
 def door(inventory: Path, via: str = "auto", forks: int | None = None, keep: bool = False) -> Hosts:

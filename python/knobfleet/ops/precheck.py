@@ -80,15 +80,16 @@ def version_refusal(
     catalog_dir: Path | None = None,
     notes: dict[str, str] | None = None,
 ) -> str | None:
-    """Why ``profile`` cannot go to this host, given the engine version it runs (``versions.host_version``: the first
+    """Why ``profile`` cannot go to this host, given the engine version it runs (``hostversion.host_version``: the first
     of ``knob_serve_engine_version``, the engine's own server info, the package metadata of its launcher's
     environment, the first line of ``knob_serve_version_file``): a knob that version lacks or rejects, a version with
     no synced catalog, a version file that cannot be read, or another version than the profile pins on a host naming
     no installs. None: the host runs the version the profile was validated on, or says none; then ``notes[host]``
-    (where given) says so (``versions.unknown_note``): validated against the catalog the profile was validated on,
+    (where given) says so (``hostversion.unknown_note``): validated against the catalog the profile was validated on,
     never in silence. ``catalog_dir``: the catalogs the profile was resolved with (default: the store's)."""
     from knobfleet.errors import ProfileError
     from knobfleet.profiles import catalog as catalogs
+    from knobfleet.profiles import hostversion
     from knobfleet.profiles import versions as engine_versions
 
     if profile.engine_version and hv.launchers:
@@ -98,7 +99,7 @@ def version_refusal(
 
         catalog_dir = store().catalog_dir
     pinned = catalogs.catalog_for(profile.engine, catalog_dir)
-    got = engine_versions.host_version(doc, hv.engine_version, pinned.serve.info_version, hv.version_file)
+    got = hostversion.host_version(doc, hv.engine_version, pinned.serve.info_version, hv.version_file)
     version = got.version
     if version is None and hv.version_file:
         return (f"engine version unreadable: {hv.version_file} gives {got.raw!r}; fix the file, or name the version "
@@ -106,7 +107,7 @@ def version_refusal(
     if version is None:
         if notes is not None and pinned.generated:  # the version-specific catalog speaks for it: said, not silent
             on = profile.validated_on or pinned.version
-            notes[hv.host] = engine_versions.unknown_note(hv.host, profile.engine, on, got, profile.ref)
+            notes[hv.host] = hostversion.unknown_note(hv.host, profile.engine, on, got, profile.ref)
         return None
     said = got.said(profile.engine)
     if profile.engine_version and version != profile.engine_version:

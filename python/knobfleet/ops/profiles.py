@@ -139,7 +139,7 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     from knobfleet import paths, safefile
     from knobfleet.errors import UsageError
     from knobfleet.profiles import catalog as catalogs
-    from knobfleet.profiles import versions
+    from knobfleet.profiles import hostversion, versions
 
     engine, version = parse_target(to)
     st = store()
@@ -157,7 +157,7 @@ def migrate(name: str, to: str, *, write: bool = True, source: str | None = None
     target = catalogs.catalog_for(engine, st.catalog_dir, version)
     profile = current
     label = f"{engine} {target.version or version}"
-    targets = versions.parse_version(profile.fingerprint.engine_version) == (target.version or version) and (
+    targets = hostversion.parse_version(profile.fingerprint.engine_version) == (target.version or version) and (
         profile.engine_version in (None, target.version or version)
     )
     moves = versions.moves_for(profile, target, set(leaf.env), {k.removeprefix("--") for k in leaf.args})

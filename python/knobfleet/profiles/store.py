@@ -204,7 +204,7 @@ class ProfileStore:
     def target_version(self, engine: str, fingerprint_version: str) -> str | None:
         """The synced engine version a profile's ``fingerprint.engine_version`` names, or None (the pinned
         catalog validates it: a fingerprint naming a version with no catalog is only a note)."""
-        from knobfleet.profiles.versions import parse_version
+        from knobfleet.profiles.hostversion import parse_version
 
         version = parse_version(fingerprint_version)
         return version if version in catalogs.synced_versions(engine, self.catalog_dir) else None

@@ -5,10 +5,11 @@ rewritten for another version.
   names that changed. A name the new version lacks is *renamed* when the engine says so: the new catalog's own
   rename table (``renamed``: SGLang's removed-argument map, curated in the overlay), a deprecated knob's
   ``replacement`` in the old catalog, or an alias the new version still accepts (then nothing breaks).
-- ``parse_version(text)``: ``0.32.0`` out of a version file's first line (``0.32.0``, ``vllm 0.32.0``, ``v0.32.0``).
-- ``host_version(doc, pin, ...)``: the version a host runs, from the first source that answers (the operator's
-  pin, the engine's report, the package metadata of its launcher's environment, its version file), and which;
-  ``unknown_note``: what a plan says of a host none of them answers for.
+- The version a host reports lives in ``profiles/hostversion.py`` (import it from there): ``parse_version(text)``,
+  ``0.32.0`` out of a version file's first line (``0.32.0``, ``vllm 0.32.0``, ``v0.32.0``); ``host_version(doc,
+  pin, ...)``, the version a host runs, from the first source that answers (the operator's pin, the engine's
+  report, the package metadata of its launcher's environment, its version file), and which; ``unknown_note``,
+  what a plan says of a host none of them answers for.
 - ``migrate_text(...)``: the next version of a profile file for the new catalog, edited line by line so the
   operator's comments stay: a renamed knob is written under its new name, a removed one is left out with a comment
   saying so (never dropped silently), and ``fingerprint.engine_version`` names the target.
@@ -22,36 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pydantic stays off drift's read path, which reads versions only
     from knobfleet.profiles.model import Catalog, Knob, Profile, Scalar
-
-from knobfleet.profiles.hostversion import (  # re-exported: the version a host runs
-    ENGINE,
-    FILE,
-    INFO_VERSION,
-    PACKAGE,
-    PIN,
-    SOURCES,
-    VERSION_RE,
-    HostVersion,
-    host_version,
-    parse_version,
-    reported,
-    unknown_note,
-)
-
-__all__ = [
-    "ENGINE",
-    "FILE",
-    "INFO_VERSION",
-    "PACKAGE",
-    "PIN",
-    "SOURCES",
-    "VERSION_RE",
-    "HostVersion",
-    "host_version",
-    "parse_version",
-    "reported",
-    "unknown_note",
-]
 
 
 @dataclass(frozen=True)

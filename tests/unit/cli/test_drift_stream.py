@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from knobfleet import cli, report
+from knobfleet import cli, report, report_text
 from knobfleet.live.verify import Finding, HostVerdict, summary
 from knobfleet.module_utils.knob_rules import Kind
 
@@ -39,7 +39,7 @@ def test_the_tail_is_the_summary() -> None:
 
 
 def test_json_lines_are_one_object_per_line() -> None:
-    lines = [report.json_line(v.as_json()) for v in verdicts()]
+    lines = [report_text.json_line(v.as_json()) for v in verdicts()]
     assert all("\n" not in ln for ln in lines)
     assert [json.loads(ln)["host"] for ln in lines] == [v.host for v in verdicts()]
 

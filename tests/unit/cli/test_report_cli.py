@@ -10,7 +10,7 @@ import pytest
 
 from knobfleet.errors import EXIT_OK
 from knobfleet.experiment import ab as use_case
-from knobfleet.experiment import html
+from knobfleet.experiment import html_ab
 from knobfleet.ops import profiles as app
 from tests.unit.cli.test_bench_output import INV, bench_doc, call, fake_bench
 from tests.unit.experiment.test_html import ab_doc, assert_self_contained
@@ -64,7 +64,7 @@ def test_ab_report_pages_name_both_profiles_content_hashes(
                 **_: Any) -> dict[str, Any]:  # fmt: skip
         doc = ab_doc() | {"a": a_.ref, "b": b_.ref, "consistency": {"A": "pass", "B": "pass"}}
         report_dir.mkdir(parents=True)
-        (report_dir / "report.html").write_text(html.ab_page(doc))  # what the use case writes: no hashes
+        (report_dir / "report.html").write_text(html_ab.ab_page(doc))  # what the use case writes: no hashes
         folders.append(report_dir)
         return doc
 

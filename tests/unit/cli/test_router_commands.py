@@ -1,5 +1,5 @@
 """``router status`` and ``router readd`` print what routers say (their error text, the workers they list) and the
-inventory's host names: every such string reaches the terminal escaped (``report.visible``), on one line, whatever
+inventory's host names: every such string reaches the terminal escaped (``report_text.visible``), on one line, whatever
 the router answers. Issue 56, cause 11: ``router readd`` printed a router's message raw."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.experiment import html
+from knobfleet.experiment import html, html_ab
 from tests.unit.experiment import test_canary_run as fleet
 from tests.unit.experiment.test_canary_run import FakeProm, run
 
@@ -97,7 +97,7 @@ def test_an_ab_page_plots_each_bucket_and_the_estimate_round_by_round() -> None:
     page = html.render(doc)
     assert_self_contained(page)
     assert 'class="decision promote"' in page and "A/B of default@1 (A) and ctas512@2 (B) on lab1: promote" in page
-    seq = html.sequential(doc)
+    seq = html_ab.sequential(doc)
     assert [p["round"] for p in seq] == [1, 2, 3, 4]
     assert 0.03 < seq[-1]["estimate"] < 0.06 and seq[-1]["low"] < seq[-1]["estimate"] < seq[-1]["high"]
     assert page.count("<svg") == 2  # the buckets, and the rounds

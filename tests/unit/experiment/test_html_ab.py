@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from knobfleet.experiment import design, html, html_ab, stats
+from knobfleet.experiment import design, html, html_ab, html_core, stats
 from knobfleet.experiment.html_core import mean_interval
 from tests.unit.experiment.test_html import ab_doc, assert_self_contained
 
@@ -83,7 +83,7 @@ def futile_doc(futility: float = 0.05) -> dict[str, Any]:
 
 def test_the_futility_bound_is_the_rule_that_decide_applies_round_by_round() -> None:
     doc = futile_doc()
-    seq = html.sequential(doc)
+    seq = html_ab.sequential(doc)
     s = design.Settings(weights={48: 1.0}, futility=0.05)
     per = [stats.log_ratio(x, y) for x, y in zip(doc["buckets"][0]["runs"]["A"], doc["buckets"][0]["runs"]["B"],
                                                    strict=True)]  # fmt: skip
@@ -111,13 +111,13 @@ def test_the_futility_bound_is_the_rule_that_decide_applies_round_by_round() -> 
     assert markers(page, "ab-rounds-estimate") == len(seq) == 8
     assert markers(page, "ab-rounds-futility") == sum(p["futility"] is not None for p in seq) == 6
     row = next(p for p in seq if p["round"] == first_keep)
-    assert f"<td class=l>{first_keep}</td><td>{html.pct(row['estimate'])}</td>" in page
-    assert f"<td>{html.pct(row['futility'])}</td><td>{row['chance']:.1%}</td><td>keep</td></tr>" in page
+    assert f"<td class=l>{first_keep}</td><td>{html_core.pct(row['estimate'])}</td>" in page
+    assert f"<td>{html_core.pct(row['futility'])}</td><td>{row['chance']:.1%}</td><td>keep</td></tr>" in page
 
 
 def test_with_the_futility_stop_off_no_bound_is_drawn() -> None:
     doc = futile_doc(futility=0.0)
-    seq = html.sequential(doc)
+    seq = html_ab.sequential(doc)
     assert all(p["futility"] is None for p in seq)
     page = html.render(doc)
     assert "The futility bound (turned off: futility 0)" in page

@@ -14,6 +14,7 @@ from knobfleet import paths
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet import probe, transports
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports import base
 from knobfleet.fleet.transports import ssh as transport
 from knobfleet.fleet.transports.sshrun import FunctionRun
 
@@ -82,7 +83,7 @@ def test_probe_module_runs_without_ansible(tmp_path: Path) -> None:
         },
     )
     call = probe.call([hv])
-    payload = transport.bundle(call.source(), paths.module_utils_dir())
+    payload = base.bundle(call.source(), paths.module_utils_dir())
     out = transport.run_function([hv], FunctionRun(tmp_path / "cp", payload, "knob_probe", "probe", call.args))["h1"]
     assert out.error is None
     doc = out.doc

@@ -12,7 +12,7 @@ from typing import Any
 
 from knobfleet.fleet.hostvars import HostVars, attach_groups
 from knobfleet.fleet.readhost import from_json, plan_from_hostvars, to_json
-from knobfleet.fleet.transports import Outcome
+from knobfleet.fleet.transports.base import Outcome
 from knobfleet.groups import from_json as group_of
 from knobfleet.ops import drift
 

@@ -26,8 +26,7 @@ from knobfleet.errors import EXIT_DRIFT, EXIT_DRIFT_AND_UNREACHABLE, EXIT_OK, EX
 from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.readhost import plan_from_hostvars
-from knobfleet.fleet.transports import HostFailure, Outcome
-from knobfleet.fleet.transports.base import Capabilities
+from knobfleet.fleet.transports.base import Capabilities, HostFailure, Outcome
 from knobfleet.live.verify import exit_code, summary
 from knobfleet.ops import drift
 

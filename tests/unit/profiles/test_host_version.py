@@ -1,4 +1,4 @@
-"""The engine version a host runs (``versions.host_version``): the first source that answers of the operator's
+"""The engine version a host runs (``hostversion.host_version``): the first source that answers of the operator's
 ``knob_serve_engine_version``, the engine's own report, the package metadata of its launcher's environment (the
 probe's ``engine_package``) and the host's version file; which one answered; and what a plan says of a host none
 of them answers for (``unknown_note``), rather than validating it against its own catalog in silence."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from knobfleet.profiles import versions
+from knobfleet.profiles import hostversion
+from knobfleet.profiles.hostversion import ENGINE, FILE, PACKAGE, PIN, HostVersion
 from knobfleet.profiles.store import ProfileStore
-from knobfleet.profiles.versions import ENGINE, FILE, PACKAGE, PIN, HostVersion
 
 VLLM_INFO = ("system_env", "vllm_version")
 META = "/opt/vllm-0.32.0/venv/lib/python3.11/site-packages/vllm-0.32.0+cpu.dist-info/METADATA"
@@ -98,9 +98,9 @@ CASES: list[tuple[str, str, dict[str, Any], str, tuple[str | None, str, str]]] =
 def test_the_first_source_that_answers_wins(
     pin: str, doc: dict[str, Any], version_file: str, want: tuple[str | None, str, str]
 ) -> None:
-    got = versions.host_version(doc, pin, VLLM_INFO, version_file)
+    got = hostversion.host_version(doc, pin, VLLM_INFO, version_file)
     assert (got.version, got.source, got.where) == want
-    assert got.source in (*versions.SOURCES, "")
+    assert got.source in (*hostversion.SOURCES, "")
 
 
 @pytest.mark.parametrize(
@@ -118,14 +118,14 @@ def test_the_first_source_that_answers_wins(
     ],
 )
 def test_a_host_no_source_answers_for_says_what_each_said(doc: dict[str, Any], silent: tuple[str, ...]) -> None:
-    assert versions.host_version(doc, "", VLLM_INFO) == HostVersion(None, "", "", silent)
+    assert hostversion.host_version(doc, "", VLLM_INFO) == HostVersion(None, "", "", silent)
 
 
 def test_said_names_the_version_and_its_source() -> None:
-    assert versions.host_version({}, "0.33.0").said("vllm") == "vllm 0.33.0 (knob_serve_engine_version)"
-    got = versions.host_version({"engine_package": PKG_32}, "", VLLM_INFO)
+    assert hostversion.host_version({}, "0.33.0").said("vllm") == "vllm 0.33.0 (knob_serve_engine_version)"
+    got = hostversion.host_version({"engine_package": PKG_32}, "", VLLM_INFO)
     assert got.said("vllm") == "vllm 0.32.0 (package vllm 0.32.0+cpu of /opt/v/bin/python)"
-    assert versions.host_version({"engine_version": "0.31.0"}, "", (), "/v").said("vllm") == "vllm 0.31.0 (/v)"
+    assert hostversion.host_version({"engine_version": "0.31.0"}, "", (), "/v").said("vllm") == "vllm 0.31.0 (/v)"
 
 
 @pytest.mark.parametrize(
@@ -141,17 +141,17 @@ def test_said_names_the_version_and_its_source() -> None:
 )
 def test_reported_is_host_version_without_a_pin(doc: dict[str, Any] | None, want: tuple[str | None, str]) -> None:
     """drift and verify read a host's running version with ``reported``: the package metadata counts there too."""
-    assert versions.reported(doc) == want
+    assert hostversion.reported(doc) == want
 
 
 def test_the_unknown_note_names_the_host_the_catalog_and_what_each_source_said() -> None:
-    got = versions.host_version({"server_info": None, "engine_package": NO_PKG}, "", VLLM_INFO)
-    assert versions.unknown_note("lab1", "vllm", "0.32.0", got, "old@1") == (
+    got = hostversion.host_version({"server_info": None, "engine_package": NO_PKG}, "", VLLM_INFO)
+    assert hostversion.unknown_note("lab1", "vllm", "0.32.0", got, "old@1") == (
         "engine version unknown on lab1: validated against vllm 0.32.0, the version profile old@1 was validated on "
         f"({NO_INFO}; no package metadata: {NO_PKG['error']}; {NO_FILE}); name the version in "
         "knob_serve_engine_version to have it checked"
     )
-    assert versions.unknown_note("h", "sglang", None, HostVersion(None)) == (
+    assert hostversion.unknown_note("h", "sglang", None, HostVersion(None)) == (
         "engine version unknown on h: validated against the sglang catalog; name the version in "
         "knob_serve_engine_version to have it checked"
     )
@@ -190,10 +190,10 @@ def test_the_pre_check_reads_the_launchers_package_where_vllm_reports_no_version
     # the package metadata answers before a version file that names another install
     with_file = HostVars(host="b", engine="vllm", version_file="/v")
     assert version_refusal(p, with_file, {**on_31, "engine_version": "0.32.0"}, profiles_dir / "catalogs") is None
-    # and a host that says nothing at all is let through (the plan says so: versions.unknown_note)
+    # and a host that says nothing at all is let through (the plan says so: hostversion.unknown_note)
     assert version_refusal(p, hv, {"server_info": None, "engine_package": NO_PKG}, profiles_dir / "catalogs") is None
     notes: dict[str, str] = {}
     silent = {"server_info": None, "engine_package": NO_PKG}
     assert version_refusal(p, hv, silent, profiles_dir / "catalogs", notes) is None
-    assert notes == {"a": versions.unknown_note("a", "vllm", "0.31.0", versions.host_version(silent), "old@1")}
+    assert notes == {"a": hostversion.unknown_note("a", "vllm", "0.31.0", hostversion.host_version(silent), "old@1")}
     assert notes["a"].startswith("engine version unknown on a: validated against vllm 0.31.0, the version profile")

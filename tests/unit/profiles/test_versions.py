@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from knobfleet.errors import ProfileError
 from knobfleet.profiles import catalog as catalogs
-from knobfleet.profiles import safeyaml, versions
+from knobfleet.profiles import hostversion, safeyaml, versions
 from knobfleet.profiles.model import Catalog, Knob, Profile, Serve
 from knobfleet.profiles.store import ProfileStore
 
@@ -38,7 +38,7 @@ from knobfleet.profiles.store import ProfileStore
     ],
 )
 def test_parse_version(text: str | None, want: str | None) -> None:
-    assert versions.parse_version(text) == want
+    assert hostversion.parse_version(text) == want
 
 
 VLLM_INFO = ("system_env", "vllm_version")
@@ -78,7 +78,7 @@ VLLM_INFO = ("system_env", "vllm_version")
 def test_the_reported_version_is_read_where_the_engine_says_it(
     doc: dict[str, Any] | None, path: tuple[str | int, ...], want: tuple[str | None, str]
 ) -> None:
-    assert versions.reported(doc, path) == want
+    assert hostversion.reported(doc, path) == want
 
 
 def test_each_engines_catalog_says_where_its_server_info_has_the_version() -> None:
@@ -568,7 +568,7 @@ def test_a_host_reporting_another_version_than_its_profile_pins_drifts(
     ],
 )
 def test_the_version_a_probe_shows(doc: dict[str, Any] | None, want: tuple[str | None, str]) -> None:
-    assert versions.reported(doc) == want
+    assert hostversion.reported(doc) == want
 
 
 def test_a_profile_valid_on_the_pinned_catalog_stays_valid_whatever_its_fingerprint_says(profiles_dir: Path) -> None:

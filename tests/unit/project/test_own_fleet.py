@@ -244,12 +244,12 @@ def test_verbose_and_vault_ids_become_the_environment(monkeypatch: pytest.Monkey
 
 
 def test_tables_wrap_long_notes_to_the_terminal() -> None:
-    from knobfleet import report
+    from knobfleet import report_text
 
-    text = report.table(["host", "note"], [["lab1", "word " * 30]], width=50)
+    text = report_text.table(["host", "note"], [["lab1", "word " * 30]], width=50)
     assert max(len(line) for line in text.splitlines()) <= 50
     assert len(text.splitlines()) > 3
-    assert report.table(["host", "note"], [["lab1", "word " * 30]], width=0).count("\n") == 2
+    assert report_text.table(["host", "note"], [["lab1", "word " * 30]], width=0).count("\n") == 2
 
 
 def test_student_t_interval_at_three_runs() -> None:
@@ -331,7 +331,7 @@ def test_collection_is_generated_from_the_single_source(tmp_path: Path) -> None:
 
 
 def test_fast_path_bundle_is_the_same_from_either_copy(tmp_path: Path) -> None:
-    from knobfleet.fleet.transports.ssh import bundle
+    from knobfleet.fleet.transports.base import bundle
 
     tree = collection.stage_collection(REPO, tmp_path / "ansible_collections" / "knobfleet" / "serving")
     ours = bundle((REPO / "roles" / "knob_probe" / "library" / "knob_probe.py").read_bytes(), paths.module_utils_dir())

@@ -131,13 +131,13 @@ def test_the_tables_classify_the_options_whose_class_is_known() -> None:
 
 def _with_a_new_command(real: object) -> object:
     def build(command: str | None = None) -> argparse.ArgumentParser:
-        from knobfleet.cli import types
+        from knobfleet import argtypes
 
         parser = real(command)  # type: ignore[operator]
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         p = sub.add_parser("zz-new", help="a command added after the harness was written")
-        p.add_argument("--input", type=types.input_file(1024, "input file"), help="what it reads")
-        p.add_argument("--count", type=types.POSITIVE, help="how many")
+        p.add_argument("--input", type=argtypes.input_file(1024, "input file"), help="what it reads")
+        p.add_argument("--count", type=argtypes.POSITIVE, help="how many")
         p.set_defaults(func=lambda args: 0)
         return parser
 

@@ -179,7 +179,7 @@ def test_a_writer_writes_a_regular_file_or_refuses_in_one_line_and_leaves_the_no
     when none is named; a record is always 0600); any other node at the path or as its folder is one line ending
     "nothing was written", and the node, its target and the folder are as they were."""
     from knobfleet.experiment import records
-    from knobfleet.report import finite
+    from knobfleet.report_text import finite
 
     root = fresh(tmp_path)
     dest = root / "out.json" if where == "file" else root / "sub" / "out.json"
@@ -632,9 +632,9 @@ def _nulls(value: Any) -> Any:
 @examples(200)
 @given(data=JSON | st.dictionaries(st.text(max_size=6), st.lists(st.floats(), max_size=4)))
 def test_json_output_is_strict_json_with_null_for_nan_and_infinities(data: Any) -> None:
-    from knobfleet import report
+    from knobfleet import report_text
 
-    assert _strict(report.to_json(data)) == _nulls(data)
+    assert _strict(report_text.to_json(data)) == _nulls(data)
 
 
 READINGS = st.sampled_from(["NaN", "+Inf", "-Inf", "1e999", "-1e999", "0", "0.5", "47", "64", "96.5", "200", "x"])

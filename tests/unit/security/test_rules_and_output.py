@@ -18,7 +18,7 @@ from knobfleet.cli import run
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet import hostvars
 from knobfleet.profiles import model
-from knobfleet.report import table, visible
+from knobfleet.report_text import table, visible
 
 
 def test_the_controllers_validators_are_the_rule_files_patterns() -> None:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knobfleet import report, report_rollout
+from knobfleet import report, report_rollout, report_text
 from knobfleet.engines.adapter import engine as adapter
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.live import verify
@@ -111,19 +111,19 @@ def outputs(old: str, new: str, vaulted: str) -> list[str]:
     r = render_host(PROFILE, hv, secret_key=KEY)
     doc = host_doc(old, new, vaulted)
     out = [r.script_shown, r.unit_shown, "\n".join(r.argv_shown), json.dumps(r.env_shown)]
-    out.append(report.to_json(rendered_json(r)))
+    out.append(report_text.to_json(rendered_json(r)))
     declared = verify.Declared(PROFILE.name, PROFILE.version, PROFILE.content_hash)
     p = plan.plan_host(copy.deepcopy(doc), r, declared, ENGINE)
     outcome = from_plan(p, True, 1)
     result = ApplyReport(PROFILE, True, [], [outcome], 0.0, 0.0)
-    out += [report_rollout.apply_summary(result), report.to_json(result.as_json())]
+    out += [report_rollout.apply_summary(result), report_text.to_json(result.as_json())]
     verdict = verify.verify_host("h", copy.deepcopy(doc), declared, ENGINE.rules())
-    out += [report.to_json(verdict.as_json()), report.drift_report([verdict], verify.summary([verdict]), "drift")]
+    out += [report_text.to_json(verdict.as_json()), report.drift_report([verdict], verify.summary([verdict]), "drift")]
     hist = history.from_probe("h", doc, r.secret, KEY)
-    out += [report.to_json(hist.as_json()), report_rollout.history_report([hist], 10)]
+    out += [report_text.to_json(hist.as_json()), report_rollout.history_report([hist], 10)]
     for f in p.findings:  # a ledger reason made of a finding, as the rescue path records it
         hist = history.from_probe("h", {"generations": {"ledger": [{"reason": f.message}]}}, r.secret, KEY)
-        out.append(report.to_json(hist.as_json()))
+        out.append(report_text.to_json(hist.as_json()))
     return out
 
 

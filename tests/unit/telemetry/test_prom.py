@@ -218,9 +218,9 @@ def test_an_answer_of_the_wrong_shape_is_one_line(body: bytes) -> None:
 
 
 def test_json_output_never_holds_infinity() -> None:
-    from knobfleet import report
+    from knobfleet import report_text
 
-    text = report.to_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": {"d": -float("inf")}})
+    text = report_text.to_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
 
 

@@ -16,8 +16,8 @@ A generated catalog has the shape of the hand-written ones plus what only a gene
       VLLM_CPU_KVCACHE_SPACE: {kind: env, type: int, ...}
 
 Types are mapped conservatively: a value parser we do not know becomes ``str``. Curated metadata (ranges,
-better descriptions, knobs from patches) lives in an overlay file merged by ``merge``; the generated file is
-never edited by hand. Everything is sorted, so regenerating from the same engine gives identical bytes.
+better descriptions, knobs from patches) lives in an overlay file merged by ``profiles.merge.merge``; the generated
+file is never edited by hand. Everything is sorted, so regenerating from the same engine gives identical bytes.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from typing import Any
 
 import yaml
 
-from knobfleet.profiles.merge import KNOB_FIELDS, merge
 from knobfleet.profiles.merge import ordered as _ordered
 
-__all__ = ["KNOB_FIELDS", "build_catalog", "merge", "render"]
+__all__ = ["build_catalog", "render"]
 
 ENV_PREFIXES = {"vllm": ["VLLM_"], "sglang": ["SGLANG_", "SGL_"]}
 MAX_DESCRIPTION = 120

@@ -3,10 +3,12 @@ per host. Three ship: ``ssh`` (the fast path over Ansible's own multiplexed conn
 playbook through ansible-runner) and ``local`` (the machine knobfleet runs on, no ssh). ``--via`` takes ``auto``
 or any registered name, on every command.
 
-The shared types live in ``base.py``. Each transport declares the connection variables it reads and its
-``Capabilities``; what happens here (auto's choice, the fallback for a host without python, the warm-up) is
-decided on those, never on a transport's name. Adding one is one file with a class of the ``base.Transport``
-shape, plus its line in ``REGISTRY`` below (``local.py`` is the example).
+The shared types live in ``base.py`` and are imported from there (``Job``, ``Outcome``, ``Target``, ...); this
+package's own names are the registry and what is decided on it (``VIA``, ``choose``, ``run``, ...). Each transport
+declares the connection variables it reads and its ``Capabilities``; what happens here (auto's choice, the
+fallback for a host without python, the warm-up) is decided on those, never on a transport's name. Adding one is
+one file with a class of the ``base.Transport`` shape, plus its line in ``REGISTRY`` below (``local.py`` is the
+example).
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from typing import Any
 from knobfleet.errors import UsageError
 from knobfleet.fleet.transports.ansible import AnsibleTransport
 from knobfleet.fleet.transports.base import (
-    Capabilities,
-    HostFailure,
     Job,
     ModuleCall,
     Outcome,
@@ -27,28 +27,11 @@ from knobfleet.fleet.transports.base import (
     Transport,
     bundle,
     collected,
-    default_forks,
 )
 from knobfleet.fleet.transports.local import LocalTransport
 from knobfleet.fleet.transports.ssh import SshTransport
 
-__all__ = [
-    "REGISTRY",
-    "VIA",
-    "Capabilities",
-    "HostFailure",
-    "Job",
-    "ModuleCall",
-    "Outcome",
-    "Target",
-    "Transport",
-    "choose",
-    "default_forks",
-    "quick",
-    "run",
-    "stream",
-    "warm_up",
-]
+__all__ = ["REGISTRY", "VIA", "choose", "play_vars", "quick", "run", "stream", "stream_with", "warm_up"]
 
 
 # In the order ``--via auto`` tries them: one instance of each for the process, holding its own state.

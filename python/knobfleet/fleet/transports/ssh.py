@@ -44,23 +44,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from knobfleet.fleet.ansible_cfg import SSH_ARGS
 from knobfleet.fleet.transports import probecache
 from knobfleet.fleet.transports.base import (
-    BOOT,
-    DEFAULT_FORKS,
-    DEFAULT_PYTHON,
     Capabilities,
-    HostFailure,
     Job,
     Outcome,
     RunsItsStream,
     Target,
     bundle,
-    check_forks,
     default_forks,
     host_view,
-    interpret,
     keys,
 )
 from knobfleet.fleet.transports.sshrun import FunctionRun, Started
@@ -72,19 +65,8 @@ if TYPE_CHECKING:
     from knobfleet.fleet.transports.sshsession import Sessions
 
 __all__ = [
-    "BOOT",
-    "DEFAULT_FORKS",
-    "DEFAULT_PYTHON",
-    "SSH_ARGS",
-    "HostFailure",
-    "Outcome",
     "SshTransport",
-    "Target",
-    "bundle",
-    "check_forks",
-    "default_forks",
     "ineligible",
-    "interpret",
     "iter_function",
     "run_function",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from knobfleet.engines.sync import build, render_dump
-from knobfleet.profiles import safeyaml
+from knobfleet.profiles import merge, safeyaml
 from knobfleet.profiles.model import Catalog
 
 REPO = Path(__file__).resolve().parents[4]
@@ -130,7 +130,7 @@ def test_merge_overlay() -> None:
             "headless": None,
         },
     }
-    merged = build.merge(gen, overlay)
+    merged = merge.merge(gen, overlay)
     assert merged["knobs"]["max-num-seqs"]["min"] == 1 and merged["knobs"]["max-num-seqs"]["type"] == "int"
     assert merged["knobs"]["VLLM_PATCHED"]["origin"] == "some patch"
     assert merged["knobs"]["VLLM_PATCHED"]["restart"] is True
@@ -138,9 +138,9 @@ def test_merge_overlay() -> None:
     assert merged["serve"]["readiness_path"] == "/health"
     assert gen["knobs"]["max-num-seqs"].get("min") is None  # the generated dict is not modified
     with pytest.raises(ValueError, match="lacks kind, type, origin"):
-        build.merge(gen, {"engine": "vllm", "knobs": {"NOT_UPSTREAM": {"min": 1}}})
+        merge.merge(gen, {"engine": "vllm", "knobs": {"NOT_UPSTREAM": {"min": 1}}})
     with pytest.raises(ValueError, match="overlay is for"):
-        build.merge(gen, {"engine": "sglang"})
+        merge.merge(gen, {"engine": "sglang"})
 
 
 @pytest.mark.parametrize("engine", sorted(RECORDED))
@@ -154,7 +154,7 @@ def test_committed_catalog_matches_recorded_dump(engine: str) -> None:
 def test_generated_plus_overlay_validates_as_todays_catalog(engine: str) -> None:
     generated = safeyaml.load_file(GENERATED / f"{engine}.yaml")
     overlay = safeyaml.load_file(GENERATED.parent / f"{engine}.overlay.yaml")
-    catalog = Catalog.model_validate(build.merge(generated, overlay))
+    catalog = Catalog.model_validate(merge.merge(generated, overlay))
     assert catalog.engine == engine
     assert catalog.serve.readiness_path.startswith("/")
 

@@ -13,7 +13,7 @@ import pytest
 from knobfleet.fleet import runner, transports
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import HostResult, RunRequest, RunResult
-from knobfleet.fleet.transports import HostFailure, Job, ModuleCall, Outcome
+from knobfleet.fleet.transports.base import HostFailure, Job, ModuleCall, Outcome
 
 HOSTS = [HostVars(host=h, address=f"127.0.1.{i}") for i, h in enumerate(("ok", "down", "failed", "nodoc", "odd"), 1)]
 CALL = ModuleCall(

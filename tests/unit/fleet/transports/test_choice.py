@@ -14,8 +14,7 @@ import pytest
 from knobfleet.errors import UsageError
 from knobfleet.fleet import transports
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.transports import HostFailure, Job, ModuleCall, Outcome
-from knobfleet.fleet.transports.base import Capabilities
+from knobfleet.fleet.transports.base import Capabilities, HostFailure, Job, ModuleCall, Outcome
 
 HOSTS = [HostVars(host=h) for h in ("a", "b", "c")]
 CALL = ModuleCall("knob_probe", "knob_probe", "probe", "probe.yml", "probe", {h.host: {} for h in HOSTS})

@@ -16,8 +16,7 @@ import pytest
 
 from knobfleet.fleet import probe, transports
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.transports import Job
-from knobfleet.fleet.transports.base import Capabilities, Outcome
+from knobfleet.fleet.transports.base import Capabilities, Job, Outcome
 
 NAMES = sorted(transports.REGISTRY)
 

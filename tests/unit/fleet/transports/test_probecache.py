@@ -13,7 +13,7 @@ import pytest
 
 from knobfleet import paths
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.transports import probecache
+from knobfleet.fleet.transports import base, probecache
 from knobfleet.fleet.transports import ssh as transport
 from knobfleet.fleet.transports.base import bundle
 from knobfleet.fleet.transports.sshrun import FunctionRun
@@ -33,7 +33,7 @@ def host(tmp_path: Path) -> HostVars:
     )
 
 
-def probe(host: HostVars, tmp_path: Path, known: probecache.Known) -> transport.Outcome:
+def probe(host: HostVars, tmp_path: Path, known: probecache.Known) -> base.Outcome:
     state = tmp_path / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     payload = bundle(SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
@@ -88,7 +88,7 @@ def test_the_short_payload_carries_only_the_private_options() -> None:
 PID_SOURCE = b"import os\ndef f(a):\n    return {'a': a, 'pid': os.getpid()}\n"
 
 
-def ask(host: HostVars, tmp_path: Path, known: probecache.Known, kept: Any = None) -> transport.Outcome:
+def ask(host: HostVars, tmp_path: Path, known: probecache.Known, kept: Any = None) -> base.Outcome:
     state = tmp_path / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     payload = bundle(PID_SOURCE, paths.module_utils_dir(), {"secret_key": "k"})
@@ -145,7 +145,7 @@ def test_two_versions_against_the_same_host_each_keep_their_entry(host: HostVars
     args = {"h1": {"state_dir": f"{state}/svc"}}
     roots = {"h1": probecache.root_of(args["h1"]) or ""}
 
-    def probe_other() -> transport.Outcome:
+    def probe_other() -> base.Outcome:
         return transport.run_function(
             [host], FunctionRun(tmp_path / "cp", payload, "m", "f", args, cache_roots=roots, known=known)
         )["h1"]

@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knobfleet import paths
+from knobfleet.fleet import ansible_cfg
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.transports import base
 from knobfleet.fleet.transports import ssh as transport
 from knobfleet.fleet.transports.sshcalls import ssh_argv
 from knobfleet.fleet.transports.sshrun import FunctionRun
@@ -62,7 +64,7 @@ def hv(host: str = "h1", **conn: str) -> HostVars:
 def test_ssh_argv_mirrors_ansible(conn: dict[str, str], expected_tail: list[str]) -> None:
     argv = ssh_argv(hv(**conn), CP)
     assert argv[0] == "ssh"
-    assert argv[1:7] == list(transport.SSH_ARGS)
+    assert argv[1:7] == list(ansible_cfg.SSH_ARGS)
     assert argv[9:11] == ["-o", "BatchMode=yes"]  # never a password prompt
     assert argv[-len(expected_tail) :] == expected_tail
 
@@ -103,13 +105,13 @@ def test_ineligible(conn: dict[str, str], reason: str | None) -> None:
     ],
 )
 def test_interpret_failures(rc: int, out: bytes, err: bytes, expected: str) -> None:
-    o = transport.interpret("h1", rc, out, err, "/usr/bin/python3")
+    o = base.interpret("h1", rc, out, err, "/usr/bin/python3")
     assert o.doc is None and o.error is not None and str(o.error).startswith(expected)
     assert o.missing_python == (rc == 127)
 
 
 def test_interpret_document() -> None:
-    assert transport.interpret("h1", 0, b'{"a": [1]}', b"", "python3").doc == {"a": [1]}
+    assert base.interpret("h1", 0, b'{"a": [1]}', b"", "python3").doc == {"a": [1]}
 
 
 SOURCE = b"""
@@ -119,7 +121,7 @@ def echo(args):
 def boom(args):
     raise RuntimeError("probe exploded")
 """
-MODULE = transport.bundle(SOURCE, paths.module_utils_dir())  # what the fast path writes to ssh's stdin
+MODULE = base.bundle(SOURCE, paths.module_utils_dir())  # what the fast path writes to ssh's stdin
 
 
 @pytest.fixture
@@ -157,7 +159,7 @@ def test_module_errors_and_missing_interpreter(fake_ssh: Path, tmp_path: Path) -
 
 def test_timeout_stops_the_process(tmp_path: Path, fake_ssh: Path) -> None:
     (h,) = local_hosts(fake_ssh, 1)
-    slow = transport.bundle(b"import time\ndef wait(a):\n    time.sleep(30)\n", paths.module_utils_dir())
+    slow = base.bundle(b"import time\ndef wait(a):\n    time.sleep(30)\n", paths.module_utils_dir())
     out = transport.run_function([h], FunctionRun(tmp_path / "cp", slow, "m", "wait", {"h1": {}}, timeout_s=0.5))
     assert str(out["h1"].error) == "error: no answer within 0.5 s; the ssh process was stopped"
 
@@ -183,7 +185,7 @@ def test_speculative_start_is_used_only_when_the_argv_matches(
     assert second["h1"].doc["pid"] == early_pids["h1"] and second["h2"].doc["pid"] != early_pids["h2"]
     assert first["h1"].doc["pid"] != second["h1"].doc["pid"]
     # a different module source never reuses the plan
-    assert transport.start_planned("k", transport.bundle(SOURCE + b"\n", paths.module_utils_dir())) == {}
+    assert transport.start_planned("k", base.bundle(SOURCE + b"\n", paths.module_utils_dir())) == {}
     saved = json.loads(next((tmp_path / "state" / "cache" / "fastpath").glob("*.json")).read_text())
     assert [p["host"] for p in saved] == ["h1", "h2", "h3"]
     rest = transport.start_planned("k", MODULE)
@@ -227,7 +229,7 @@ def test_the_bundle_carries_the_module_utils_a_module_imports(fake_ssh: Path, tm
     source = (
         b"from ansible.module_utils.knob_live import script_env_argv\ndef f(a):\n    return script_env_argv(a['s'])\n"
     )
-    payload = transport.bundle(source, paths.module_utils_dir())
+    payload = base.bundle(source, paths.module_utils_dir())
     # knob_live imports knob_redact (which imports knob_lean and the lexer, knob_shell), knob_rules (the rule's
     # table), knob_running (which imports knob_argv, the argv reader) and knob_runtime (the run line's reader, which
     # reads a container's processes with knob_procfs): shipped with it, each after what it imports
@@ -275,7 +277,7 @@ def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake
     args = {h.host: {"dir": d, "name": h.host} for h in hosts}
     args["h1"]["wait"] = True
     args["h4"]["open"] = True
-    payload = transport.bundle(GATED, paths.module_utils_dir())
+    payload = base.bundle(GATED, paths.module_utils_dir())
     order = [
         o.host
         for o in transport.iter_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=2))
@@ -287,7 +289,7 @@ def test_outcomes_stream_as_hosts_answer_and_a_slow_host_delays_only_itself(fake
 def test_run_function_keeps_the_hosts_order_and_one_fork_runs_one_at_a_time(fake_ssh: Path, tmp_path: Path) -> None:
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {"dir": str(tmp_path), "name": h.host} for h in hosts}
-    payload = transport.bundle(GATED, paths.module_utils_dir())
+    payload = base.bundle(GATED, paths.module_utils_dir())
     out = transport.run_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=1))
     assert list(out) == ["h1", "h2", "h3"] and [o.doc for o in out.values()] == ["h1", "h2", "h3"]
     assert (tmp_path / "seen").read_text().split() == ["1", "1", "1"]
@@ -297,7 +299,7 @@ def test_closing_the_stream_early_stops_what_runs(fake_ssh: Path, tmp_path: Path
     hosts = local_hosts(fake_ssh, 3)
     args = {h.host: {"dir": str(tmp_path), "name": h.host, "wait": h.host != "h3"} for h in hosts}
     args["h3"]["peers"] = 3  # answers once h1 and h2 are running
-    payload = transport.bundle(GATED, paths.module_utils_dir())
+    payload = base.bundle(GATED, paths.module_utils_dir())
     it = transport.iter_function(hosts, FunctionRun(tmp_path / "cp", payload, "m", "gated", args, forks=3))
     assert next(it).host == "h3"
     pids = [int(f.read_text()) for f in (tmp_path / "running").iterdir()]  # h1 and h2, waiting for a flag
@@ -345,7 +347,7 @@ def test_default_forks(
         monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "ansible.cfg"))
     else:
         monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "none.cfg"))
-    assert transport.default_forks() == expected
+    assert base.default_forks() == expected
 
 
 @pytest.mark.parametrize("bad", ["0", "-3", "many"])
@@ -354,4 +356,4 @@ def test_bad_forks_are_usage_errors(bad: str, monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setenv("KNOBFLEET_FORKS", bad)
     with pytest.raises(UsageError, match="KNOBFLEET_FORKS"):
-        transport.default_forks()
+        base.default_forks()
