@@ -14,7 +14,7 @@ Modes (``--mode``):
 - ``baseline``: the rollout WITHOUT router integration -- the inventory's ``knob_router_url`` is emptied, so the
   router keeps routing to an engine that restarts. The reason the feature exists.
 - ``steps``: this script drives the router steps itself around one ``apply --limit HOST`` per host: drain
-  (``fleet.router.DrainStep``: out of the router, in-flight requests to 0), apply, readmit (back, healthy).
+  (``fleet.router.drain``: out of the router, in-flight requests to 0), apply, readmit (back, healthy).
 - ``integrated``: plain ``apply --serial 1`` with the router vars in the inventory, for when the rollout itself
   drives the steps.
 
@@ -50,7 +50,7 @@ from typing import Any
 from _lab import KNOBFLEET, REPO, table
 
 sys.path.insert(0, str(REPO / "python"))
-from knobfleet.fleet.router import DrainStep, ReadmitStep
+from knobfleet.fleet.router import Route, drain, readmit
 from knobfleet.fleet.router_kinds import MonotonicClock, SGLangRouter, engine_inflight
 from knobfleet.lab import loadgen
 from knobfleet.lab.hostfiles import LabHost
@@ -145,16 +145,15 @@ def rollout(mode: str, profile: str, inv: Path, hosts: list[LabHost], router_url
     steps: list[dict[str, object]] = []
     for h in hosts:
         worker = f"http://{h.address}:30000"
-        drain = DrainStep(h.name, router, worker, engine_inflight(worker, "sglang"), clock, drain_timeout_s=30, out=out)
-        res = drain.do()
+        route = Route(h.name, router, worker, clock, engine_inflight(worker, "sglang"), drain_timeout_s=30, out=out)
+        res = drain(route)
         steps.append(asdict(res))
-        if not res.ok:
-            drain.undo()
+        if not res.ok:  # a failed drain has put its worker back itself
             raise SystemExit(f"{h.name}: drain failed: {res.message}")
         try:
             apply(profile, inv, "--limit", h.name)
         finally:
-            back = ReadmitStep(h.name, router, worker, clock, out=out).do()
+            back = readmit(route)
             steps.append(asdict(back))
         if not back.ok:
             raise SystemExit(f"{h.name}: readmit failed: {back.message}")
@@ -215,15 +214,14 @@ def bare_rollout(mode: str, fleet: BareFleet, router_url: str) -> list[dict[str,
     steps: list[dict[str, object]] = []
     for port, worker in zip(fleet.ports, fleet.workers, strict=True):
         if mode == "steps":
-            drain = DrainStep(str(port), router, worker, engine_inflight(worker, "sglang"), clock, 30, out=out)
-            res = drain.do()
+            route = Route(str(port), router, worker, clock, engine_inflight(worker, "sglang"), 30, out=out)
+            res = drain(route)
             steps.append(asdict(res))
-            if not res.ok:
-                drain.undo()
+            if not res.ok:  # a failed drain has put its worker back itself
                 raise SystemExit(f"{worker}: drain failed: {res.message}")
         fleet.restart(port)
         if mode == "steps":
-            back = ReadmitStep(str(port), router, worker, clock, out=out).do()
+            back = readmit(Route(str(port), router, worker, clock, out=out))
             steps.append(asdict(back))
             if not back.ok:
                 raise SystemExit(f"{worker}: readmit failed: {back.message}")

@@ -1,3 +1,3 @@
 """knobfleet: deploy versioned knob profiles to GPU inference hosts and prove they took effect."""
 
-__version__ = "0.2.7"
+__version__ = "0.2.8"

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from knobfleet.module_utils.knob_redact import SHAPES, URL_SHAPE, URL_START
+
 VAULT_MARK = "<a vault value>"
 SHAPE_MARK = "<a secret>"
 MIN_LEN = 4  # shorter vault values (a port, "true") are not replaced in text: they would hide every such word
@@ -41,8 +43,6 @@ def scrub(text: str, vaulted: Iterable[str] = ()) -> str:
     every credential-shaped span replaced by a placeholder. Pure but for the remembered values."""
     import json
 
-    from knobfleet.module_utils.knob_redact import SHAPES
-
     for v in sorted({*_VAULT, *(v for v in vaulted if len(v) >= MIN_LEN)}, key=len, reverse=True):
         for form in {v, repr(v)[1:-1], json.dumps(v)[1:-1]}:  # as written, and as a repr or a JSON string quotes it
             text = text.replace(form, VAULT_MARK)
@@ -53,10 +53,9 @@ def scrub(text: str, vaulted: Iterable[str] = ()) -> str:
     return text
 
 
-URL_SHAPE = "a URL with a password in it"
 # knob_redact's URL shape without its run to the line's last "@": that run, tried from every scheme in a line, is
 # quadratic (a 100 KB line of "a://b:" took seconds); here each line's last "@" is found once.
-_URL_START = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:")
+_URL_START = re.compile(URL_START)
 _TAIL = re.compile(TAIL)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from knobfleet.fleet.router import DrainStep, Outcome, ReadmitStep
+from knobfleet.fleet.router import Outcome, Route, drain, readmit
 from knobfleet.fleet.router_kinds import MonotonicClock, SGLangRouter, engine_inflight
 from knobfleet.lab import loadgen
 from knobfleet.lab.hostfiles import SERVICE
@@ -104,14 +104,14 @@ def test_drain_restart_readmit_under_load_drops_nothing(rfleet: Fleet) -> None:
         threading.Event().wait(5)
         inflight = engine_inflight(worker, "sglang")
         assert inflight() > 0, "no request in flight on the host: the drain would prove nothing"
-        drain = DrainStep("lab2", router, worker, inflight, clock, drain_timeout_s=30)
-        drained = drain.do()
+        route = Route("lab2", router, worker, clock, inflight, drain_timeout_s=30)
+        drained = drain(route)
         assert drained.outcome is Outcome.OK, drained.message
         assert drained.inflight == 0 and not drained.in_router
         rfleet.ssh("lab2", restart_sh(SERVICE, host.address))
-        readmitted = ReadmitStep("lab2", router, worker, clock, out=drain.out).do()
+        readmitted = readmit(route)
         assert readmitted.outcome is Outcome.OK, readmitted.message
-        assert drain.out == set()
+        assert route.out == set()
     finally:
         load.join(timeout=200)
     summary = loadgen.summarize(records)
@@ -128,11 +128,11 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
     router = SGLangRouter(lr.url)
     clock = MonotonicClock()
     stranger = "http://127.0.1.200:30000"
-    out = DrainStep("labX", router, stranger, engine_inflight(stranger, "sglang"), clock).do()
+    out = drain(Route("labX", router, stranger, clock, engine_inflight(stranger, "sglang")))
     assert out.outcome is Outcome.UNKNOWN_WORKER and out.in_router
     assert "\n" not in out.message and stranger in out.message
     gone = SGLangRouter("http://127.0.0.1:9")  # the discard port: nothing listens there
-    out = DrainStep("lab1", gone, f"http://{addr('lab1')}:30000", lambda: 0, clock).do()
+    out = drain(Route("lab1", gone, f"http://{addr('lab1')}:30000", clock, lambda: 0))
     assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
 
 

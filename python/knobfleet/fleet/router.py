@@ -4,8 +4,10 @@ A production decode server sits behind a router. Before its engine restarts, the
 router (drain), its in-flight requests are waited out (read from the engine's own ``/metrics``), and after it
 is ready again it is put back and waited on until the router reports it healthy. This module holds what that
 needs without doing any I/O: the parsed router and engine documents, the typed outcome of each operation, the
-capacity guard, and the steps (``do``/``undo``) that drive a ``RouterKind`` (``fleet.router_kinds``: the HTTP
-side, one class per kind of router) with an injected clock.
+capacity guard, and what a rollout does to one host's worker (``Route``: ``drain``, ``settle``, ``readmit``,
+``evict``), driving a ``RouterKind`` (``fleet.router_kinds``: the HTTP side, one class per kind of router) with an
+injected clock. Each returns a ``RouterResult``, the rollout's one ``StepResult`` with the router's outcome; the
+rollout's steps are ``stepcore.PerHost`` over them (ops/routing.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from knobfleet.errors import KnobfleetError
+from knobfleet.stepcore import StepResult
 
 # In-flight gauges per engine: running + queued requests (DESIGN: SGLang needs --enable-metrics; vLLM always).
 _SAMPLE_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -59,23 +62,44 @@ class Worker:
     load: int | None = None
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """The typed result of a step's ``do`` or ``undo``: outcome, one line, how long it took, the in-flight
-    count seen last (drain) and whether the worker is in the router when the step ends."""
+@dataclass(frozen=True, kw_only=True)
+class RouterResult(StepResult):
+    """What a drain, settle, re-add or its undo did on one host (``stepcore.StepResult``): the typed outcome, how
+    long it took, the in-flight count seen last (drain) and whether the worker is in the router when it ends.
+    ``ok`` is ``outcome is Outcome.OK`` (``routed`` builds it so)."""
 
-    step: str
-    host: str
     outcome: Outcome
-    message: str
     seconds: float = 0.0
     inflight: int | None = None
     in_router: bool = True
     forced: bool = False  # a drain that timed out, restarted anyway (--force-restart): ``inflight`` were dropped
 
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
+    def __post_init__(self) -> None:
+        if self.ok != (self.outcome is Outcome.OK):
+            raise ValueError(f"{self.step} on {self.host}: ok={self.ok} disagrees with outcome {self.outcome}")
+
+
+def routed(
+    step: str,
+    host: str,
+    outcome: Outcome,
+    message: str,
+    seconds: float = 0.0,
+    inflight: int | None = None,
+    in_router: bool = True,
+    forced: bool = False,
+) -> RouterResult:
+    return RouterResult(
+        step=step,
+        host=host,
+        ok=outcome is Outcome.OK,
+        message=message,
+        outcome=outcome,
+        seconds=seconds,
+        inflight=inflight,
+        in_router=in_router,
+        forced=forced,
+    )
 
 
 def normalize_url(url: str) -> str:
@@ -197,200 +221,167 @@ class Clock(Protocol):
 
 
 @dataclass
-class DrainStep:
-    """Take ``worker_url`` out of ``router`` and wait until the engine has no request in flight, at most
-    ``drain_timeout_s``. ``undo`` puts the worker back (``ReadmitStep.do``). ``inflight`` reads the engine's
-    count (``router_kinds.engine_inflight``); ``out`` is the rollout's shared set of URLs it has taken out."""
+class Route:
+    """One host's worker in its router, and the bounds of taking it out and putting it back: what ``drain``,
+    ``settle``, ``readmit`` and ``evict`` act on. ``inflight`` reads the engine's running + queued count
+    (``router_kinds.engine_inflight``; only the drain reads it); ``out`` is the rollout's shared set of worker
+    URLs it has taken out (the capacity guard counts it)."""
 
     host: str
     router: RouterKind
     worker_url: str
-    inflight: Callable[[], int]
     clock: Clock
-    drain_timeout_s: float = 120.0
+    inflight: Callable[[], int] | None = None
+    drain_timeout_s: float = 120.0  # the drain's wait for 0 in flight, and the settle's for the router to let go
+    healthy_timeout_s: float = 120.0  # the re-add's wait for the router to list the worker healthy
     max_unavailable: int | str = 1
-    healthy_timeout_s: float = 120.0
     poll_s: float = 0.25
     out: set[str] = field(default_factory=set)
-    name: str = "drain"
     force: bool = False  # --force-restart: a drain that times out goes on, counting the requests it drops
 
-    def do(self) -> StepResult:
-        t0 = self.clock.now()
-        url = normalize_url(self.worker_url)
+    @property
+    def url(self) -> str:
+        return normalize_url(self.worker_url)
+
+    def result(self, step: str, outcome: Outcome, message: str, t0: float, **kw: Any) -> RouterResult:
+        return routed(step, self.host, outcome, message, self.clock.now() - t0, **kw)
+
+
+def drain(r: Route) -> RouterResult:
+    """Take the worker out of its router and wait until the engine has no request in flight, at most
+    ``drain_timeout_s``. A drain that fails after the worker was taken out puts it back itself (a failed step is
+    never undone by the rollout, and the engine still serves its old generation). Its undo is ``readmit``."""
+    assert r.inflight is not None, "a drain reads the engine's in-flight count"
+    t0 = r.clock.now()
+    url = r.url
+    try:
+        workers = r.router.list_workers()
+        if url not in {w.url for w in workers}:
+            raise RouterError(
+                Outcome.UNKNOWN_WORKER,
+                f"{r.router.url}: {url} is not among its workers; add it to the router or fix knob_router_url",
+            )
+        reason = capacity_refusal(workers, r.out, url, r.max_unavailable, r.router.url)
+        if reason:
+            raise RouterError(Outcome.CAPACITY, reason)
+        r.router.remove(url)
+    except RouterError as exc:
+        return r.result("drain", exc.outcome, str(exc), t0)
+    r.out.add(url)
+    last: int | None = None
+    zeros = 0
+    deadline = t0 + r.drain_timeout_s
+    while True:
         try:
-            workers = self.router.list_workers()
-            if url not in {w.url for w in workers}:
-                raise RouterError(
-                    Outcome.UNKNOWN_WORKER,
-                    f"{self.router.url}: {url} is not among its workers; add it to the router or fix knob_router_url",
-                )
-            reason = capacity_refusal(workers, self.out, url, self.max_unavailable, self.router.url)
-            if reason:
-                raise RouterError(Outcome.CAPACITY, reason)
-            self.router.remove(url)
+            last = r.inflight()
         except RouterError as exc:
-            return self._result(exc.outcome, str(exc), t0, in_router=True)
-        self.out.add(url)
-        last: int | None = None
-        zeros = 0
-        deadline = t0 + self.drain_timeout_s
-        while True:
-            try:
-                last = self.inflight()
-            except RouterError as exc:
-                return self._put_back(exc.outcome, str(exc), t0, None)
-            zeros = zeros + 1 if last == 0 else 0
-            if zeros >= 2:  # twice: a request the router dispatched just before the removal has arrived
-                return self._result(Outcome.OK, f"{url} out of {self.router.url}, 0 in flight", t0, False, last)
-            if self.clock.now() >= deadline and self.force:
-                return StepResult(
-                    self.name,
-                    self.host,
-                    Outcome.OK,
-                    f"{url}: {last} request(s) still in flight after the drain timeout ({self.drain_timeout_s:g}s); "
-                    f"restarted anyway (--force-restart): {last} dropped",
-                    self.clock.now() - t0,
-                    last,
-                    False,
-                    forced=True,
-                )
-            if self.clock.now() >= deadline:
-                return self._put_back(
-                    Outcome.DRAIN_TIMEOUT,
-                    f"{url}: {last} request(s) still in flight after the drain timeout "
-                    f"({self.drain_timeout_s:g}s); raise knob_drain_timeout or use --force-restart",
-                    t0,
-                    last,
-                )
-            self.clock.sleep(self.poll_s)
-
-    def undo(self) -> StepResult:
-        return ReadmitStep(
-            self.host, self.router, self.worker_url, self.clock, self.healthy_timeout_s, self.poll_s, self.out
-        ).do()
-
-    def _put_back(self, outcome: Outcome, message: str, t0: float, inflight: int | None) -> StepResult:
-        """A drain that fails after the worker was taken out puts it back itself (a failed step is never undone by
-        the rollout, and the engine still serves its old generation): the failure, and whether that worked."""
-        back = self.undo()
-        if not back.ok:
-            message += f"; putting it back failed too: {back.message}"
-        return self._result(outcome, message, t0, back.in_router, inflight)
-
-    def _result(
-        self, outcome: Outcome, message: str, t0: float, in_router: bool, inflight: int | None = None
-    ) -> StepResult:
-        return StepResult(self.name, self.host, outcome, message, self.clock.now() - t0, inflight, in_router)
+            return _put_back(r, exc.outcome, str(exc), t0, None)
+        zeros = zeros + 1 if last == 0 else 0
+        if zeros >= 2:  # twice: a request the router dispatched just before the removal has arrived
+            return r.result("drain", Outcome.OK, f"{url} out of {r.router.url}, 0 in flight", t0, inflight=last,
+                            in_router=False)  # fmt: skip
+        if r.clock.now() >= deadline and r.force:
+            return r.result(
+                "drain",
+                Outcome.OK,
+                f"{url}: {last} request(s) still in flight after the drain timeout ({r.drain_timeout_s:g}s); "
+                f"restarted anyway (--force-restart): {last} dropped",
+                t0,
+                inflight=last,
+                in_router=False,
+                forced=True,
+            )
+        if r.clock.now() >= deadline:
+            return _put_back(
+                r,
+                Outcome.DRAIN_TIMEOUT,
+                f"{url}: {last} request(s) still in flight after the drain timeout "
+                f"({r.drain_timeout_s:g}s); raise knob_drain_timeout or use --force-restart",
+                t0,
+                last,
+            )
+        r.clock.sleep(r.poll_s)
 
 
-@dataclass
-class SettleStep:
-    """Wait until ``router`` no longer lists ``worker_url`` once its drain took it out, at most ``timeout_s``. SMG
-    marks a removed worker ``draining`` and drops it only after its ``drain_settle_secs`` (5 s by default);
+def _put_back(r: Route, outcome: Outcome, message: str, t0: float, inflight: int | None) -> RouterResult:
+    """The failed drain's own undo: the failure, and whether putting the worker back worked."""
+    back = readmit(r)
+    if not back.ok:
+        message += f"; putting it back failed too: {back.message}"
+    return r.result("drain", outcome, message, t0, inflight=inflight, in_router=back.in_router)
+
+
+def settle(r: Route) -> RouterResult:
+    """Wait until the router no longer lists the worker its drain took out, at most ``drain_timeout_s``. SMG marks
+    a removed worker ``draining`` and drops it only after its ``drain_settle_secs`` (5 s by default);
     sglang-router 0.3 removes it through a queued job. An engine that restarts faster than that would meet its old
     registration at the re-add: still listed (so not added again), never healthy, then dropped under the
-    readmit's wait. ``undo``: nothing (the drain's undo puts the worker back)."""
+    readmit's wait. No undo (the drain's undo puts the worker back)."""
+    t0 = r.clock.now()
+    url = r.url
+    while True:
+        try:
+            listed = {w.url: w for w in r.router.list_workers()}.get(url)
+        except RouterError as exc:
+            return r.result("settle", exc.outcome, str(exc), t0, in_router=False)
+        if listed is None:
+            return r.result("settle", Outcome.OK, f"{url} gone from {r.router.url}", t0, in_router=False)
+        if r.clock.now() >= t0 + r.drain_timeout_s:
+            return r.result(
+                "settle",
+                Outcome.DRAIN_TIMEOUT,
+                f"{url}: still listed by {r.router.url} {r.drain_timeout_s:g}s after its removal (SMG keeps a "
+                "removed worker draining for its drain_settle_secs); lower that or raise knob_drain_timeout",
+                t0,
+            )
+        r.clock.sleep(r.poll_s)
 
-    host: str
-    router: RouterKind
-    worker_url: str
-    clock: Clock
-    timeout_s: float = 30.0
-    poll_s: float = 0.25
-    name: str = "settle"
 
-    def do(self) -> StepResult:
-        t0 = self.clock.now()
-        url = normalize_url(self.worker_url)
+def readmit(r: Route) -> RouterResult:
+    """Put the worker back into its router and wait until the router lists it healthy, at most
+    ``healthy_timeout_s``. Its undo is ``evict``."""
+    t0 = r.clock.now()
+    url = r.url
+    try:
+        # SMG still lists a worker it is draining (removed, not yet dropped): that registration cannot turn
+        # healthy, so the worker is added again once the router has dropped it
+        stale = url in r.out and url in {w.url for w in r.router.list_workers() if not w.healthy}
+        if not stale and url not in {w.url for w in r.router.list_workers()}:
+            r.router.add(url)
+        deadline = t0 + r.healthy_timeout_s
         while True:
-            try:
-                listed = {w.url: w for w in self.router.list_workers()}.get(url)
-            except RouterError as exc:
-                return StepResult(self.name, self.host, exc.outcome, str(exc), self.clock.now() - t0, in_router=False)
-            if listed is None:
-                return StepResult(
-                    self.name, self.host, Outcome.OK, f"{url} gone from {self.router.url}", self.clock.now() - t0,
-                    in_router=False,
-                )  # fmt: skip
-            if self.clock.now() >= t0 + self.timeout_s:
-                return StepResult(
-                    self.name,
-                    self.host,
-                    Outcome.DRAIN_TIMEOUT,
-                    f"{url}: still listed by {self.router.url} {self.timeout_s:g}s after its removal (SMG keeps a "
-                    "removed worker draining for its drain_settle_secs); lower that or raise knob_drain_timeout",
-                    self.clock.now() - t0,
-                    in_router=True,
+            found = {w.url: w for w in r.router.list_workers()}.get(url)
+            if found is None and stale:
+                r.router.add(url)
+                stale = False
+                continue
+            if found is not None and found.healthy:
+                r.out.discard(url)
+                return r.result("readmit", Outcome.OK, f"{url} healthy in {r.router.url}", t0)
+            if r.clock.now() >= deadline:
+                state = "not listed" if found is None else "listed but not healthy"
+                return r.result(
+                    "readmit",
+                    Outcome.NOT_HEALTHY,
+                    f"{url}: {state} in {r.router.url} after {r.healthy_timeout_s:g}s; "
+                    "check the engine's health endpoint and the router's log",
+                    t0,
+                    in_router=found is not None,
                 )
-            self.clock.sleep(self.poll_s)
+            r.clock.sleep(r.poll_s)
+    except RouterError as exc:
+        return r.result("readmit", exc.outcome, str(exc), t0, in_router=False)
 
-    def undo(self) -> StepResult:
-        return StepResult(self.name, self.host, Outcome.OK, "nothing to undo", 0.0, in_router=False)
 
-
-@dataclass
-class ReadmitStep:
-    """Put ``worker_url`` back into ``router`` and wait until the router lists it healthy, at most
-    ``healthy_timeout_s``. ``undo`` takes it out again (no wait)."""
-
-    host: str
-    router: RouterKind
-    worker_url: str
-    clock: Clock
-    healthy_timeout_s: float = 120.0
-    poll_s: float = 0.25
-    out: set[str] = field(default_factory=set)
-    name: str = "readmit"
-
-    def do(self) -> StepResult:
-        t0 = self.clock.now()
-        url = normalize_url(self.worker_url)
-        try:
-            # SMG still lists a worker it is draining (removed, not yet dropped): that registration cannot turn
-            # healthy, so the worker is added again once the router has dropped it
-            stale = url in self.out and url in {w.url for w in self.router.list_workers() if not w.healthy}
-            if not stale and url not in {w.url for w in self.router.list_workers()}:
-                self.router.add(url)
-            deadline = t0 + self.healthy_timeout_s
-            while True:
-                found = {w.url: w for w in self.router.list_workers()}.get(url)
-                if found is None and stale:
-                    self.router.add(url)
-                    stale = False
-                    continue
-                if found is not None and found.healthy:
-                    self.out.discard(url)
-                    return StepResult(
-                        self.name, self.host, Outcome.OK, f"{url} healthy in {self.router.url}", self.clock.now() - t0
-                    )
-                if self.clock.now() >= deadline:
-                    state = "not listed" if found is None else "listed but not healthy"
-                    return StepResult(
-                        self.name,
-                        self.host,
-                        Outcome.NOT_HEALTHY,
-                        f"{url}: {state} in {self.router.url} after {self.healthy_timeout_s:g}s; "
-                        "check the engine's health endpoint and the router's log",
-                        self.clock.now() - t0,
-                        in_router=found is not None,
-                    )
-                self.clock.sleep(self.poll_s)
-        except RouterError as exc:
-            return StepResult(self.name, self.host, exc.outcome, str(exc), self.clock.now() - t0, in_router=False)
-
-    def undo(self) -> StepResult:
-        t0 = self.clock.now()
-        url = normalize_url(self.worker_url)
-        try:
-            self.router.remove(url)
-        except RouterError as exc:
-            return StepResult("readmit-undo", self.host, exc.outcome, str(exc), self.clock.now() - t0)
-        self.out.add(url)
-        return StepResult(
-            "readmit-undo", self.host, Outcome.OK, f"{url} out of {self.router.url}", self.clock.now() - t0,
-            in_router=False,
-        )  # fmt: skip
+def evict(r: Route) -> RouterResult:
+    """The re-add's undo: take the worker out again, with no wait."""
+    t0 = r.clock.now()
+    try:
+        r.router.remove(r.url)
+    except RouterError as exc:
+        return r.result("evict", exc.outcome, str(exc), t0)
+    r.out.add(r.url)
+    return r.result("evict", Outcome.OK, f"{r.url} out of {r.router.url}", t0, in_router=False)
 
 
 def workers_out(expected: Mapping[str, str], listed: Iterable[Worker]) -> list[str]:

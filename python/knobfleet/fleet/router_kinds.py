@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.fleet.router import (
     Clock,
-    DrainStep,
     Generation,
     Outcome,
-    ReadmitStep,
+    Route,
     RouterError,
     RouterKind,
     Worker,
@@ -202,38 +201,33 @@ def engine_inflight(base_url: str, engine: str, timeout: float = 5.0) -> Callabl
     return read
 
 
-def router_steps(
+def route_of(
     hv: HostVars,
     out: set[str],
     clock: Clock | None = None,
     max_unavailable: str | None = None,
     force_restart: bool = False,
-) -> tuple[DrainStep, ReadmitStep] | None:
-    """The drain and readmit steps of one host from its host vars (``knob_router_url``, ``knob_router_kind``,
+) -> Route | None:
+    """One host's worker in its router from its host vars (``knob_router_url``, ``knob_router_kind``,
     ``knob_drain_timeout``, ``knob_router_max_unavailable``), or None when no router fronts it. ``out`` is the
     rollout's shared set of worker URLs taken out (the capacity guard counts it); RouterError for an unknown
     kind. The worker is the engine's own URL (``knob_serve_listen_host``:``knob_serve_port``). ``force_restart``: a
-    drain that times out goes on with the restart and counts what was still in flight (``StepResult.forced``)."""
+    drain that times out goes on with the restart and counts what was still in flight (``RouterResult.forced``)."""
     if not hv.router_url:
         return None
-    router = router_for(hv.router_kind, hv.router_url)
-    clk = clock or MonotonicClock()
     worker = hv.base_url
-    engine = hv.adapter().name
-    drain = DrainStep(
+    return Route(
         hv.host,
-        router,
+        router_for(hv.router_kind, hv.router_url),
         worker,
-        engine_inflight(worker, engine),
-        clk,
+        clock or MonotonicClock(),
+        inflight=engine_inflight(worker, hv.adapter().name),
         drain_timeout_s=hv.drain_timeout_s,
-        max_unavailable=max_unavailable or hv.router_max_unavailable,
         healthy_timeout_s=max(hv.readiness_timeout_s, 30),
+        max_unavailable=max_unavailable or hv.router_max_unavailable,
         out=out,
         force=force_restart,
     )
-    readmit = ReadmitStep(hv.host, router, worker, clk, healthy_timeout_s=max(hv.readiness_timeout_s, 30), out=out)
-    return drain, readmit
 
 
 def stop_covers_drain(hv: HostVars) -> str | None:

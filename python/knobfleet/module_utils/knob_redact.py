@@ -408,6 +408,31 @@ SHAPES = (
 )
 
 
+URL_SHAPE = SHAPES[0][0]
+# The URL shape up to its password: the run to the line's last "@" is checked once per line (``has_url_password``),
+# not from every scheme in it (that is quadratic: a 64 KiB value of "/a://b:" took over a second).
+URL_START = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:"
+
+
+def has_url_password(text: str) -> bool:
+    """Whether ``text`` holds what ``SHAPES``' URL shape matches (a scheme, a user, ``:``, a password of one or more
+    characters, ``@``, on one line), in time linear in the text."""
+    import re
+
+    start = re.compile(URL_START)
+    for line in re.split(r"[\r\n]", text):
+        last = line.rfind("@")
+        pos = 0
+        while last > 0:
+            m = start.search(line, pos, last)
+            if m is None:
+                break
+            if line[m.end()] != "@":  # a password of one character or more before the next "@"
+                return True
+            pos = m.start() + 1
+    return False
+
+
 def secret_shape(value: object) -> str | None:
     """What secret ``value`` looks like (one of ``SHAPES``), or None. Only strings are looked at, the first 64 KiB."""
     if not isinstance(value, str) or len(value) < 8:
@@ -416,6 +441,6 @@ def secret_shape(value: object) -> str | None:
 
     text = value[: 64 * 1024]
     for what, pattern in SHAPES:
-        if re.search(pattern, text):
+        if has_url_password(text) if what == URL_SHAPE else re.search(pattern, text):
             return what
     return None

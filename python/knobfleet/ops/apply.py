@@ -3,9 +3,10 @@ live-state rule): a host already in sync is left alone, a host that must be refu
 anything changes, every other host goes through ``playbooks/apply.yml`` (the role re-checks with the same
 rule on the host), and the engine the role reports ready is checked once more with the same rule.
 
-Each host goes through the steps of ``ops/steps.py`` (pre-check, slot-before, install, restart, ready, verify,
-slot-after, finish), batch by batch; a failure or an interrupt (SIGINT, SIGTERM: ``ops/interrupts.py``) runs the
-done steps' undos in reverse. The hosts are reached only through the ``Hosts`` door the caller hands in.
+Each host goes through the steps of ``ops/steps.py`` (pre-check, the slots' before steps, install, restart, ready,
+finish, verify, gate, the slots' after steps), batch by batch; a failure or an interrupt (SIGINT, SIGTERM:
+``ops/interrupts.py``) runs the done steps' undos in reverse. The hosts are reached only through the ``Hosts``
+door the caller hands in.
 
 Here: the rollout (``_Rollout``: batches, the play's request, interrupts) and what one play did on a host
 (``_outcome``). Beside it: the batch's steps (ops/apply_steps.py), the restores (ops/apply_restore.py), the
@@ -29,25 +30,13 @@ from knobfleet.ops.apply_ahead import last_applied, remember_applied, run_ahead,
 from knobfleet.ops.apply_gate import GateStep
 from knobfleet.ops.apply_report import ApplyReport
 from knobfleet.ops.apply_restore import roll_back_earlier
-from knobfleet.ops.apply_steps import Play, SlotAfter, SlotBefore, Verify
+from knobfleet.ops.apply_steps import Play, Verify, slot_failed
 from knobfleet.ops.outcome import HostOutcome
 from knobfleet.ops.precheck import Options, pre_check, stale_hint
-from knobfleet.ops.steps import (
-    Batch,
-    Boundary,
-    InstallResult,
-    Journal,
-    PreCheckResult,
-    ReadyResult,
-    RestartResult,
-    Slots,
-    Step,
-    StepResult,
-    drive,
-    undo_walk,
-)
+from knobfleet.ops.steps import InstallResult, PreCheckResult, ReadyResult, RestartResult, Slots
 from knobfleet.profiles.model import Profile
 from knobfleet.render import Rendered, profile_vars, render_host
+from knobfleet.stepcore import Batch, Journal, Step, StepResult, drive, undo_walk
 
 
 def _diff_text(d: dict[str, Any], path: str) -> str:
@@ -131,7 +120,7 @@ def apply(
     opts: Options | None = None,
     on_event: Callable[[Event], None] | None = None,
     slots: Slots | None = None,
-    checkpoint: Callable[[Boundary], None] | None = None,
+    checkpoint: Callable[[str], None] | None = None,
 ) -> ApplyReport:
     """Render for every host first (a bad input changes nothing anywhere), decide each host with the pre-check,
     then roll out the rest in batches, stopping at the first batch whose failures exceed the budget.
@@ -164,7 +153,7 @@ class _Rollout:
     opts: Options
     on_event: Callable[[Event], None] | None
     slots: Slots
-    checkpoint_hook: Callable[[Boundary], None] | None
+    checkpoint_hook: Callable[[str], None] | None
     journal: Journal = field(default_factory=Journal)
     outcomes: list[HostOutcome] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
@@ -177,7 +166,7 @@ class _Rollout:
         self.by_name = {hv.host: hv for hv in self.hosts}
         self.groups = ranks.of(self.hosts)
         self.versions: dict[str, str | None] = {}  # engine versions the pre-check read (engine groups)
-        self.notes: dict[str, str] = {}  # the pre-check's word on a host it did not refuse (versions.unknown_note)
+        self.notes: dict[str, str] = {}  # the pre-check's word on a host it did not refuse (hostversion.unknown_note)
         self.seen: dict[str, dict[str, Any]] = {}  # per host the pre-check probed: ledger tail, engine version
         self.cost: Any = None  # ops/restart_cost.Cost, once the pre-check decided
         self.declared = Declared(self.profile.name, self.profile.version, self.profile.content_hash)
@@ -204,7 +193,7 @@ class _Rollout:
         """What the play did on one host of batch ``n`` (``_outcome``), from its steps' typed results."""
         return _outcome(self.by_name[host], hr, typed, n, self.opts.check, self.seen.get(host, {}).get("current"))
 
-    def checkpoint(self, step: Boundary) -> None:
+    def checkpoint(self, step: str) -> None:
         if self.checkpoint_hook is not None:
             self.checkpoint_hook(step)
         interrupts.checkpoint()
@@ -380,20 +369,21 @@ class _Rollout:
                     )
 
     def batch(self, group: list[str], n: int, groups: list[list[str]], ahead: RunResult | None) -> list[HostOutcome]:
-        """One batch through the steps (``steps.drive``); a failed host's done steps are undone by walking its
-        journal (``steps.undo_walk``: the re-add, the restore, the drain); an interrupt undoes every host of the
+        """One batch through the steps (``stepcore.drive``); a failed host's done steps are undone by walking its
+        journal (``stepcore.undo_walk``: the re-add, the restore, the drain); an interrupt undoes every host of the
         batch that started, then raises ``Interrupted``."""
-        batch = Batch(n, group, self.journal)
+        batch = Batch(n, group, self.journal, on_fail=slot_failed)
         self.later = [
             HostOutcome(h, "not-run", m, message="not touched: an earlier batch failed")
             for m, g in enumerate(groups[n:], start=n + 1)
             for h in g
         ]
-        before, play = SlotBefore(self.slots.before, self.opts.check), Play(self, ahead)
-        steps: list[Step] = [before, play, Verify(self, play, before)]
+        play = Play(self, ahead)
+        slots = Slots() if self.opts.check else self.slots  # a plan (--check) takes no host out of its router
+        steps: list[Step] = [*slots.before, play, Verify(self, play)]
         if self.opts.gate is not None and not self.opts.check:  # judged while still out of its router
             steps.append(GateStep(self))
-        steps.append(SlotAfter(self.slots.after, self.opts.check))
+        steps += slots.after
         try:
             drive(steps, batch, self.checkpoint)
         except KeyboardInterrupt:
@@ -422,7 +412,7 @@ class _Rollout:
             play.take(batch, play.ahead, [h for h in batch.hosts if h not in batch.outcomes and h in play.ahead.hosts])
         for h in batch.hosts:
             o = batch.outcomes.get(h)
-            started = o is not None or self.journal.reached(h, "slot-before")
+            started = o is not None or any(n != "pre-check" for n in self.journal.names(h))
             if o is None:
                 o = batch.outcomes[h] = HostOutcome(h, "not-run", batch.number, message="not touched: interrupted")
             if started:

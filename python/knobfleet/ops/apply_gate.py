@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from knobfleet.ops import interrupts
 from knobfleet.ops.apply_restore import restore_and_attach
-from knobfleet.ops.steps import Batch, StepName, StepResult
+from knobfleet.ops.steps import StepName
+from knobfleet.stepcore import Batch, StepResult
 
 if TYPE_CHECKING:
     from knobfleet.ops.apply_steps import Rollout

@@ -1,25 +1,28 @@
-"""The steps of apply's batch (``ops/steps.py``'s machine drives them): ``[SlotBefore, Play, Verify,
-SlotAfter]``. slot-before and slot-after run the slots' ``SlotStep``s (a router's drain and re-add); the play is
-install, restart, ready and finish in one play of the knob_serve role, undone by the restore of the hosts it
-changed; verify checks each ready engine with the live rule (``verified``) and has no undo of its own.
+"""The steps of apply's batch (``stepcore``'s machine drives them): ``[*slots.before, Play, Verify, *slots.after]``.
+The slots' steps (a router's drain and re-add) are ``stepcore.Step``s of their own; a host one of them fails is
+recorded in apply's words by ``slot_failed``. The play is install, restart, ready and finish in one play of the
+knob_serve role, undone by the restore of the hosts it changed; verify checks each ready engine with the live rule
+(``verified``) and has no undo of its own.
 
 The steps reach the rollout that drives them (ops/apply.py) through ``Rollout``, the part of it they use, so
 neither this file nor ops/apply_gate.py imports apply (not even for a type)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from knobfleet.fleet.router import RouterResult
 from knobfleet.fleet.runner import RunResult, new_run_id
 from knobfleet.live.verify import Declared, check_rendered
 from knobfleet.ops import interrupts, plan, ranks
 from knobfleet.ops.apply_restore import restore_failed
 from knobfleet.ops.outcome import HostOutcome
-from knobfleet.ops.steps import Batch, SlotRun, SlotStep, StepName, VerifyResult, read_play
+from knobfleet.ops.steps import StepName, VerifyResult, read_play
 from knobfleet.render import Rendered
+from knobfleet.stepcore import Batch
 
 if TYPE_CHECKING:
     from knobfleet.engines.adapter import Engine
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
     from knobfleet.groups import EngineGroup
     from knobfleet.ops.apply_report import ApplyReport
     from knobfleet.ops.precheck import Options
-    from knobfleet.ops.steps import StepResult
     from knobfleet.profiles.model import Profile
+    from knobfleet.stepcore import StepResult
 
 
 class Rollout(Protocol):
@@ -79,34 +82,15 @@ def verified(
         out.message = "live state does not match the profile: " + "; ".join(f.message for f in out.findings[:3])
 
 
-class SlotBefore(SlotRun):
-    """slot-before: before anything of knobfleet's changes on the host (a router drain); a host whose step fails
-    goes no further. Nothing runs in a plan (--check)."""
-
-    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
-        super().__init__("slot-before", () if check else slot)
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        batch.outcomes[host] = HostOutcome(host, "failed", batch.number, message=f"before the restart: {why}")
-
-    def forced(self) -> dict[str, tuple[int, str]]:
-        """The drains that timed out and went on under --force-restart: {host: (requests dropped, its line)}."""
-        return {h: f for h, results in self.results.items() if (f := _forced(results)) is not None}
-
-
-class SlotAfter(SlotRun):
-    """slot-after: once the engine is ready and verified (a router re-add); a host whose step fails is failed (and
-    undone). Nothing runs in a plan (--check)."""
-
-    def __init__(self, slot: Sequence[SlotStep], check: bool) -> None:
-        super().__init__("slot-after", () if check else slot)
-
-    def hosts(self, batch: Batch) -> list[str]:
-        return [h for h in batch.going if batch.outcomes[h].status in ("applied", "unchanged")]
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
+def slot_failed(batch: Batch, host: str, why: str) -> None:
+    """A slot's step failed ``host`` (``Batch.fail``): before the play, nothing of knobfleet's changed on it (a
+    drain the router refused); after it, the engine was ready and verified (a re-add that failed), so the host is
+    failed and undone."""
+    if batch.journal.reached(host, "install"):
         o = batch.outcomes[host]
         o.status, o.message = "failed", f"after the engine was ready: {why}"
+    else:
+        batch.outcomes[host] = HostOutcome(host, "failed", batch.number, message=f"before the restart: {why}")
 
 
 @dataclass
@@ -166,7 +150,6 @@ class Verify:
 
     rollout: Rollout
     play: Play
-    before: SlotBefore
     name: StepName = "verify"
 
     def do(self, batch: Batch) -> None:
@@ -186,18 +169,11 @@ class Verify:
                 batch.journal.add(VerifyResult("verify", h, out.status != "failed", out.message))
             if out.status == "failed":
                 batch.stop(h)
-        for h, (dropped, why) in self.before.forced().items():
-            batch.outcomes[h].dropped = dropped
-            batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, why) if m)
+        for h in self.play.played:  # the drains that timed out and went on under --force-restart
+            for f in batch.journal.steps.get(h, []):
+                if isinstance(f, RouterResult) and f.forced:
+                    batch.outcomes[h].dropped = f.inflight or 0
+                    batch.outcomes[h].message = "; ".join(m for m in (batch.outcomes[h].message, f.message) if m)
 
     def undo(self, batch: Batch, hosts: list[str]) -> list[str]:
         return []
-
-
-def _forced(results: list[Any]) -> tuple[int, str] | None:
-    """A drain among a host's slot results that timed out and went on under --force-restart: (dropped, its line)."""
-    for r in results:
-        d = getattr(r, "detail", None)
-        if getattr(d, "forced", False):
-            return int(getattr(d, "inflight", 0) or 0), str(getattr(d, "message", ""))
-    return None

@@ -1,5 +1,5 @@
 """Every restore that puts a host back on an earlier generation goes through the rollout's machine
-(``steps.drive``): rollback, ``apply --rollback-fleet``, the canary's. A host a router fronts is drained first (a
+(``stepcore.drive``): rollback, ``apply --rollback-fleet``, the canary's. A host a router fronts is drained first (a
 host the router will not give up stays in service on its current generation, refused with one line), restored,
 then put back in its router whatever the restore did, one host at a time, so the capacity guard is never passed
 and no request is cut by a restart. Hosts no router fronts are restored together in one play.
@@ -18,8 +18,9 @@ from knobfleet.fleet.hosts import Hosts
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.fleet.runner import Event
 from knobfleet.ops import interrupts
-from knobfleet.ops.steps import Batch, Journal, SlotRun, Step, StepName, StepResult, drive, undo_walk
+from knobfleet.ops.steps import StepName
 from knobfleet.ops.transaction import RestoreOutcome, RestoreTarget, restore
+from knobfleet.stepcore import Batch, Journal, Step, StepResult, drive, undo_walk
 
 NOT_TOUCHED = "not touched: interrupted"
 
@@ -32,7 +33,7 @@ def restore_routed(
     on_event: Callable[[Event], None] | None,
     finish: bool = False,
 ) -> list[RestoreOutcome]:
-    """``restore``; hosts a router fronts go one at a time through the rollout's machine (``steps.drive``): drained
+    """``restore``; hosts a router fronts go one at a time through the rollout's machine (``stepcore.drive``): drained
     first (a host the router will not give up stays in service on its current generation, refused with one line),
     restored, then put back whatever the restore did, so no host is left out of its router. Rollback's undo is
     nothing: a restore that failed is reported (RestoreFailed), the host is put back in its router all the same.
@@ -45,7 +46,7 @@ def restore_routed(
     slots = router_slots(hosts)
     if slots is None:
         return restore(hosts, inventory, targets, break_lock=break_lock, on_event=on_event)
-    routed = {h for s in slots.before for h in getattr(s, "steps", {})}
+    routed = {hv.host for hv in hosts if hv.router_url}  # the hosts the slots' steps cover
     plain = [hv for hv in hosts if hv.host not in routed]
     outcomes = (
         restore(plain, inventory, {h.host: targets[h.host] for h in plain}, break_lock=break_lock, on_event=on_event)
@@ -58,11 +59,11 @@ def restore_routed(
         if interrupts.pending() and not finish:  # a signal: the hosts rolled back stay so, the rest are not touched
             outcomes.append(RestoreOutcome(hv.host, False, message=NOT_TOUCHED))
             continue
-        batch = Batch(1, [hv.host], Journal())
+        batch = Batch(1, [hv.host], Journal(), on_fail=_slot_failed)
         steps: list[Step] = [
-            _Drain("slot-before", slots.before),
+            *slots.before,
             _Restore(hv, inventory, targets[hv.host], break_lock, on_event),
-            _Readmit("slot-after", slots.after),
+            *slots.after,
         ]
         try:  # a signal is acted on between hosts, never between a drain and its re-add
             drive(steps, batch, lambda _: None)
@@ -74,21 +75,16 @@ def restore_routed(
     return sorted(outcomes, key=lambda o: order.get(o.host, len(order)))
 
 
-class _Drain(SlotRun):
-    """Rollback's slot-before: a host its router will not give up stays in service on its current generation."""
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
+def _slot_failed(batch: Batch, host: str, why: str) -> None:
+    """A slot's step failed ``host`` (``Batch.fail``). Before the restore (a drain the router refused), the host
+    stays in service on its current generation. After it (a re-add that failed), every drained host has been put
+    back whatever its restore did, so the failure joins the restore's message and fails the host."""
+    o = batch.outcomes.get(host)
+    if o is None:
         batch.outcomes[host] = RestoreOutcome(
             host, False, message=f"{why}; it stays in service on its current generation"
         )
-
-
-class _Readmit(SlotRun):
-    """Rollback's slot-after: every drained host goes back, whatever its restore did; a re-add that fails joins the
-    host's message (and fails it)."""
-
-    def fail(self, batch: Batch, host: str, why: str) -> None:
-        o = batch.outcomes[host]
+    else:
         batch.outcomes[host] = dataclasses.replace(o, ok=False, message="; ".join([o.message, why]).strip("; "))
 
 

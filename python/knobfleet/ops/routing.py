@@ -1,8 +1,8 @@
 """Router-aware rollouts: the drain and readmit steps of every host a router fronts, as the rollout's slots.
 
 A host whose host vars name a router (``knob_router_url``, ``knob_router_kind``) is taken out of it before
-anything changes on it (slot-before: drain, then wait until its in-flight requests reach 0, bounded by
-``knob_drain_timeout``), and put back once its new generation is ready and verified (slot-after: readmit, then
+anything changes on it (the slots' before steps: drain, then wait until its in-flight requests reach 0, bounded by
+``knob_drain_timeout``), and put back once its new generation is ready and verified (the slot after: readmit, then
 wait until the router lists it healthy). A failure undoes in reverse: the old generation is restored, then the
 worker is put back, so a host is never left out of its router. The capacity guard (``knob_router_max_unavailable``)
 refuses to take out more workers than allowed, or the last healthy one; that host fails with one line and stays
@@ -11,43 +11,16 @@ in service on its old generation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from knobfleet.errors import UsageError
 from knobfleet.fleet.hostvars import HostVars
-from knobfleet.fleet.router import SettleStep
-from knobfleet.fleet.router_kinds import router_steps, stop_covers_drain
+from knobfleet.fleet.router import Route, drain, evict, readmit, settle
+from knobfleet.fleet.router_kinds import route_of, stop_covers_drain
 from knobfleet.ops.steps import Slots
-
-
-@dataclass(frozen=True)
-class _NoRouter:
-    """The result of a slot step on a host no router fronts: nothing to do."""
-
-    ok: bool = True
-    message: str = "no router"
-
-
-@dataclass
-class RouterSlot:
-    """One slot step over every host: each host's own router step (drain or readmit), none for the others."""
-
-    name: str
-    steps: Mapping[str, Any]
-
-    def do(self, host: str) -> Any:
-        step = self.steps.get(host)
-        return _NoRouter() if step is None else step.do()
-
-    def undo(self, host: str) -> None:
-        step = self.steps.get(host)
-        if step is None:
-            return
-        result = step.undo()
-        if not getattr(result, "ok", True):
-            raise RuntimeError(getattr(result, "message", "failed"))
+from knobfleet.stepcore import PerHost
 
 
 def paced_serial(hosts: Sequence[HostVars], serial: str | None, canary: bool = False) -> str | None:
@@ -99,20 +72,24 @@ def router_slots(
     if problems:
         raise UsageError(problems[0] + (f" (and {len(problems) - 1} more host(s))" if len(problems) > 1 else ""))
     out: set[str] = set()  # the worker URLs this rollout has taken out (the capacity guard counts them)
-    drains: dict[str, Any] = {}
-    readmits: dict[str, Any] = {}
+    routes: dict[str, Route] = {}
     for hv in hosts:
-        pair = router_steps(hv, out, max_unavailable=max_unavailable, force_restart=force_restart)
-        if pair is not None:
-            drains[hv.host], readmits[hv.host] = pair
-    if not drains:
-        return None
-    # A step is a class and a line here: the drain, then the wait until the router has let the worker go (SMG's
-    # draining state) before anything restarts; the re-add once the new generation is verified.
-    settles = {h: SettleStep(d.host, d.router, d.worker_url, d.clock, d.drain_timeout_s) for h, d in drains.items()}
+        route = route_of(hv, out, max_unavailable=max_unavailable, force_restart=force_restart)
+        if route is not None:
+            routes[hv.host] = route
+    return None if not routes else route_slots(routes)
+
+
+def route_slots(routes: dict[str, Route]) -> Slots:
+    """The slots of the hosts ``routes`` covers, each step one line: the drain (undone by the re-add), then the
+    wait until the router has let the worker go (SMG's draining state) before anything restarts; the re-add once
+    the new generation is verified (undone by taking the worker out again). Hosts no route covers pass by."""
     return Slots(
-        before=[RouterSlot("drain", drains), RouterSlot("settle", settles)],
-        after=[RouterSlot("readmit", readmits)],
+        before=[
+            PerHost("drain", lambda h: drain(routes[h]), lambda h: readmit(routes[h]), covers=routes),
+            PerHost("settle", lambda h: settle(routes[h]), covers=routes),
+        ],
+        after=[PerHost("readmit", lambda h: readmit(routes[h]), lambda h: evict(routes[h]), covers=routes)],
     )
 
 
@@ -162,8 +139,6 @@ def readd(hosts: Sequence[HostVars], engine_ready: Any = None) -> list[tuple[str
     """Put back every routed host of ``hosts`` its router does not list (what an interrupted rollout left out),
     one at a time, each only once its engine answers its health check: (host, ok, one line) per host out.
     Hosts already listed are left alone. ``engine_ready(hv)``: None when ready, else why not (default: HTTP)."""
-    from knobfleet.fleet.router_kinds import router_steps
-
     ready = engine_ready or _engine_ready
     by_name = {hv.host: hv for hv in hosts}
     done: list[tuple[str, bool, str]] = []
@@ -180,9 +155,9 @@ def readd(hosts: Sequence[HostVars], engine_ready: Any = None) -> list[tuple[str
                 (hv.host, False, f"not put back: its engine is not ready ({why}); fix it first (knobfleet verify)")
             )
             continue
-        pair = router_steps(hv, set())
-        assert pair is not None  # routed: worker_states lists only hosts with a router
-        result = pair[1].do()
+        route = route_of(hv, set())
+        assert route is not None  # routed: worker_states lists only hosts with a router
+        result = readmit(route)
         done.append((hv.host, result.ok, result.message))
     return done
 

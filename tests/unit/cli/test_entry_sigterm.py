@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from knobfleet import __version__
+
 EARLY = (
     "import os, signal, sys\n"
     "from knobfleet import _entry\n"
@@ -27,4 +29,5 @@ def test_a_sigterm_before_the_command_runs_is_an_interrupt() -> None:
 
 def test_a_command_still_runs_and_exits_as_it_says() -> None:
     proc = subprocess.run([sys.executable, "-m", "knobfleet", "--version"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout.strip().startswith("knobfleet 0.2.7"), proc.stdout + proc.stderr
+    shown = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.strip().startswith(f"knobfleet {__version__}"), shown

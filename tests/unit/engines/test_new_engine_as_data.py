@@ -57,7 +57,7 @@ from knobfleet.fleet.inventory import load_hosts
 from knobfleet.fleet.probe import probe_args
 from knobfleet.fleet.readhost import plan_from_hostvars
 from knobfleet.fleet.router import Outcome as RouterOutcome
-from knobfleet.fleet.router import RouterError
+from knobfleet.fleet.router import RouterError, drain
 from knobfleet.fleet.runner import RunRequest, RunResult
 from knobfleet.fleet.transports.base import Outcome
 from knobfleet.groups import rank_flags
@@ -498,9 +498,9 @@ def test_the_router_drain_waits_on_toyserves_running_and_waiting_gauges(
     router = MemRouter({hv.base_url: True, "http://127.0.1.4:31000": True})
     monkeypatch.setattr(router_kinds, "router_for", lambda kind, url: router)
     handler.bodies, handler.seen = [exposition(1, 1), exposition(0, 1), exposition(0, 0)], []
-    steps = router_kinds.router_steps(hv, set(), clock=FakeClock())
-    assert steps is not None
-    result = steps[0].do()
+    route = router_kinds.route_of(hv, set(), clock=FakeClock())
+    assert route is not None
+    result = drain(route)
     assert (result.outcome, result.message) == (RouterOutcome.OK, f"{hv.base_url} out of {router.url}, 0 in flight")
     assert handler.seen == ["/metrics"] * 4  # 2, 1, 0, 0: zero twice
     assert router.calls == ["list", f"remove {hv.base_url}"]

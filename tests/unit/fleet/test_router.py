@@ -11,17 +11,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knobfleet.fleet.router import (
-    DrainStep,
     Generation,
     Outcome,
-    ReadmitStep,
+    Route,
     RouterError,
-    SettleStep,
+    RouterResult,
     Worker,
     capacity_refusal,
+    drain,
+    evict,
     max_out,
     parse_inflight,
     parse_workers,
+    readmit,
+    routed,
+    settle,
     workers_out,
 )
 
@@ -245,44 +249,44 @@ def counts(*values: int):  # type: ignore[no-untyped-def]
 def test_drain_waits_for_zero_twice_then_undo_puts_it_back() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     clock = FakeClock()
-    step = DrainStep("lab1", router, "http://h1:1/", counts(5, 2, 0, 1, 0, 0), clock, drain_timeout_s=30, poll_s=1)
-    res = step.do()
+    route = Route("lab1", router, "http://h1:1/", clock, counts(5, 2, 0, 1, 0, 0), drain_timeout_s=30, poll_s=1)
+    res = drain(route)
     assert (res.outcome, res.inflight, res.in_router, res.seconds) == (Outcome.OK, 0, False, 5.0)
-    assert "http://h1:1" not in router.workers and step.out == {"http://h1:1"}
-    back = step.undo()
-    assert back.outcome is Outcome.OK and back.in_router and step.out == set()
+    assert "http://h1:1" not in router.workers and route.out == {"http://h1:1"}
+    back = readmit(route)
+    assert back.outcome is Outcome.OK and back.in_router and route.out == set()
     assert router.workers["http://h1:1"] is False and router.calls[-3:] == ["list", "add http://h1:1", "list"]
 
 
 def test_drain_timeout_is_one_line_and_puts_the_worker_back() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
-    step = DrainStep("lab1", router, "http://h1:1", counts(3), FakeClock(), drain_timeout_s=2, poll_s=0.5)
-    res = step.do()
+    route = Route("lab1", router, "http://h1:1", FakeClock(), counts(3), drain_timeout_s=2, poll_s=0.5)
+    res = drain(route)
     assert res.outcome is Outcome.DRAIN_TIMEOUT and res.in_router and res.inflight == 3
     assert res.message == (
         "http://h1:1: 3 request(s) still in flight after the drain timeout (2s); raise knob_drain_timeout or use "
         "--force-restart"
     )
-    assert "http://h1:1" in router.workers and step.out == set(), "a failed drain puts its worker back itself"
-    assert step.undo().ok and "http://h1:1" in router.workers
+    assert "http://h1:1" in router.workers and route.out == set(), "a failed drain puts its worker back itself"
+    assert readmit(route).ok and "http://h1:1" in router.workers
 
 
 def test_force_restart_goes_on_after_the_timeout_and_counts_what_it_drops() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     clock = FakeClock()
-    step = DrainStep("lab1", router, "http://h1:1", counts(4, 3), clock, drain_timeout_s=2, poll_s=0.5, force=True)
-    res = step.do()
+    route = Route("lab1", router, "http://h1:1", clock, counts(4, 3), drain_timeout_s=2, poll_s=0.5, force=True)
+    res = drain(route)
     assert (res.outcome, res.forced, res.inflight, res.in_router) == (Outcome.OK, True, 3, False)
     assert res.message == (
         "http://h1:1: 3 request(s) still in flight after the drain timeout (2s); restarted anyway (--force-restart): "
         "3 dropped"
     )
-    assert "http://h1:1" not in router.workers and step.out == {"http://h1:1"}  # readmitted after the restart
+    assert "http://h1:1" not in router.workers and route.out == {"http://h1:1"}  # readmitted after the restart
 
 
 def test_force_restart_changes_nothing_when_the_drain_finishes() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
-    res = DrainStep("lab1", router, "http://h1:1", counts(1, 0, 0), FakeClock(), drain_timeout_s=30, force=True).do()
+    res = drain(Route("lab1", router, "http://h1:1", FakeClock(), counts(1, 0, 0), drain_timeout_s=30, force=True))
     assert (res.outcome, res.forced, res.inflight) == (Outcome.OK, False, 0)
 
 
@@ -316,10 +320,10 @@ def test_force_restart_changes_nothing_when_the_drain_finishes() -> None:
     ],
 )
 def test_drain_refusals_leave_the_worker_in(router: MemRouter, worker: str, outcome: Outcome, message: str) -> None:
-    step = DrainStep("lab1", router, worker, counts(0), FakeClock())
-    res = step.do()
+    route = Route("lab1", router, worker, FakeClock(), counts(0))
+    res = drain(route)
     assert (res.outcome, res.message, res.in_router) == (outcome, message, True)
-    assert step.out == set() and not any(
+    assert route.out == set() and not any(
         c.startswith("remove") and outcome is not Outcome.REFUSED for c in router.calls
     )
 
@@ -329,41 +333,41 @@ def test_drain_engine_metrics_unreadable() -> None:
         raise RouterError(Outcome.ENGINE_METRICS, "http://h1:1/metrics: unreachable")
 
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
-    res = DrainStep("lab1", router, "http://h1:1", broken, FakeClock()).do()
+    res = drain(Route("lab1", router, "http://h1:1", FakeClock(), broken))
     assert res.outcome is Outcome.ENGINE_METRICS and res.in_router and "http://h1:1" in router.workers
 
 
 def test_a_failed_drain_that_cannot_put_its_worker_back_says_so() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     router.fail["add"] = RouterError(Outcome.UNREACHABLE, "http://r: unreachable")
-    res = DrainStep("lab1", router, "http://h1:1", counts(3), FakeClock(), drain_timeout_s=1, poll_s=0.5).do()
+    res = drain(Route("lab1", router, "http://h1:1", FakeClock(), counts(3), drain_timeout_s=1, poll_s=0.5))
     assert res.outcome is Outcome.DRAIN_TIMEOUT and not res.in_router
     assert res.message.endswith("; putting it back failed too: http://r: unreachable")
 
 
 def test_drain_respects_the_rollouts_shared_out_set() -> None:
     router = MemRouter({"http://h2:1": True, "http://h3:1": True})
-    res = DrainStep("lab2", router, "http://h2:1", counts(0), FakeClock(), out={"http://h1:1"}).do()
+    res = drain(Route("lab2", router, "http://h2:1", FakeClock(), counts(0), out={"http://h1:1"}))
     assert res.outcome is Outcome.CAPACITY and "put http://h1:1 back first" in res.message
 
 
 def test_readmit_waits_until_healthy_or_times_out() -> None:
     router = MemRouter({"http://h2:1": True}, healthy_after=3)
     clock = FakeClock()
-    res = ReadmitStep("lab1", router, "http://h1:1", clock, healthy_timeout_s=10, poll_s=1, out={"http://h1:1"}).do()
+    res = readmit(Route("lab1", router, "http://h1:1", clock, healthy_timeout_s=10, poll_s=1, out={"http://h1:1"}))
     assert res.ok and res.seconds == 3.0
     slow = MemRouter({"http://h2:1": True}, healthy_after=100)
-    step = ReadmitStep("lab1", slow, "http://h1:1", FakeClock(), healthy_timeout_s=2, poll_s=1)
-    res = step.do()
+    route = Route("lab1", slow, "http://h1:1", FakeClock(), healthy_timeout_s=2, poll_s=1)
+    res = readmit(route)
     assert res.outcome is Outcome.NOT_HEALTHY and res.in_router
     assert res.message.startswith("http://h1:1: listed but not healthy in http://router:30080 after 2s")
-    undone = step.undo()
+    undone = evict(route)
     assert undone.ok and not undone.in_router and "http://h1:1" not in slow.workers
 
 
 def test_readmit_add_refused() -> None:
     router = MemRouter({"http://h2:1": True}, fail={"add": RouterError(Outcome.REFUSED, "add refused")})
-    res = ReadmitStep("lab1", router, "http://h1:1", FakeClock()).do()
+    res = readmit(Route("lab1", router, "http://h1:1", FakeClock()))
     assert (res.outcome, res.message, res.in_router) == (Outcome.REFUSED, "add refused", False)
 
 
@@ -390,11 +394,11 @@ class DrainingRouter(MemRouter):
 def test_settle_waits_until_the_router_lets_the_worker_go() -> None:
     router = DrainingRouter({"http://h1:1": True, "http://h2:1": True}, settle_polls=3)
     clock = FakeClock()
-    drain = DrainStep("lab1", router, "http://h1:1", counts(0), clock, poll_s=1)
-    assert drain.do().ok
+    route = Route("lab1", router, "http://h1:1", clock, counts(0), poll_s=1)
+    assert drain(route).ok
     listed_at_drain_end = [w.url for w in router.list_workers()]
     assert "http://h1:1" in listed_at_drain_end  # removed, but still listed (draining)
-    res = SettleStep("lab1", router, "http://h1:1/", clock, timeout_s=30, poll_s=1).do()
+    res = settle(Route("lab1", router, "http://h1:1/", clock, drain_timeout_s=30, poll_s=1))
     assert (res.outcome, res.in_router) == (Outcome.OK, False) and res.seconds == 2.0
     assert res.message == "http://h1:1 gone from http://router:30080"
     assert "http://h1:1" not in [w.url for w in router.list_workers()]
@@ -403,17 +407,24 @@ def test_settle_waits_until_the_router_lets_the_worker_go() -> None:
 def test_settle_timeout_is_one_line_naming_the_fix() -> None:
     router = DrainingRouter({"http://h1:1": True}, settle_polls=100)
     router.remove("http://h1:1")
-    res = SettleStep("lab1", router, "http://h1:1", FakeClock(), timeout_s=2, poll_s=0.5).do()
+    res = settle(Route("lab1", router, "http://h1:1", FakeClock(), drain_timeout_s=2, poll_s=0.5))
     assert res.outcome is Outcome.DRAIN_TIMEOUT and res.seconds == 2.0
     assert res.message == (
         "http://h1:1: still listed by http://router:30080 2s after its removal (SMG keeps a removed worker draining "
         "for its drain_settle_secs); lower that or raise knob_drain_timeout"
     )
-    assert "\n" not in res.message and SettleStep("lab1", router, "http://h1:1", FakeClock()).undo().ok
+    assert "\n" not in res.message and res.step == "settle"
 
 
 def test_settle_with_an_unreachable_router_fails_the_step() -> None:
     err = RouterError(Outcome.UNREACHABLE, "http://router:30080: unreachable")
     router = MemRouter({"http://h1:1": True}, fail={"list": err})
-    res = SettleStep("lab1", router, "http://h1:1", FakeClock()).do()
+    res = settle(Route("lab1", router, "http://h1:1", FakeClock()))
     assert res.outcome is Outcome.UNREACHABLE and not res.ok
+
+
+def test_a_router_result_is_ok_exactly_when_its_outcome_is() -> None:
+    assert routed("drain", "lab1", Outcome.OK, "").ok
+    assert not routed("drain", "lab1", Outcome.CAPACITY, "full").ok
+    with pytest.raises(ValueError, match="ok=True disagrees with outcome router_refused"):
+        RouterResult(step="drain", host="lab1", ok=True, message="", outcome=Outcome.REFUSED)

@@ -18,8 +18,8 @@ from knobfleet.fleet.router_kinds import (
     LEGACY,
     SGLangRouter,
     hosts_out_of_router,
+    route_of,
     router_for,
-    router_steps,
     stop_covers_drain,
 )
 
@@ -116,15 +116,15 @@ def hv(host: str, **extra: Any) -> Any:
     return from_inventory_vars(host, {**base, **extra}, "inventory")
 
 
-def test_router_steps_from_host_vars() -> None:
-    assert router_steps(hv("lab1"), set()) is None
+def test_a_route_from_host_vars() -> None:
+    assert route_of(hv("lab1"), set()) is None
     out: set[str] = set()
-    steps = router_steps(hv("lab1", knob_router_url="http://127.0.0.1:30080", knob_drain_timeout=7,
-                            knob_router_max_unavailable="25%"), out)  # fmt: skip
-    assert steps is not None
-    drain, readmit = steps
-    assert (drain.worker_url, drain.drain_timeout_s, drain.max_unavailable) == (W1, 7, "25%")
-    assert drain.router.url == "http://127.0.0.1:30080" and drain.out is out and readmit.out is out
+    route = route_of(hv("lab1", knob_router_url="http://127.0.0.1:30080", knob_drain_timeout=7,
+                        knob_router_max_unavailable="25%", knob_serve_readiness_timeout_s=45), out)  # fmt: skip
+    assert route is not None
+    assert (route.worker_url, route.drain_timeout_s, route.max_unavailable) == (W1, 7, "25%")
+    assert route.router.url == "http://127.0.0.1:30080" and route.out is out and route.inflight is not None
+    assert route.healthy_timeout_s == 45
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 
 from knobfleet.fleet.runner import HostResult, RunRequest, RunResult
 from knobfleet.fleet.transports.base import Outcome, Target
+from knobfleet.stepcore import PerHost, StepResult
 
 CLEAN = Path(__file__).parents[1] / "live" / "verify_cases" / "clean" / "probe.json"
 REMOTE = ("install", "restart", "ready", "finish")
@@ -141,22 +142,18 @@ class FakeHosts:
         return hr
 
 
-@dataclass
-class Slot:
-    """A slot step (a router client's drain or re-add, say) that logs what it does."""
+def slot(name: str, log: list[str], fails_on: set[str] = frozenset(), raises: bool = False) -> PerHost:  # type: ignore[assignment]
+    """A slot's step (a router client's drain or re-add, say) that logs what it does and its undo: the same
+    ``stepcore.PerHost`` the router's steps are."""
 
-    name: str
-    log: list[str]
-    fails_on: set[str] = field(default_factory=set)
-    raises: bool = False
+    def act(host: str) -> StepResult:
+        log.append(f"{name} {host}")
+        if host in fails_on and raises:
+            raise RuntimeError("router said 503")
+        return StepResult(name, host, host not in fails_on, "failed" if host in fails_on else "")
 
-    def do(self, host: str) -> bool:
-        self.log.append(f"{self.name} {host}")
-        if host in self.fails_on:
-            if self.raises:
-                raise RuntimeError("router said 503")
-            return False
-        return True
+    def revert(host: str) -> StepResult:
+        log.append(f"undo {name} {host}")
+        return StepResult(name, host, True)
 
-    def undo(self, host: str) -> None:
-        self.log.append(f"undo {self.name} {host}")
+    return PerHost(name, act, revert)

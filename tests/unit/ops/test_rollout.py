@@ -9,14 +9,14 @@ import signal
 from pathlib import Path
 
 import pytest
-from rollout_fakes import FakeHosts, Host, Slot
+from rollout_fakes import FakeHosts, Host, slot
 
 from knobfleet.errors import KnobfleetError
 from knobfleet.fleet.hostvars import HostVars
 from knobfleet.ops import interrupts
 from knobfleet.ops.apply import apply
 from knobfleet.ops.precheck import Options
-from knobfleet.ops.steps import STEPS, Boundary, Slots, read_play
+from knobfleet.ops.steps import STEPS, Slots, read_play
 from knobfleet.profiles.store import ProfileStore
 
 NAMES = ["h1", "h2", "h3", "h4"]
@@ -37,8 +37,8 @@ def fleet(names: list[str], **per_host: Host) -> FakeHosts:
 
 def slots(log: list[str], before_fails: set[str] = frozenset(), after_fails: set[str] = frozenset()) -> Slots:  # type: ignore[assignment]
     return Slots(
-        before=(Slot("drain", log, set(before_fails)),),
-        after=(Slot("readd", log, set(after_fails)),),
+        before=(slot("drain", log, set(before_fails)),),
+        after=(slot("readd", log, set(after_fails)),),
     )
 
 
@@ -157,17 +157,18 @@ def test_rollback_fleet_restores_earlier_batches_after_the_failing_one(profile) 
     assert door.hosts["h1"].status[4] == "rolled-back" and door.hosts["h3"].status[4] == "failed"
 
 
-BOUNDARIES: list[Boundary] = ["slot-before", "install", "verify", "slot-after", "end"]
+# the checkpoint names each step (the slots' steps by their own names: the fake drain and re-add here)
+BOUNDARIES = ["drain", "install", "verify", "readd", "end"]
 
 
 @pytest.mark.parametrize("at", BOUNDARIES)
-def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: Boundary) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: str) -> None:  # type: ignore[no-untyped-def]
     """KeyboardInterrupt at each step boundary of the second batch: the first batch stays applied, the second
     is restored where it changed (and its slots undone), the third is not touched; every lock is free."""
     door = fleet(["h1", "h2", "h3"])
-    seen: list[Boundary] = []
+    seen: list[str] = []
 
-    def checkpoint(step: Boundary) -> None:
+    def checkpoint(step: str) -> None:
         seen.append(step)
         if step == at and len([s for s in seen if s == at]) == 2:
             raise KeyboardInterrupt
@@ -190,11 +191,11 @@ def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: Bound
     assert door.hosts["h3"] == Host()
     assert all(h.lock is None for h in door.hosts.values())
     h2 = [line for line in door.log if line.endswith("h2") or " h2," in line]
-    if at == "slot-before":
+    if at == "drain":
         assert h2 == [] and statuses["h2"] == "not-run"
     elif at == "install":
         assert h2 == ["drain h2", "undo drain h2"]
-    elif at in ("verify", "slot-after"):  # after the play: its restore, then the drain's undo
+    elif at in ("verify", "readd"):  # after the play: its restore, then the drain's undo
         assert h2 == ["drain h2", "play apply.yml h2", "play restore.yml h2", "probe h2", "undo drain h2"]
     else:  # after the re-add: the re-add is undone first, then the restore, then the drain
         assert h2 == [
@@ -206,7 +207,7 @@ def test_an_interrupt_between_two_steps_restores_and_releases(profile, at: Bound
             "probe h2",
             "undo drain h2",
         ]
-    if at != "slot-before":
+    if at != "drain":
         assert statuses["h2"] == "failed" and "interrupted after" in report.hosts[1].message
 
 
@@ -245,7 +246,7 @@ def test_outside_a_shield_a_signal_interrupts_at_once() -> None:
         ({}, False, ["install"]),
         ({"begin": {"refused": True, "msg": "foreign drop-in"}}, False, ["install"]),
         ({"commit": {"changed": True}, "ready": {"failed": True}}, False, ["install", "restart", "ready"]),
-        ({"commit": {"changed": False}, "ready": {"done": []}, "finish": {}}, True, [*STEPS[2:5], "finish"]),
+        ({"commit": {"changed": False}, "ready": {"done": []}, "finish": {}}, True, [*STEPS[1:4], "finish"]),
     ],
 )
 def test_read_play_types_the_remote_steps(results, success, steps) -> None:  # type: ignore[no-untyped-def]
