@@ -306,7 +306,9 @@ class Campaign:
             try:
                 doc = self.stages.ab(self.base, cand, rounds, self.weights, campaign.budget_left(self.space, self.used))
                 result["ab"] = campaign.ab_summary(doc)
-                self.used.restart_s += float((doc.get("spent") or {}).get("restart_s") or 0.0)
+                used = self.used  # a ledger read from the record: what is added to it is written back
+                used.restart_s += float((doc.get("spent") or {}).get("restart_s") or 0.0)
+                self.doc["used"] = used.as_json()
                 if result["ab"]["verdict"] == "promote" and (doc.get("consistency") or {}).get("B") == "fail":
                     result["ab"]["verdict"] = "keep"
                     result["out"] = "failed the output-consistency check"

@@ -38,6 +38,7 @@ class SimStages:
     scale: dict[str, float] = field(default_factory=dict)  # profile name -> extra factor (a crash: 0)
     inconsistent: set[str] = field(default_factory=set)  # profile names whose outputs diverge under load
     live: dict[int, float] | None = None
+    restart_s: float = 0.0  # what each simulated restart costs (an A/B restarts twice a round, once more at its end)
     calls: list[str] = field(default_factory=list)
     on_call: Any = None  # called with the step's name before it runs (tests interrupt here)
 
@@ -132,6 +133,7 @@ class SimStages:
             "buckets": [],
             "consistency": {"A": "pass", "B": "fail" if candidate.name in self.inconsistent else "pass"},
             "wall_s": 0.0,
+            "spent": {"restarts": 2 * d.rounds + 1, "restart_s": round((2 * d.rounds + 1) * self.restart_s, 1)},
         }
 
     def restore(self, base: Profile) -> None:

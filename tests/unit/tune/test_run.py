@@ -278,3 +278,15 @@ def test_a_live_stage_that_fails_keeps_the_engine_stages_decision_in_the_record(
     d = rec["decision"]
     assert d["verdict"] == "engine" and d["candidate"] == rec["stages"]["engine"]["winner"] and d["knobs"]
     assert d["profile"] == c.space.result and "behind no router" in d["reason"] and "--resume" in d["reason"]
+
+
+def test_the_restarts_the_ab_stages_cost_are_added_up_in_the_record(tmp_path: Path) -> None:
+    """``used.restart_s`` is the sum of each A/B's measured restarts (it once stayed 0.0: the ledger added to was a
+    copy read from the record, never written back)."""
+    c, _ = campaign(tmp_path, restart_s=12.0)
+    c.new_record()
+    doc = c.run()
+    spent = [r["ab"]["spent"] for r in doc["stages"]["engine"]["results"] if "ab" in r]
+    assert spent and all(s["restart_s"] == 12.0 * s["restarts"] for s in spent)
+    assert doc["used"]["restart_s"] == round(sum(s["restart_s"] for s in spent), 1) > 0
+    assert json.loads((tmp_path / "record.json").read_text())["used"]["restart_s"] == doc["used"]["restart_s"]
