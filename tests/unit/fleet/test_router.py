@@ -262,7 +262,7 @@ def test_drain_timeout_is_one_line_and_puts_the_worker_back() -> None:
     router = MemRouter({"http://h1:1": True, "http://h2:1": True})
     route = Route("lab1", router, "http://h1:1", FakeClock(), counts(3), drain_timeout_s=2, poll_s=0.5)
     res = drain(route)
-    assert res.outcome is Outcome.DRAIN_TIMEOUT and res.in_router and res.inflight == 3
+    assert res.outcome is Outcome.DRAIN_TIMEOUT and res.in_router and res.inflight == 3 and res.step == "drain"
     assert res.message == (
         "http://h1:1: 3 request(s) still in flight after the drain timeout (2s); raise knob_drain_timeout or use "
         "--force-restart"
@@ -322,7 +322,7 @@ def test_force_restart_changes_nothing_when_the_drain_finishes() -> None:
 def test_drain_refusals_leave_the_worker_in(router: MemRouter, worker: str, outcome: Outcome, message: str) -> None:
     route = Route("lab1", router, worker, FakeClock(), counts(0))
     res = drain(route)
-    assert (res.outcome, res.message, res.in_router) == (outcome, message, True)
+    assert (res.outcome, res.message, res.in_router, res.step) == (outcome, message, True, "drain")
     assert route.out == set() and not any(
         c.startswith("remove") and outcome is not Outcome.REFUSED for c in router.calls
     )
@@ -421,6 +421,7 @@ def test_settle_with_an_unreachable_router_fails_the_step() -> None:
     router = MemRouter({"http://h1:1": True}, fail={"list": err})
     res = settle(Route("lab1", router, "http://h1:1", FakeClock()))
     assert res.outcome is Outcome.UNREACHABLE and not res.ok
+    assert (res.step, res.message) == ("settle", "http://router:30080: unreachable")
 
 
 def test_a_router_result_is_ok_exactly_when_its_outcome_is() -> None:

@@ -14,11 +14,13 @@ from rollout_fakes import FakeHosts, Host
 from knobfleet.errors import UsageError
 from knobfleet.fleet import router_kinds
 from knobfleet.fleet.hostvars import HostVars
+from knobfleet.fleet.router import Route
 from knobfleet.ops.apply import apply
 from knobfleet.ops.precheck import Options
-from knobfleet.ops.routing import router_slots
+from knobfleet.ops.routing import route_slots, router_slots
 from knobfleet.profiles.store import ProfileStore
-from tests.unit.fleet.test_router import MemRouter
+from knobfleet.stepcore import Batch, Journal, drive, undo_walk
+from tests.unit.fleet.test_router import FakeClock, MemRouter
 
 ROUTER = "http://127.0.0.1:30080"
 
@@ -291,3 +293,25 @@ def test_behind_smg_nothing_restarts_until_the_router_has_let_the_worker_go(
     assert door.log == [] and door.hosts["h1"] == Host()  # no play: nothing changed on the host
     assert [c for c in slow.calls if c != "list"] == ["remove http://127.0.1.1:30000", "add http://127.0.1.1:30000"]
     assert {w.url: w.healthy for w in slow.list_workers()}["http://127.0.1.1:30000"]
+
+
+def test_the_route_slots_drain_settle_and_readmit_the_routed_hosts_only_and_undo_in_reverse() -> None:
+    """The slots of the hosts a route covers, as the rollout runs them: drain, settle, then (after the play) the
+    re-add; a host no route covers passes by every step; undone newest first, the re-add is taken back (evict) and
+    the drain put back (readmit), the settle has nothing to undo."""
+    router = MemRouter({"http://h1:1": True, "http://h2:1": True})
+    clock = FakeClock()
+    slots = route_slots({"h1": Route("h1", router, "http://h1:1", clock, lambda: 0, drain_timeout_s=5, poll_s=1)})
+    assert [s.name for s in slots.before] == ["drain", "settle"] and [s.name for s in slots.after] == ["readmit"]
+    failed: dict[str, str] = {}
+    batch = Batch(1, ["h1", "h9"], Journal(), on_fail=lambda b, h, why: failed.__setitem__(h, why))
+    steps = [*slots.before, *slots.after]
+    drive(steps, batch, lambda _: None)
+    assert failed == {} and batch.going == ["h1", "h9"]
+    assert batch.journal.names("h1") == ["drain", "settle", "readmit"] and batch.journal.names("h9") == []
+    assert router.workers == {"http://h1:1": False, "http://h2:1": True}  # back in, healthy on the next listing
+    router.calls.clear()
+    assert undo_walk(steps, batch, ["h1", "h9"]) == []
+    # the re-add's undo takes the worker out; the drain's undo puts it back and waits until it is healthy
+    assert router.calls[0] == "remove http://h1:1" and "add http://h1:1" in router.calls
+    assert "http://h1:1" in router.workers
