@@ -104,11 +104,11 @@ def test_drain_restart_readmit_under_load_drops_nothing(rfleet: Fleet) -> None:
         threading.Event().wait(5)
         inflight = engine_inflight(worker, "sglang")
         assert inflight() > 0, "no request in flight on the host: the drain would prove nothing"
-        route = Route("lab2", router, worker, clock, inflight, drain_timeout_s=30)
+        route = Route(host.name, router, worker, clock, inflight, drain_timeout_s=30)
         drained = drain(route)
         assert drained.outcome is Outcome.OK, drained.message
         assert drained.inflight == 0 and not drained.in_router
-        rfleet.ssh("lab2", restart_sh(SERVICE, host.address))
+        rfleet.ssh(host.name, restart_sh(SERVICE, host.address))
         readmitted = readmit(route)
         assert readmitted.outcome is Outcome.OK, readmitted.message
         assert route.out == set()
@@ -132,7 +132,8 @@ def test_router_errors_are_typed_one_liners(rfleet: Fleet) -> None:
     assert out.outcome is Outcome.UNKNOWN_WORKER and out.in_router
     assert "\n" not in out.message and stranger in out.message
     gone = SGLangRouter("http://127.0.0.1:9")  # the discard port: nothing listens there
-    out = drain(Route("lab1", gone, f"http://{addr('lab1')}:30000", clock, lambda: 0))
+    first = rfleet.lab.host(1)
+    out = drain(Route(first.name, gone, f"http://{first.address}:30000", clock, lambda: 0))
     assert out.outcome is Outcome.UNREACHABLE and "knob_router_url" in out.message
 
 
