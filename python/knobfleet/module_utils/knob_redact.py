@@ -389,6 +389,10 @@ def redact_text(text: str, secret: Any = (), key: str = "", values: Any = ()) ->
 
 # --- values shaped like secrets (the controller's: the names of the vars that hold them join the secret list) ---
 
+# The URL shape up to its password. The run to the line's last "@" is checked once per line (``has_url_password``),
+# not from every scheme in it (that is quadratic: a 64 KiB value of "/a://b:" took over a second).
+URL_START = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:"
+
 # (what it is, pattern): credentials a value carries whatever its name (an innocent JWT_CACHE=eyJ..., a database
 # URL with its password). Anchored on what such values always have, so a path, a host:port or a model name never is.
 SHAPES = (
@@ -396,7 +400,7 @@ SHAPES = (
     # a space, ? or # (which end a URL's host part early) is a password too (issue 56)
     # (a scheme starts after a character no scheme holds: without the lookbehind a 100 KB word of letters is tried
     # from every one of its positions, 8 s of regex for one error line)
-    ("a URL with a password in it", r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^@\r\n]+@"),
+    ("a URL with a password in it", URL_START + r"[^@\r\n]+@"),
     ("a JSON Web Token", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
     ("a GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
     ("a GitLab token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
@@ -409,9 +413,6 @@ SHAPES = (
 
 
 URL_SHAPE = SHAPES[0][0]
-# The URL shape up to its password: the run to the line's last "@" is checked once per line (``has_url_password``),
-# not from every scheme in it (that is quadratic: a 64 KiB value of "/a://b:" took over a second).
-URL_START = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:"
 
 
 def has_url_password(text: str) -> bool:
